@@ -1,0 +1,1 @@
+"""Integrations with LLM frameworks (LangChain, LlamaIndex), imported as ``personamem.adapters``."""

@@ -1,0 +1,1 @@
+"""personamem: per-user memory for LLM applications."""

@@ -1,0 +1,116 @@
+"""The record: one unit of a user's history (a turn, a session, a purchase, a post, a statement).
+
+A record's id is stable: the caller may supply one (benchmark ids such as PersonaBench ``segment_id``
+or LoCoMo ``dia_id`` must survive ingest so gold labels resolve), otherwise it is a hash of the
+content, which makes re-ingesting the same data idempotent. Ids are unique per user, not globally:
+two users may own records with the same id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from personamem.errors import InvalidRecordError
+
+__all__ = ["Record", "RecordKind", "content_id", "parse_record"]
+
+JsonScalar = str | int | float | bool | None
+
+
+class RecordKind(StrEnum):
+    """What a record is; retrieval treats all kinds alike, rendering and analysis may not."""
+
+    CONVERSATION = "conversation"  # a turn or session between the user and another person
+    DIALOG = "dialog"  # a user–assistant exchange
+    PURCHASE = "purchase"
+    POST = "post"
+    QA = "qa"  # an (input, output) pair, e.g. a question the user answered
+    KNOWLEDGE = "knowledge"  # a personal knowledge statement ("I'm vegetarian.")
+    NOTE = "note"  # anything else the application wants remembered
+
+
+def content_id(
+    kind: str, text: str, input: str | None, output: str | None, timestamp: datetime | None
+) -> str:
+    """Hash of what makes a record itself; the timestamp keeps two identical purchases apart."""
+    canonical = json.dumps(
+        [kind, text, input, output, timestamp.isoformat() if timestamp else None], ensure_ascii=False
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+
+
+class Record(BaseModel):
+    """One item of a user's history.
+
+    ``text`` is what gets embedded and searched. A record built from an (input, output) pair (PURPLE's
+    unit) may leave ``text`` empty; it is then rendered from the pair.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    user_id: str
+    text: str = ""
+    id: str = ""
+    kind: RecordKind = RecordKind.NOTE
+    category: str | None = None
+    timestamp: datetime | None = None
+    metadata: dict[str, JsonScalar] = Field(default_factory=dict)
+    input: str | None = None
+    output: str | None = None
+
+    @field_validator("user_id")
+    @classmethod
+    def _user_id_present(cls, value: str) -> str:
+        if not value or not value.strip():
+            raise ValueError("user_id must be a non-empty string")
+        return value
+
+    @field_validator("id")
+    @classmethod
+    def _id_has_text(cls, value: str) -> str:
+        if value and not value.strip():
+            raise ValueError("id must not be blank")
+        return value
+
+    @model_validator(mode="after")
+    def _fill_text_and_id(self) -> Record:
+        text = self.text
+        if not text.strip():
+            if self.input is None and self.output is None:
+                raise ValueError("text must be non-empty (or give an input/output pair)")
+            text = "\n".join(part for part in (self.input, self.output) if part)
+            if not text.strip():
+                raise ValueError("text, input and output are all empty")
+            object.__setattr__(self, "text", text)
+        if not self.id:
+            object.__setattr__(
+                self, "id", content_id(self.kind.value, text, self.input, self.output, self.timestamp)
+            )
+        return self
+
+
+def parse_record(data: dict[str, Any], *, default_user: str | None = None) -> Record:
+    """Build a record from a plain dict (a JSONL line, an API payload), with one readable error.
+
+    ``default_user`` fills ``user_id`` when the dict has none; a dict naming a different user is an
+    error rather than a silent reassignment, since that would file data under the wrong person.
+    """
+    data = dict(data)
+    if default_user is not None:
+        given = data.get("user_id")
+        if given is not None and given != default_user:
+            raise InvalidRecordError(f"record names user_id {given!r} but the batch is for {default_user!r}")
+        data["user_id"] = default_user
+    try:
+        return Record.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'record'}: {err['msg']}" for err in exc.errors()
+        )
+        raise InvalidRecordError(problems) from None

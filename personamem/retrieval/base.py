@@ -1,0 +1,33 @@
+"""What every retriever returns and the one method it has."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from personamem.records import Record
+
+__all__ = ["Hit", "Retriever", "ranked"]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A retrieved record with its score under the method that found it and its 1-based rank."""
+
+    record: Record
+    score: float
+    rank: int
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Finds a user's records for a query; never returns another user's records."""
+
+    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
+        """The user's top ``k`` records for ``query``, best first."""
+        ...
+
+
+def ranked(scored: list[tuple[Record, float]]) -> list[Hit]:
+    """Hits from (record, score) pairs already sorted best first."""
+    return [Hit(record=record, score=score, rank=i) for i, (record, score) in enumerate(scored, start=1)]

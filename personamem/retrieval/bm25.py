@@ -1,0 +1,51 @@
+"""BM25 over one user's records (bm25s), the index built on first use and cached per revision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import bm25s
+
+from personamem.records import Record
+from personamem.retrieval.base import Hit, ranked
+from personamem.store import Store
+
+__all__ = ["BM25Retriever"]
+
+
+def _tokenize(texts: list[str]) -> list[list[str]]:
+    return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class _UserIndex:
+    records: list[Record]
+    bm25: bm25s.BM25 | None  # None when the user has no records
+
+
+class BM25Retriever:
+    """Lexical retrieval; complements dense retrieval on names, numbers and rare words."""
+
+    def __init__(self, store: Store, *, max_users: int = 256) -> None:
+        self.store = store
+        self._indexes = store.user_cache(self._build, max_users=max_users)
+
+    def _build(self, user_id: str) -> _UserIndex:
+        records = self.store.records(user_id)
+        if not records:
+            return _UserIndex(records, None)
+        bm25 = bm25s.BM25()
+        bm25.index(_tokenize([r.text for r in records]), show_progress=False)
+        return _UserIndex(records, bm25)
+
+    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
+        """The user's top ``k`` records by BM25; records sharing no term with the query are left out."""
+        index = self._indexes.get(user_id)
+        if index.bm25 is None or k <= 0:
+            return []
+        docs, scores = index.bm25.retrieve(
+            _tokenize([query]), k=min(k, len(index.records)), show_progress=False, n_threads=1
+        )
+        return ranked(
+            [(index.records[int(d)], float(s)) for d, s in zip(docs[0], scores[0], strict=True) if s > 0]
+        )

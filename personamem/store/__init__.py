@@ -1,0 +1,6 @@
+"""Durable per-user storage: SQL rows and vectors kept consistent."""
+
+from personamem.store.cache import UserCache
+from personamem.store.store import ConsistencyReport, Store
+
+__all__ = ["ConsistencyReport", "Store", "UserCache"]

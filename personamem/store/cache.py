@@ -1,0 +1,50 @@
+"""Per-user derived data (a BM25 index, a P-Anchor vector) cached while the user is unchanged."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["UserCache"]
+
+
+class UserCache(Generic[T]):
+    """An LRU of per-user values, each valid for the user's revision it was built at.
+
+    Validity is checked against the store's revision token on every read, so a write from another
+    process invalidates the entry too; ``evict`` drops a user at once (used by ``forget``).
+    """
+
+    def __init__(
+        self, revision: Callable[[str], str | None], build: Callable[[str], T], *, max_users: int = 256
+    ):
+        self._revision = revision
+        self._build = build
+        self._max_users = max_users
+        self._entries: OrderedDict[str, tuple[str, T]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, user_id: str) -> T:
+        """The cached value, rebuilt if the user was written since it was built."""
+        revision = self._revision(user_id) or ""
+        with self._lock:
+            entry = self._entries.get(user_id)
+            if entry is not None and entry[0] == revision:
+                self._entries.move_to_end(user_id)
+                return entry[1]
+        value = self._build(user_id)  # built outside the lock: slow, and other users need not wait
+        with self._lock:
+            self._entries[user_id] = (revision, value)
+            self._entries.move_to_end(user_id)
+            while len(self._entries) > self._max_users:
+                self._entries.popitem(last=False)
+        return value
+
+    def evict(self, user_id: str) -> None:
+        """Drop the user's entry."""
+        with self._lock:
+            self._entries.pop(user_id, None)

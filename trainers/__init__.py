@@ -1,0 +1,1 @@
+"""Offline trainers (PURPLE, MemRerank, PG-Ret), imported as ``personamem.trainers``."""
