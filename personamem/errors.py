@@ -32,19 +32,5 @@ class StoreError(PersonaMemError):
     """The SQL database or the vector index failed or disagreed in a way repair could not fix."""
 
 
-class UnknownUserError(PersonaMemError, KeyError):
-    """An operation named a user that has no records."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "unknown user"
-
-
-class MissingDependencyError(PersonaMemError, ImportError):
-    """An optional dependency is not installed; the message gives the install command."""
-
-    def __init__(self, package: str, extra: str) -> None:
-        super().__init__(f'{package} is required for this feature: pip install "personamem[{extra}]"')
-
-
 class TruncationWarning(UserWarning):
     """A text was longer than the encoder's window; its dense vector covers only the start."""

@@ -109,8 +109,9 @@ class Store:
             )
 
     def close(self) -> None:
-        """Release database connections."""
+        """Release database connections and the vector client."""
         self.catalog.close()
+        self.index.close()
 
     # -- writes ---------------------------------------------------------------------------------
 

@@ -150,6 +150,17 @@ class VectorIndex:
         """Names of all per-user collections (for consistency checks)."""
         return {c.name for c in self._client.list_collections() if c.name.startswith(_PREFIX)}
 
+    def close(self) -> None:
+        """Release the client (database handles, HTTP connections)."""
+        self._collections.clear()
+        # chromadb 1.5's HTTP client (and its internal admin client) leave their httpx sessions open
+        # even in close(); close them here or every connect() leaks sockets
+        for client in (self._client, getattr(self._client, "_admin_client", None)):
+            session = getattr(getattr(client, "_server", None), "_session", None)
+            if session is not None:
+                session.close()
+        self._client.close()
+
     def evict(self, user_id: str) -> None:
         """Forget the cached collection handle."""
         with self._lock:

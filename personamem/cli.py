@@ -1,0 +1,221 @@
+"""The ``personamem`` command line: a thin layer over the library (typer + rich)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from personamem.errors import PersonaMemError
+from personamem.memory import PersonaMem, SearchMethod
+from personamem.records import Record
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="personamem",
+    help="Per-user memory for LLM applications: ingest history, search it per user, forget users.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+def default_store() -> Path:
+    """``$XDG_DATA_HOME/personamem`` (``~/.local/share/personamem``)."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "personamem"
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """Where the memory lives, from the global options."""
+
+    path: Path
+    sql_url: str | None
+    chroma_url: str | None
+
+    def open(self) -> PersonaMem:
+        """Open the configured store: a local folder unless a SQL URL is given."""
+        if self.sql_url:
+            if self.chroma_url:
+                return PersonaMem.connect(self.sql_url, chroma_url=self.chroma_url)
+            return PersonaMem.connect(self.sql_url, chroma_path=self.path / "chroma")
+        if self.chroma_url:
+            raise typer.BadParameter("--chroma-url needs --sql-url (the SQL side is the source of truth)")
+        return PersonaMem.open(self.path)
+
+
+class IngestFormat(StrEnum):
+    """Input formats ``ingest`` understands."""
+
+    JSONL = "jsonl"
+    PERSONABENCH = "personabench"
+    LOCOMO = "locomo"
+    IKAT = "ikat"
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    store: Annotated[
+        Path, typer.Option(envvar="PERSONAMEM_STORE", help="Folder of the local store (SQLite + Chroma).")
+    ] = default_store(),
+    sql_url: Annotated[
+        str | None,
+        typer.Option(envvar="PERSONAMEM_SQL_URL", help="SQLAlchemy URL, e.g. postgresql+psycopg://..."),
+    ] = None,
+    chroma_url: Annotated[
+        str | None,
+        typer.Option(envvar="PERSONAMEM_CHROMA_URL", help="Chroma server, e.g. http://127.0.0.1:8000"),
+    ] = None,
+) -> None:
+    ctx.obj = StoreOptions(store, sql_url, chroma_url)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    )
+
+
+def _load(path: Path, fmt: IngestFormat, user: str | None, noise: float, user_prefix: str) -> list[Record]:
+    if fmt is IngestFormat.JSONL:
+        from personamem.ingest.jsonl import read_jsonl
+
+        return read_jsonl(path, user_id=user)
+    if user is not None:
+        raise typer.BadParameter(f"--user applies to jsonl only; {fmt.value} files name their own users")
+    if fmt is IngestFormat.PERSONABENCH:
+        from personamem.ingest.personabench import load_personabench
+
+        return load_personabench(path, noise=noise)
+    if fmt is IngestFormat.LOCOMO:
+        from personamem.ingest.locomo import load_locomo
+
+        return load_locomo(path)
+    from personamem.ingest.ikat import load_ikat
+
+    return load_ikat(path, user_prefix=user_prefix)
+
+
+@app.command()
+def ingest(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="A JSONL file, or a benchmark file/folder with --format.")],
+    user: Annotated[str | None, typer.Option(help="Owner of JSONL lines that name no user_id.")] = None,
+    fmt: Annotated[IngestFormat, typer.Option("--format", help="Input format.")] = IngestFormat.JSONL,
+    noise: Annotated[float, typer.Option(help="PersonaBench noise level (0.0, 0.3, 0.5, 0.7).")] = 0.0,
+    user_prefix: Annotated[str, typer.Option(help="Prefix for iKAT user ids (topic numbers).")] = "",
+) -> None:
+    """Store records from a file; everything is validated before anything is written."""
+    records = _load(path, fmt, user, noise, user_prefix)
+    with ctx.obj.open() as mem, _progress() as bar:
+        task = bar.add_task(f"ingesting {path.name}", total=len(records))
+        advance: Callable[[int], None] = lambda n: bar.advance(task, n)  # noqa: E731
+        mem.add_many(records, progress=advance)
+    users = len({r.user_id for r in records})
+    out.print(f"stored {len(records)} record(s) for {users} user(s)")
+
+
+@app.command()
+def search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    user: Annotated[str, typer.Option(help="Whose memory to search.")],
+    k: Annotated[int, typer.Option("-k", "--k", min=1, help="How many records.")] = 5,
+    method: Annotated[SearchMethod, typer.Option(help="Retrieval method.")] = SearchMethod.DENSE,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
+) -> None:
+    """Search one user's memory."""
+    with ctx.obj.open() as mem:
+        hits = mem.search(user, query, k=k, method=method)
+    if as_json:
+        for hit in hits:
+            row = {"rank": hit.rank, "score": hit.score, **hit.record.model_dump(mode="json")}
+            out.print_json(json.dumps(row))
+        return
+    table = Table("rank", "score", "id", "kind", "text", title=f"{user}: {query}")
+    for hit in hits:
+        table.add_row(
+            str(hit.rank), f"{hit.score:.3f}", hit.record.id, hit.record.kind.value, hit.record.text
+        )
+    out.print(table)
+
+
+@app.command()
+def users(ctx: typer.Context) -> None:
+    """List users and how many records each has."""
+    with ctx.obj.open() as mem:
+        table = Table("user", "records")
+        for user_id in mem.users():
+            table.add_row(user_id, str(mem.count(user_id)))
+    out.print(table)
+
+
+@app.command()
+def forget(
+    ctx: typer.Context,
+    user: Annotated[str, typer.Option(help="The user to erase.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Erase a user: records, vectors and cached data, with no soft-deleted copy."""
+    if not yes and not typer.confirm(f"Erase everything personamem holds about {user!r}?"):
+        raise typer.Abort()
+    with ctx.obj.open() as mem:
+        found = mem.forget(user)
+    out.print(f"forgot {user}" if found else f"no such user: {user}")
+
+
+@app.command()
+def demo(
+    store: Annotated[
+        Path | None, typer.Option(help="Keep the demo store here (default: a temporary folder).")
+    ] = None,
+) -> None:
+    """Three users, the same questions, different answers from their memories."""
+    from personamem.demo import run_demo
+
+    with tempfile.TemporaryDirectory(prefix="personamem-demo-") as tmp, PersonaMem.open(store or tmp) as mem:
+        results = run_demo(mem)
+        for query, by_user in results.items():
+            table = Table("user", "what personamem recalls", title=query, show_lines=True)
+            for user_id, hits in by_user.items():
+                table.add_row(user_id, "\n".join(f"{h.score:.3f}  {h.record.text}" for h in hits))
+            out.print(table)
+        firsts = [{hits[0].record.id for hits in by_user.values() if hits} for by_user in results.values()]
+        distinct = sum(len(ids) == len(next(iter(results.values()))) for ids in firsts)
+        out.print(f"{distinct} of {len(results)} queries gave every user a different top record.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code instead of exiting, so tests can call it with argv."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the model-loading bar is noise in a CLI
+    try:
+        result = app(args=argv, prog_name="personamem", standalone_mode=False)
+    except click.exceptions.Abort:
+        err.print("aborted")
+        return 1
+    except click.exceptions.ClickException as exc:
+        exc.show(file=sys.stderr)
+        return exc.exit_code
+    except PersonaMemError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        return 1
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,114 @@
+"""Behaviour every PersonaMem backend (SQL database × vector index) must show."""
+
+from __future__ import annotations
+
+import pytest
+
+from personamem.errors import InvalidRecordError
+from personamem.memory import PersonaMem, SearchMethod
+from personamem.records import Record, RecordKind
+
+__all__ = ["MemoryContract"]
+
+_ALICE = [
+    "I'm vegetarian and allergic to peanuts.",
+    "I play the cello in a community orchestra.",
+    "My daughter starts school in Berlin next autumn.",
+]
+_BOB = [
+    "I smoke brisket every weekend.",
+    "I collect vintage film cameras.",
+    "My favourite city is Lisbon.",
+]
+
+
+class MemoryContract:
+    """Contract tests; subclasses provide a ``mem`` fixture yielding an empty PersonaMem."""
+
+    @pytest.fixture
+    def two_users(self, mem: PersonaMem) -> PersonaMem:
+        mem.add_many([{"text": t} for t in _ALICE], user_id="alice")
+        mem.add_many([{"text": t} for t in _BOB], user_id="bob")
+        return mem
+
+    def test_add_and_get(self, mem: PersonaMem) -> None:
+        record = mem.add("alice", "I'm vegetarian.", kind="knowledge", metadata={"source": "chat"})
+        assert record.kind is RecordKind.KNOWLEDGE
+        assert mem.get("alice", record.id) == record
+        assert mem.get("bob", record.id) is None
+
+    def test_counts_and_users(self, two_users: PersonaMem) -> None:
+        assert two_users.users() == ["alice", "bob"]
+        assert two_users.count() == 6
+        assert two_users.count("alice") == 3
+        assert [r.text for r in two_users.records("alice")] == _ALICE  # insertion order
+
+    def test_adding_again_is_idempotent(self, two_users: PersonaMem) -> None:
+        two_users.add_many([{"text": t} for t in _ALICE], user_id="alice")
+        assert two_users.count("alice") == 3
+        assert two_users.store.check().ok
+
+    def test_same_id_new_content_replaces(self, mem: PersonaMem) -> None:
+        mem.add("alice", "I live in Paris.", id="home")
+        mem.add("alice", "I moved to Oslo.", id="home")
+        assert mem.count("alice") == 1
+        hits = mem.search("alice", "Which city do I live in now?", k=1)
+        assert hits[0].record.text == "I moved to Oslo."
+        assert mem.store.check().ok
+
+    @pytest.mark.parametrize("method", list(SearchMethod))
+    def test_search_finds_the_relevant_record(self, two_users: PersonaMem, method: SearchMethod) -> None:
+        hits = two_users.search("alice", "cello orchestra", k=2, method=method)
+        assert hits[0].record.text == _ALICE[1]
+        assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+        assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+
+    @pytest.mark.parametrize("method", list(SearchMethod))
+    def test_search_never_crosses_users(self, two_users: PersonaMem, method: SearchMethod) -> None:
+        # words from alice's records, plus one ("city") that bob's also have
+        hits = two_users.search("bob", "favourite city Berlin cello vegetarian", k=10, method=method)
+        assert hits
+        assert {h.record.user_id for h in hits} == {"bob"}
+
+    def test_ids_may_collide_across_users(self, mem: PersonaMem) -> None:
+        mem.add("alice", "Alice's first note", id="1")
+        mem.add("bob", "Bob's first note", id="1")
+        assert mem.get("alice", "1").text == "Alice's first note"  # type: ignore[union-attr]
+        assert [h.record.text for h in mem.search("bob", "first note", k=5)] == ["Bob's first note"]
+
+    def test_unknown_user_searches_empty(self, two_users: PersonaMem) -> None:
+        for method in SearchMethod:
+            assert two_users.search("carol", "anything", k=3, method=method) == []
+
+    def test_forget_removes_rows_vectors_and_cache(self, two_users: PersonaMem) -> None:
+        assert two_users.search("alice", "cello", k=1, method="bm25")  # warms alice's BM25 cache
+        assert two_users.forget("alice")
+        assert two_users.users() == ["bob"]
+        assert two_users.count("alice") == 0
+        for method in SearchMethod:
+            assert two_users.search("alice", "cello", k=3, method=method) == []
+        assert two_users.store.check().ok
+        assert not two_users.forget("alice")
+
+    def test_forgotten_user_can_return(self, two_users: PersonaMem) -> None:
+        two_users.search("alice", "cello", k=1, method="bm25")
+        two_users.forget("alice")
+        two_users.add("alice", "I started learning the violin.")
+        hits = two_users.search("alice", "cello violin", k=5, method="bm25")
+        assert [h.record.text for h in hits] == ["I started learning the violin."]
+
+    def test_invalid_batch_stores_nothing(self, two_users: PersonaMem) -> None:
+        with pytest.raises(InvalidRecordError, match="record 1"):
+            two_users.add_many([{"text": "fine"}, {"text": "   "}], user_id="alice")
+        assert two_users.count("alice") == 3
+
+    def test_record_for_another_user_is_refused(self, mem: PersonaMem) -> None:
+        with pytest.raises(InvalidRecordError, match="bob"):
+            mem.add_many([Record(user_id="bob", text="x")], user_id="alice")
+        assert mem.count() == 0
+
+    def test_bad_search_arguments(self, two_users: PersonaMem) -> None:
+        with pytest.raises(ValueError, match="unknown search method"):
+            two_users.search("alice", "x", method="magic")
+        with pytest.raises(ValueError, match="k must be"):
+            two_users.search("alice", "x", k=0)
