@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,7 +11,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -73,8 +71,12 @@ class IngestFormat(StrEnum):
 def _global(
     ctx: typer.Context,
     store: Annotated[
-        Path, typer.Option(envvar="PERSONAMEM_STORE", help="Folder of the local store (SQLite + Chroma).")
-    ] = default_store(),
+        Path | None,
+        typer.Option(
+            envvar="PERSONAMEM_STORE",
+            help="Folder of the local store (SQLite + Chroma). [default: ~/.local/share/personamem]",
+        ),
+    ] = None,
     sql_url: Annotated[
         str | None,
         typer.Option(envvar="PERSONAMEM_SQL_URL", help="SQLAlchemy URL, e.g. postgresql+psycopg://..."),
@@ -84,7 +86,7 @@ def _global(
         typer.Option(envvar="PERSONAMEM_CHROMA_URL", help="Chroma server, e.g. http://127.0.0.1:8000"),
     ] = None,
 ) -> None:
-    ctx.obj = StoreOptions(store, sql_url, chroma_url)
+    ctx.obj = StoreOptions(store or default_store(), sql_url, chroma_url)
 
 
 def _progress() -> Progress:
@@ -147,7 +149,7 @@ def search(
     if as_json:
         for hit in hits:
             row = {"rank": hit.rank, "score": hit.score, **hit.record.model_dump(mode="json")}
-            out.print_json(json.dumps(row))
+            typer.echo(json.dumps(row, ensure_ascii=False))  # one object per line, no wrapping
         return
     table = Table("rank", "score", "id", "kind", "text", title=f"{user}: {query}")
     for hit in hits:
@@ -209,11 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()  # the model-loading bar is noise in a CLI
     try:
         result = app(args=argv, prog_name="personamem", standalone_mode=False)
-    except click.exceptions.Abort:
+    except typer.Abort:
         err.print("aborted")
         return 1
-    except click.exceptions.ClickException as exc:
-        exc.show(file=sys.stderr)
+    except typer.TyperException as exc:  # usage errors (exit code 2) and other command-line mistakes
+        err.print(f"Error: {exc.format_message()}", highlight=False, markup=False)
         return exc.exit_code
     except PersonaMemError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)

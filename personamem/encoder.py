@@ -91,7 +91,7 @@ class SentenceEncoder:
     @property
     def max_tokens(self) -> int:
         """The model's window in word pieces; longer texts are truncated."""
-        return int(self._model.max_seq_length)
+        return int(self._model.max_seq_length or self._model.tokenizer.model_max_length)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Word pieces per text, special tokens included, without truncation."""
@@ -118,8 +118,8 @@ class SentenceEncoder:
         import torch
 
         with self._lock:
-            features = self._model.tokenize(list(texts))
-            features = {k: v.to(self._model.device) for k, v in features.items()}
+            features = self._model.preprocess(list(texts))
+            features = {k: v.to(self._model.device) if hasattr(v, "to") else v for k, v in features.items()}
             with torch.inference_mode():
                 out = self._model.forward(features)
         return TokenStates(states=out["token_embeddings"].float(), mask=features["attention_mask"].bool())

@@ -20,7 +20,7 @@ def _tokenize(texts: list[str]) -> list[list[str]]:
 @dataclass(frozen=True)
 class _UserIndex:
     records: list[Record]
-    bm25: bm25s.BM25 | None  # None when the user has no records
+    bm25: bm25s.BM25 | None  # None when no record has a searchable term
 
 
 class BM25Retriever:
@@ -32,10 +32,11 @@ class BM25Retriever:
 
     def _build(self, user_id: str) -> _UserIndex:
         records = self.store.records(user_id)
-        if not records:
+        tokens = _tokenize([r.text for r in records])
+        if not any(tokens):  # e.g. only "ok" or "1": BM25's length normalisation would divide by zero
             return _UserIndex(records, None)
         bm25 = bm25s.BM25()
-        bm25.index(_tokenize([r.text for r in records]), show_progress=False)
+        bm25.index(tokens, show_progress=False)
         return _UserIndex(records, bm25)
 
     def search(self, user_id: str, query: str, k: int) -> list[Hit]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import JSON, Column, Engine, UniqueConstraint, event, func, update
 from sqlalchemy.engine.url import make_url
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, delete, select
 
 from personamem.errors import StoreError
@@ -178,16 +179,17 @@ class SqlCatalog:
 
     # -- store facts ---------------------------------------------------------------------------
 
-    def info(self, key: str) -> str | None:
-        """A stored fact, or None."""
+    def claim_info(self, key: str, value: str) -> str:
+        """Record a fact unless one is stored already; return the stored value (atomic across processes)."""
+        try:
+            with self.session() as s:
+                s.add(StoreInfo(key=key, value=value))
+        except IntegrityError:  # somebody else recorded it first
+            pass
         with self.session() as s:
             row = s.get(StoreInfo, key)
-            return row.value if row else None
-
-    def set_info(self, key: str, value: str) -> None:
-        """Store a fact."""
-        with self.session() as s:
-            s.merge(StoreInfo(key=key, value=value))
+            assert row is not None
+            return row.value
 
     # -- writes ---------------------------------------------------------------------------------
 

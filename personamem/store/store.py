@@ -58,6 +58,8 @@ class Store:
         self.catalog = catalog
         self.index = index
         self._encoder = encoder
+        self._encoder_checked = False
+        self._encoder_lock = threading.Lock()
         self._write_lock = threading.RLock()
         self._caches: weakref.WeakSet[UserCache[Any]] = weakref.WeakSet()
         self.repair()
@@ -91,22 +93,24 @@ class Store:
 
     @property
     def encoder(self) -> Encoder:
-        """The encoder; the default one is loaded on first use, so opening a store stays cheap."""
-        if self._encoder is None:
-            self._encoder = default_encoder()
-        self._check_encoder(self._encoder)
-        return self._encoder
+        """The encoder, checked once against the one the store's vectors came from.
 
-    def _check_encoder(self, encoder: Encoder) -> None:
-        signature = f"{encoder.name}:{encoder.dim}"
-        stored = self.catalog.info("encoder")
-        if stored is None:
-            self.catalog.set_info("encoder", signature)
-        elif stored != signature:
-            raise StoreError(
-                f"this store's vectors come from encoder {stored}, not {signature}; "
-                "open it with the same encoder or re-ingest into a new store"
-            )
+        The default encoder is loaded on first use, so opening a store stays cheap.
+        """
+        if not self._encoder_checked:
+            with self._encoder_lock:
+                if not self._encoder_checked:
+                    encoder = self._encoder or default_encoder()
+                    signature = f"{encoder.name}:{encoder.dim}"
+                    stored = self.catalog.claim_info("encoder", signature)
+                    if stored != signature:
+                        raise StoreError(
+                            f"this store's vectors come from encoder {stored}, not {signature}; "
+                            "open it with the same encoder or re-ingest into a new store"
+                        )
+                    self._encoder, self._encoder_checked = encoder, True
+        assert self._encoder is not None
+        return self._encoder
 
     def close(self) -> None:
         """Release database connections and the vector client."""

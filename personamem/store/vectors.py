@@ -9,6 +9,7 @@ is stored, because Chroma's database keeps deleted strings in free pages.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections.abc import Sequence
@@ -141,10 +142,8 @@ class VectorIndex:
         from chromadb.errors import NotFoundError
 
         self.evict(user_id)
-        try:
+        with contextlib.suppress(NotFoundError):
             self._client.delete_collection(collection_name(user_id))
-        except NotFoundError:
-            pass
 
     def collection_names(self) -> set[str]:
         """Names of all per-user collections (for consistency checks)."""
@@ -159,7 +158,9 @@ class VectorIndex:
             session = getattr(getattr(client, "_server", None), "_session", None)
             if session is not None:
                 session.close()
-        self._client.close()
+        close = getattr(self._client, "close", None)  # not on ClientAPI's type, nor in chromadb < 1.4
+        if close is not None:
+            close()
 
     def evict(self, user_id: str) -> None:
         """Forget the cached collection handle."""

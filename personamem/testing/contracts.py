@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from personamem.errors import InvalidRecordError
@@ -61,7 +63,7 @@ class MemoryContract:
         hits = two_users.search("alice", "cello orchestra", k=2, method=method)
         assert hits[0].record.text == _ALICE[1]
         assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
-        assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+        assert all(a.score >= b.score for a, b in itertools.pairwise(hits))
 
     @pytest.mark.parametrize("method", list(SearchMethod))
     def test_search_never_crosses_users(self, two_users: PersonaMem, method: SearchMethod) -> None:

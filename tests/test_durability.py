@@ -1,0 +1,122 @@
+"""Crashes and faults: a killed ingest, an interrupted write or forget, a failing vector index."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from personamem import PersonaMem, Record, SentenceEncoder, StoreError
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from personamem import PersonaMem
+
+    start = int(sys.argv[2])
+    with PersonaMem.open(sys.argv[1]) as mem:
+        for i in range(start, start + 100_000):
+            record = mem.add(f"user{i % 7}", f"entry {i}: note number {i * 7919 % 1000} about my week")
+            print(record.user_id, record.id, flush=True)
+    """
+)
+
+
+def _kill_after(store: Path, start: int, returned: int) -> list[tuple[str, str]]:
+    """Run a writer, SIGKILL it once ``returned`` adds have returned; give back what it reported."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(store), str(start)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.stdout is not None
+    done: list[tuple[str, str]] = []
+    deadline = time.monotonic() + 120
+    while len(done) < returned and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        done.append(tuple(line.split()))  # type: ignore[arg-type]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    assert len(done) == returned, f"writer died early after {len(done)} adds"
+    return done
+
+
+@pytest.mark.slow
+def test_sigkill_during_ingest_loses_no_returned_record(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    store = tmp_path / "store"
+    returned = _kill_after(store, 0, 60) + _kill_after(store, 1000, 90)
+    with PersonaMem.open(store, encoder=encoder) as mem:
+        report = mem.store.check()
+        assert report.ok, report
+        for user_id, record_id in returned:
+            assert mem.get(user_id, record_id) is not None, (user_id, record_id)
+        assert mem.count() >= len(returned)
+        user, rid = returned[-1]
+        hits = mem.search(user, mem.get(user, rid).text, k=1)  # type: ignore[union-attr]
+        assert hits[0].record.id == rid
+
+
+def test_pending_rows_are_indexed_on_reopen(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.store.catalog.stage(
+            [Record(user_id="u", text="I adopted a greyhound named Pixel.")]
+        )  # crash here
+        assert mem.store.check().pending
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        assert mem.store.check().ok
+        assert mem.search("u", "my dog", k=1)[0].record.text == "I adopted a greyhound named Pixel."
+
+
+def test_interrupted_forget_finishes_on_reopen(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.add("u", "secret")
+        mem.add("v", "other")
+        mem.store.catalog.begin_forget("u")  # crash here
+        with pytest.raises(StoreError, match="being forgotten"):
+            mem.add("u", "new data must not mix with a half-forgotten user")
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        assert mem.users() == ["v"]
+        assert mem.store.check().ok
+
+
+def test_vector_index_failure_keeps_rows_pending_then_repairs(
+    tmp_path: Path, encoder: SentenceEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.add("u", "already stored")
+
+        def index_down(*_: object) -> None:
+            raise ConnectionError("vector index unreachable")
+
+        monkeypatch.setattr(mem.store.index, "upsert", index_down)
+        with pytest.raises(StoreError, match="pending"):
+            mem.add("u", "written while the index was down")
+        monkeypatch.undo()
+        assert mem.get("u", Record(user_id="u", text="already stored").id) is not None
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        assert mem.store.check().ok
+        assert mem.count("u") == 2
+
+
+def test_store_refuses_a_different_encoder(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    class Other:
+        name, dim = "other-model", 8
+
+        def encode(self, texts: list[str]) -> np.ndarray:
+            return np.ones((len(texts), 8), dtype=np.float32) / np.sqrt(8)
+
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.add("u", "hello")
+    with PersonaMem.open(tmp_path, encoder=Other()) as mem, pytest.raises(StoreError, match="encoder"):
+        mem.add("u", "world")

@@ -1,0 +1,33 @@
+import personamem
+
+
+def test_public_api_is_pinned() -> None:
+    assert personamem.__all__ == [
+        "BM25Retriever",
+        "ConsistencyReport",
+        "DenseRetriever",
+        "Encoder",
+        "Hit",
+        "HybridRetriever",
+        "IngestError",
+        "InvalidRecordError",
+        "PersonaMem",
+        "PersonaMemError",
+        "Record",
+        "RecordKind",
+        "Retriever",
+        "SearchMethod",
+        "SentenceEncoder",
+        "Store",
+        "StoreError",
+        "TokenStates",
+        "TruncationWarning",
+        "default_encoder",
+    ]
+    for name in personamem.__all__:
+        assert getattr(personamem, name) is not None
+
+
+def test_errors_share_one_base() -> None:
+    for error in (personamem.IngestError, personamem.InvalidRecordError, personamem.StoreError):
+        assert issubclass(error, personamem.PersonaMemError)

@@ -1,0 +1,42 @@
+from personamem import Hit, PersonaMem, Record
+from personamem.retrieval import reciprocal_rank_fusion
+
+
+def _hits(ids: list[str]) -> list[Hit]:
+    return [Hit(Record(user_id="u", text=i, id=i), 1.0, rank) for rank, i in enumerate(ids, start=1)]
+
+
+def test_rrf_rewards_agreement_between_rankings() -> None:
+    fused = reciprocal_rank_fusion([_hits(["a", "b", "c"]), _hits(["b", "d", "a"])], k_rrf=60)
+    assert [r.id for r, _ in fused] == ["b", "a", "d", "c"]
+    assert fused[0][1] == 1 / 62 + 1 / 61
+
+
+def test_bm25_sees_new_records_at_once(mem: PersonaMem) -> None:
+    mem.add("u", "I keep bees on the roof.")
+    assert [h.record.text for h in mem.search("u", "bees", method="bm25")] == ["I keep bees on the roof."]
+    mem.add("u", "The bees made forty jars of honey.")  # must invalidate the cached index
+    assert len(mem.search("u", "bees", method="bm25")) == 2
+
+
+def test_bm25_with_no_searchable_terms(mem: PersonaMem) -> None:
+    mem.add("u", "1")
+    mem.add("u", "!")
+    assert mem.search("u", "1", method="bm25") == []
+    assert len(mem.search("u", "1", method="hybrid")) == 2  # dense still ranks them
+
+
+def test_hybrid_finds_what_either_method_finds(mem: PersonaMem) -> None:
+    mem.add_many(
+        [
+            {"text": "My locker code is 4471."},  # lexical: only an exact token matches
+            {"text": "I adore long walks along the seaside."},  # semantic: no shared word with the query
+            {"text": "The invoice from March is still unpaid."},
+        ],
+        user_id="u",
+    )
+    hits = mem.search("u", "4471 beach strolls", k=2, method="hybrid")
+    assert {h.record.text for h in hits} == {
+        "My locker code is 4471.",
+        "I adore long walks along the seaside.",
+    }
