@@ -195,7 +195,7 @@ def demo(
     with tempfile.TemporaryDirectory(prefix="personamem-demo-") as tmp, PersonaMem.open(store or tmp) as mem:
         results = run_demo(mem)
         for query, by_user in results.items():
-            table = Table("user", "what personamem recalls", title=query, show_lines=True)
+            table = Table("user", "cosine  what personamem recalls", title=query, show_lines=True)
             for user_id, hits in by_user.items():
                 table.add_row(user_id, "\n".join(f"{h.score:.3f}  {h.record.text}" for h in hits))
             out.print(table)

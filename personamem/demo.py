@@ -24,15 +24,16 @@ def demo_records_path() -> Path:
 
 
 def run_demo(
-    mem: PersonaMem, *, k: int = 2, method: SearchMethod = SearchMethod.HYBRID
+    mem: PersonaMem, *, k: int = 2, method: SearchMethod = SearchMethod.DENSE
 ) -> dict[str, dict[str, list[Hit]]]:
     """Ingest the demo users into ``mem`` and search each demo query for each of them.
 
     Returns:
         query -> user -> hits.
     """
-    mem.add_many(read_jsonl(demo_records_path()))
-    users = sorted({r.user_id for r in read_jsonl(demo_records_path())})
+    records = read_jsonl(demo_records_path())
+    mem.add_many(records)
+    users = sorted({r.user_id for r in records})
     return {
         query: {user: mem.search(user, query, k=k, method=method) for user in users} for query in DEMO_QUERIES
     }
