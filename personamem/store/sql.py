@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Engine, UniqueConstraint, event, func, update
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Field, Session, SQLModel, col, create_engine, delete, select
+from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
 from personamem.errors import StoreError
 from personamem.records import Record, RecordKind
@@ -248,19 +248,6 @@ class SqlCatalog:
                     .where(col(RecordRow.user_id) == user_id, col(RecordRow.record_id).in_(ids))
                     .values(status=RecordStatus.INDEXED.value)
                 )
-
-    def unstage(self, user_id: str, record_ids: Sequence[str]) -> None:
-        """Remove pending rows of a batch whose indexing failed, so the batch leaves nothing behind."""
-        with self.session() as s:
-            for ids in _chunks(list(record_ids)):
-                s.execute(
-                    delete(RecordRow).where(
-                        col(RecordRow.user_id) == user_id,
-                        col(RecordRow.record_id).in_(ids),
-                        col(RecordRow.status) == RecordStatus.PENDING.value,
-                    )
-                )
-            self._bump(s, user_id)
 
     def begin_forget(self, user_id: str) -> bool:
         """Mark the user as being forgotten; False if the user is unknown."""
