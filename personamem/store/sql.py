@@ -70,7 +70,7 @@ class RecordRow(SQLModel, table=True):
     text: str
     kind: str
     category: str | None = None
-    timestamp: datetime | None = None
+    timestamp: str | None = None  # ISO 8601 as given: keeps naive and aware times exactly
     meta: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     input: str | None = None
     output: str | None = None
@@ -85,7 +85,7 @@ class RecordRow(SQLModel, table=True):
             text=self.text,
             kind=RecordKind(self.kind),
             category=self.category,
-            timestamp=self.timestamp,
+            timestamp=datetime.fromisoformat(self.timestamp) if self.timestamp else None,
             metadata=self.meta,
             input=self.input,
             output=self.output,
@@ -124,7 +124,7 @@ def _row(record: Record) -> dict[str, Any]:
         "text": record.text,
         "kind": record.kind.value,
         "category": record.category,
-        "timestamp": record.timestamp,
+        "timestamp": record.timestamp.isoformat() if record.timestamp else None,
         "meta": dict(record.metadata),
         "input": record.input,
         "output": record.output,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -38,6 +39,22 @@ class MemoryContract:
         assert record.kind is RecordKind.KNOWLEDGE
         assert mem.get("alice", record.id) == record
         assert mem.get("bob", record.id) is None
+
+    def test_fields_round_trip(self, mem: PersonaMem) -> None:
+        naive = mem.add(
+            "alice", "Bought running shoes.", kind="purchase", timestamp=datetime(2024, 10, 14, 16, 10)
+        )
+        aware = mem.add(
+            "alice",
+            "Asked about marathon plans.",
+            kind="dialog",
+            category="sport",
+            timestamp=datetime(2024, 10, 15, 9, 0, tzinfo=timezone(timedelta(hours=2))),
+            metadata={"session": 3, "score": 0.5, "flag": True, "note": None},
+        )
+        pair = mem.add("alice", input="Rate 'Heat' (1995)", output="5 stars", kind="qa")
+        for record in (naive, aware, pair):
+            assert mem.get("alice", record.id) == record
 
     def test_counts_and_users(self, two_users: PersonaMem) -> None:
         assert two_users.users() == ["alice", "bob"]
