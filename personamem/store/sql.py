@@ -61,12 +61,16 @@ class RecordRow(SQLModel, table=True):
     """A stored record; ``pk`` gives insertion order, ``(user_id, record_id)`` is the identity."""
 
     __tablename__ = "records"
-    __table_args__ = (UniqueConstraint("user_id", "record_id"),)
+    __table_args__ = (
+        UniqueConstraint("user_id", "record_id"),
+        # search hits come back as vector ids: without this SQLite scans all of the user's rows
+        UniqueConstraint("user_id", "vector_id"),
+    )
 
     pk: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(index=True)
     record_id: str
-    vector_id: str = Field(index=True)
+    vector_id: str
     text: str
     kind: str
     category: str | None = None

@@ -137,8 +137,11 @@ class Store:
                 ``progress`` happens.
             progress: called with the number of records finished after each batch.
         """
-        if vectors is not None and len(vectors) != len(records):
-            raise ValueError(f"{len(records)} records but {len(vectors)} vectors")
+        # self.encoder also records the encoder's signature, so bulk-loaded vectors are checked later
+        if vectors is not None and vectors.shape != (len(records), self.encoder.dim):
+            raise ValueError(
+                f"vectors must have shape ({len(records)}, {self.encoder.dim}), got {vectors.shape}"
+            )
         written = 0
         for start in range(0, len(records), batch_size):
             batch = records[start : start + batch_size]
