@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from personamem import PersonaMem, SentenceEncoder, default_encoder
+from personamem.llm import TransformersLLM
 
 DATA = Path(os.environ.get("PERSONAMEM_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -21,3 +22,9 @@ def encoder() -> SentenceEncoder:
 def mem(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
     with PersonaMem.open(tmp_path / "store", encoder=encoder) as memory:
         yield memory
+
+
+@pytest.fixture(scope="session")
+def llm() -> TransformersLLM:
+    """The real default frozen LLM (SmolLM2-135M-Instruct), loaded once per test session."""
+    return TransformersLLM.default()

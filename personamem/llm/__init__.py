@@ -1,0 +1,18 @@
+"""The frozen-LLM layer: one protocol (log-likelihood, generation), local and remote backends."""
+
+from personamem.llm.base import FrozenLLM, Generations, LLMError, Message, Prompt, Scores, Usage
+from personamem.llm.budget import Fitted, fit_to_budget
+from personamem.llm.hf import TransformersLLM
+
+__all__ = [
+    "Fitted",
+    "FrozenLLM",
+    "Generations",
+    "LLMError",
+    "Message",
+    "Prompt",
+    "Scores",
+    "TransformersLLM",
+    "Usage",
+    "fit_to_budget",
+]

