@@ -104,3 +104,16 @@ def test_fit_to_budget_never_overflows_and_keeps_order(
     assert fitted.tokens == llm.count_tokens(fitted.text) <= budget
     if fitted.dropped:  # maximal: adding the next item would overflow
         assert llm.count_tokens(separator.join([*fitted.kept, fitted.dropped[0]])) > budget
+
+
+def test_the_profile_flips_which_answer_is_likelier(llm: TransformersLLM) -> None:
+    targets = ["A lentil and spinach curry.", "A juicy beef steak."]
+
+    def scores(profile: str) -> list[float]:
+        ask = [{"role": "user", "content": f"{profile} What should I cook tonight?"}]
+        return list(llm.loglikelihood([(ask, t) for t in targets]))
+
+    curry, steak = scores("I'm vegetarian.")
+    assert curry > steak
+    curry, steak = scores("I love barbecue and smoking meat.")
+    assert steak > curry

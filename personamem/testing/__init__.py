@@ -1,9 +1,11 @@
-"""Test support that ships with the library: contract tests every store backend must pass.
+"""Test support that ships with the library: contract tests and a scripted fake LLM.
 
-Subclass :class:`MemoryContract` in your test suite and provide a ``mem`` fixture that yields an
-empty :class:`~personamem.PersonaMem` on your backend (like LangChain's standard test suites).
+Subclass :class:`MemoryContract` (fixture ``mem``: an empty PersonaMem on your backend) or
+:class:`FrozenLLMContract` (fixture ``llm``: your backend) in your test suite, like LangChain's
+standard test suites. :class:`FakeLLM` drives control-flow tests (retries, parsing, fallbacks) only.
 """
 
 from personamem.testing.contracts import MemoryContract
+from personamem.testing.llm import FakeLLM, FrozenLLMContract
 
-__all__ = ["MemoryContract"]
+__all__ = ["FakeLLM", "FrozenLLMContract", "MemoryContract"]
