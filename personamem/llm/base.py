@@ -55,7 +55,8 @@ class Scores(Sequence[float]):
     Attributes:
         logprobs: sum of the target tokens' log-probabilities (natural log), per request.
         token_logprobs: each target token's log-probability, per request.
-        usage: prompt tokens are prompt + target tokens scored; scoring generates nothing.
+        usage: prompt tokens are the prompt + target tokens scored; completion tokens are what a
+            server generated alongside (some refuse to score with ``max_tokens=0``), else 0.
     """
 
     logprobs: list[float]

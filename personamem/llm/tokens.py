@@ -19,19 +19,17 @@ def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
 
 
 def encode_pair(tokenizer: Any, text: str, target: str, context_window: int) -> tuple[list[int], list[int]]:
-    """Token ids of a rendered prompt and of its target.
+    """Token ids of a rendered prompt and of its target, from one tokenization of ``text + target``.
 
-    The pair is tokenized jointly where the prompt's tokens survive as a prefix (as a server scoring
-    the whole string would), so the target's first token is the one the model would really produce;
-    a merge across the boundary falls back to tokenizing the target alone.
+    A token that ends inside the prompt is context; every later token is target, including one that
+    straddles the boundary (``"...is P"`` + ``"aris"`` scores the token ``" Paris"``). This is what a
+    server scoring the echoed string does, so all backends agree. Needs a fast tokenizer (offsets).
     """
-    context = tokenizer.encode(text, add_special_tokens=True)
-    whole = tokenizer.encode(text + target, add_special_tokens=True)
-    if whole[: len(context)] == context and len(whole) > len(context):
-        continuation = whole[len(context) :]
-    else:
-        continuation = tokenizer.encode(target, add_special_tokens=False)
-    if not continuation:
+    encoded = tokenizer(text + target, add_special_tokens=True, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    split = sum(1 for _, end in offsets if end <= len(text))
+    context, continuation = list(ids[:split]), list(ids[split:])
+    if not target or not continuation:
         raise ValueError(f"target {target!r} has no tokens to score")
     if not context:  # the first target token needs something to be predicted from
         context = [tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id]
