@@ -16,6 +16,7 @@ import pytest
 from personamem.llm.base import FrozenLLM, LLMError, Prompt
 from personamem.llm.hf import TransformersLLM
 from personamem.llm.openai_backend import OpenAICompatibleLLM
+from personamem.testing import FrozenLLMContract
 from tests.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.enable_socket
@@ -190,3 +191,11 @@ def test_missing_openai_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openai", None)
     with pytest.raises(ImportError, match=r"personamem\[openai\]"):
         OpenAICompatibleLLM("http://127.0.0.1:1/v1", "m")
+
+
+class TestRemoteContract(FrozenLLMContract):
+    """The shared frozen-LLM contract, over HTTP."""
+
+    @pytest.fixture
+    def llm(self, remote: OpenAICompatibleLLM) -> OpenAICompatibleLLM:
+        return remote

@@ -3,6 +3,8 @@
 from personamem.llm.base import FrozenLLM, Generations, LLMError, Message, Prompt, Scores, Usage
 from personamem.llm.budget import Fitted, fit_to_budget
 from personamem.llm.hf import TransformersLLM
+from personamem.llm.openai_backend import OpenAICompatibleLLM
+from personamem.llm.vllm_backend import VLLMBackend
 
 __all__ = [
     "Fitted",
@@ -10,9 +12,11 @@ __all__ = [
     "Generations",
     "LLMError",
     "Message",
+    "OpenAICompatibleLLM",
     "Prompt",
     "Scores",
     "TransformersLLM",
     "Usage",
+    "VLLMBackend",
     "fit_to_budget",
 ]
