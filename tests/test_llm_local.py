@@ -29,7 +29,7 @@ def _token_by_token(llm: TransformersLLM, prompt, target: str) -> list[float]:
     for i, token in enumerate(continuation):
         with torch.inference_mode():
             logits = llm.model(input_ids=torch.tensor([context + continuation[:i]])).logits[0, -1]
-        values.append(torch.log_softmax(logits.float(), dim=-1)[token].item())
+        values.append(torch.log_softmax(logits.double(), dim=-1)[token].item())  # exact normaliser
     return values
 
 
