@@ -135,8 +135,8 @@ class OpenAICompatibleLLM:
 
         The server tokenizes prompt + target as one string. A token that straddles the boundary (a
         merge of the prompt's last characters with the target's first) counts as the target's, so
-        every target gets its full probability mass; the local backend instead re-tokenizes such a
-        target alone, so the two agree exactly only where no token straddles.
+        every target gets its full probability mass; :func:`~personamem.llm.tokens.encode_pair`
+        applies the same rule for the local backends, so they agree.
 
         Raises:
             ValueError: a target is empty.
