@@ -190,7 +190,7 @@ def demo(
     ] = None,
 ) -> None:
     """Three users, the same questions, different answers from their memories."""
-    from personamem.demo import run_demo
+    from personamem.demo import relevant_top_hits, run_demo
 
     with tempfile.TemporaryDirectory(prefix="personamem-demo-") as tmp, PersonaMem.open(store or tmp) as mem:
         results = run_demo(mem)
@@ -199,9 +199,8 @@ def demo(
             for user_id, hits in by_user.items():
                 table.add_row(user_id, "\n".join(f"{h.score:.3f}  {h.record.text}" for h in hits))
             out.print(table)
-        firsts = [{hits[0].record.id for hits in by_user.values() if hits} for by_user in results.values()]
-        distinct = sum(len(ids) == len(next(iter(results.values()))) for ids in firsts)
-        out.print(f"{distinct} of {len(results)} queries gave every user a different top record.")
+        good, total = relevant_top_hits(results)
+        out.print(f"{good} of {total} top records are ones labelled relevant to the question for that user.")
 
 
 def main(argv: list[str] | None = None) -> int:
