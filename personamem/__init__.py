@@ -7,6 +7,7 @@ from personamem.encoder import Encoder, SentenceEncoder, TokenStates, default_en
 from personamem.errors import (
     IngestError,
     InvalidRecordError,
+    MissingExtraError,
     PersonaMemError,
     StoreError,
     TruncationWarning,
@@ -25,6 +26,7 @@ __all__ = [
     "HybridRetriever",
     "IngestError",
     "InvalidRecordError",
+    "MissingExtraError",
     "PersonaMem",
     "PersonaMemError",
     "Record",

@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from personamem.errors import PersonaMemError
+from personamem.eval.evaluate import BenchmarkName
 from personamem.memory import PersonaMem, SearchMethod
 from personamem.records import Record
 
@@ -183,6 +185,100 @@ def forget(
     out.print(f"forgot {user}" if found else f"no such user: {user}")
 
 
+@app.command("eval")
+def eval_(
+    benchmark: Annotated[BenchmarkName, typer.Option(help="Which benchmark the data folder holds.")],
+    data: Annotated[Path, typer.Option(help="The benchmark folder in its upstream layout.")],
+    method: Annotated[
+        list[str] | None,
+        typer.Option(help="Method to run (repeatable): dense, bm25, hybrid. [default: dense]"),
+    ] = None,
+    seeds: Annotated[
+        int, typer.Option(help="Seeds for stochastic methods (deterministic ones run once).")
+    ] = 1,
+    baseline: Annotated[
+        str | None, typer.Option(help="Paired t-test every other method against this one.")
+    ] = None,
+    depth: Annotated[
+        int, typer.Option(help="Records ranked per question (the deepest recall cutoff).")
+    ] = 100,
+    noise: Annotated[float, typer.Option(help="PersonaBench: distractor level (0.0, 0.3, 0.5, 0.7).")] = 0.0,
+    render: Annotated[
+        str, typer.Option(help="PersonaBench: session text, 'text' or 'json' (upstream's).")
+    ] = "text",
+    split: Annotated[str, typer.Option(help="iKAT: topics file <split>_topics.json.")] = "2023_test",
+    form: Annotated[str, typer.Option(help="PrefEval: explicit, choice or persona.")] = "explicit",
+    inter_turns: Annotated[int, typer.Option(help="PrefEval: distractor user turns per user.")] = 20,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Folder for report.json, report.md and plots. [default: ./personamem-eval/<name>]"
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
+) -> None:
+    """Score retrieval methods on a benchmark: mean ± std over seeds, paired t-tests, a written report."""
+    from pydantic import ValidationError
+
+    from personamem.eval.evaluate import EvalConfig, run_eval
+    from personamem.eval.report import metric_label
+    from personamem.eval.stats import summarize
+    from personamem.llm.hf import default_cache_dir
+
+    try:
+        config = EvalConfig.model_validate(
+            {
+                "benchmark": benchmark,
+                "data": data,
+                "methods": tuple(method or ["dense"]),
+                "seeds": seeds,
+                "baseline": baseline,
+                "depth": depth,
+                "noise": noise,
+                "render": render,
+                "split": split,
+                "form": form,
+                "inter_turns": inter_turns,
+            }
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            ("--" + "-".join(map(str, e["loc"])).replace("_", "-") + ": " if e["loc"] else "")
+            + str(e.get("ctx", {}).get("error", e["msg"]))
+            for e in exc.errors()
+        )
+        raise typer.BadParameter(problems) from None
+    with _progress() as progress:
+        report = run_eval(config, cache_dir=default_cache_dir() / "eval-vectors", progress=progress)
+    written = report.write(out_dir or Path("personamem-eval") / report.benchmark.name)
+    if as_json:
+        out.print_json(data=report.to_json())
+        return
+    shown = [m for m in _SHOWN_METRICS if m in report.runs[0].scores]
+    title = f"{report.benchmark.name} (mean ± std over {seeds} seeds for stochastic methods)"
+    table = Table("method", *map(metric_label, shown), title=title, box=box.SIMPLE_HEAD)
+    for run in report.runs:
+        cells = []
+        for m in shown:
+            s = summarize(run, m)
+            cells.append(f"{s.mean:.3f}" if s.seeds < 2 else f"{s.mean:.3f}±{s.std:.3f}")
+        table.add_row(run.method, *cells)
+    out.print(table)
+    for c in report.comparisons():
+        if c.metric in ("recall@5", "ndcg@5"):
+            p = "identical" if c.p != c.p else f"p = {c.p:.3g}"
+            out.print(f"{c.method} vs {c.baseline}, {metric_label(c.metric)}: {c.difference:+.4f} ({p})")
+    if report.benchmark.skipped:
+        out.print(
+            f"skipped {len(report.benchmark.skipped)} questions: {dict(report.benchmark.skip_reasons())}"
+        )
+    out.print(f"report: {written[1]}")
+
+
+_SHOWN_METRICS = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr", "pb_recall@5", "pb_ndcg@5")
+"""The CLI table's columns (PersonaBench protocol ones where they exist); the report has all metrics."""
+
+
 @app.command()
 def demo(
     store: Annotated[
@@ -214,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         err.print("aborted")
         return 1
     except typer.TyperException as exc:  # usage errors (exit code 2) and other command-line mistakes
-        err.print(f"Error: {exc.format_message()}", highlight=False, markup=False)
+        err.print(f"Error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         return exc.exit_code
     except PersonaMemError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         return 1
     return result if isinstance(result, int) else 0

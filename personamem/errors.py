@@ -32,5 +32,13 @@ class StoreError(PersonaMemError):
     """The SQL database or the vector index failed or disagreed in a way repair could not fix."""
 
 
+class MissingExtraError(PersonaMemError, ImportError):
+    """An optional dependency is not installed; the message gives the ``pip install`` command."""
+
+    def __init__(self, modules: list[str], extra: str) -> None:
+        super().__init__(f'{", ".join(modules)} not installed: pip install "personamem[{extra}]"')
+        self.extra = extra
+
+
 class TruncationWarning(UserWarning):
     """A text was longer than the encoder's window; its dense vector covers only the start."""

@@ -11,6 +11,7 @@ def test_public_api_is_pinned() -> None:
         "HybridRetriever",
         "IngestError",
         "InvalidRecordError",
+        "MissingExtraError",
         "PersonaMem",
         "PersonaMemError",
         "Record",
@@ -29,5 +30,10 @@ def test_public_api_is_pinned() -> None:
 
 
 def test_errors_share_one_base() -> None:
-    for error in (personamem.IngestError, personamem.InvalidRecordError, personamem.StoreError):
+    for error in (
+        personamem.IngestError,
+        personamem.InvalidRecordError,
+        personamem.MissingExtraError,
+        personamem.StoreError,
+    ):
         assert issubclass(error, personamem.PersonaMemError)

@@ -17,7 +17,7 @@ from personamem.errors import IngestError
 from personamem.ingest._json import JsonFile
 from personamem.records import Record, RecordKind
 
-__all__ = ["load_locomo"]
+__all__ = ["load_locomo", "locate_locomo_file"]
 
 _TIME_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
 _SESSION_KEY = re.compile(r"session_(\d+)")
@@ -38,7 +38,7 @@ def load_locomo(path: str | Path) -> list[Record]:
     Raises:
         IngestError: the file is missing, not JSON, not a list of conversations, or lacks a field.
     """
-    src = JsonFile(_locate(Path(path)))
+    src = JsonFile(locate_locomo_file(Path(path)))
     records: list[Record] = []
     for i, sample in enumerate(src.expect(src.load(), list, "top level")):
         sample = src.expect(sample, dict, f"item {i}")
@@ -59,7 +59,8 @@ def load_locomo(path: str | Path) -> list[Record]:
     return records
 
 
-def _locate(path: Path) -> Path:
+def locate_locomo_file(path: Path) -> Path:
+    """``path`` itself, or the one ``locomo10*.json`` in the folder ``path`` (an error if none or several)."""
     if not path.is_dir():
         return path
     found = sorted(path.glob("locomo10*.json"))

@@ -19,7 +19,7 @@ from personamem.errors import IngestError
 from personamem.ingest._json import JsonFile
 from personamem.records import JsonScalar, Record, RecordKind
 
-__all__ = ["Render", "load_personabench"]
+__all__ = ["Render", "find_communities", "load_personabench"]
 
 Render = Literal["text", "json"]
 """How a session becomes record text: readable lines, or upstream's compact JSON."""
@@ -60,7 +60,7 @@ def load_personabench(data_dir: str | Path, *, noise: float = 0.0, render: Rende
         raise ValueError(f"render must be 'text' or 'json', got {render!r}")
     level = float(noise)
     records: list[Record] = []
-    for community in _find_communities(Path(data_dir)):
+    for community in find_communities(Path(data_dir)):
         private = community / "private_data"
         noise_dir = private / f"noise_{level}"
         if not noise_dir.is_dir():
@@ -78,7 +78,8 @@ def load_personabench(data_dir: str | Path, *, noise: float = 0.0, render: Rende
     return records
 
 
-def _find_communities(root: Path) -> list[Path]:
+def find_communities(root: Path) -> list[Path]:
+    """The ``community_*`` folders under any of the accepted roots (see :func:`load_personabench`)."""
     if not root.is_dir():
         raise IngestError("PersonaBench folder not found (or not a folder)", path=str(root))
     if (root / "private_data").is_dir():

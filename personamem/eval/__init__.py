@@ -1,0 +1,32 @@
+"""The evaluation harness: benchmark loaders, metrics, runs and reports (``pip install "personamem[eval]"``).
+
+Entry points: :func:`run_eval` with an :class:`EvalConfig` (what ``personamem eval`` calls), or the
+pieces: a loader from :mod:`personamem.eval.benchmarks`, :func:`build_store`, :func:`evaluate_method`
+and :class:`Report`.
+"""
+
+from personamem.eval.benchmark import Benchmark, Question, Skip
+from personamem.eval.evaluate import BenchmarkName, EvalConfig, load_benchmark, run_eval
+from personamem.eval.methods import BM25, DENSE, FIRST_STAGE, HYBRID, Method
+from personamem.eval.report import Report
+from personamem.eval.runner import DEFAULT_METRICS, MethodRun, build_store, evaluate_method
+
+__all__ = [
+    "BM25",
+    "DEFAULT_METRICS",
+    "DENSE",
+    "FIRST_STAGE",
+    "HYBRID",
+    "Benchmark",
+    "BenchmarkName",
+    "EvalConfig",
+    "Method",
+    "MethodRun",
+    "Question",
+    "Report",
+    "Skip",
+    "build_store",
+    "evaluate_method",
+    "load_benchmark",
+    "run_eval",
+]

@@ -1,0 +1,188 @@
+"""TREC iKAT 2023/2024 as a benchmark: PTKB statement selection for each turn of each topic.
+
+Each topic is one simulated user with a PTKB (personal statements) and a conversation; each turn is a
+question whose gold is its ``ptkb_provenance``, the PTKB keys relevant to it. Most turns need no
+statement (empty provenance) and are skipped, counted with their reason. The passage qrels cannot be
+scored without ClueWeb22, so they only mark which turns the organizers judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from personamem.errors import IngestError
+from personamem.eval.benchmark import Benchmark, Question, Skip
+from personamem.ingest._json import JsonFile
+from personamem.ingest.ikat import load_ikat
+from personamem.records import JsonScalar
+
+__all__ = ["load_ikat_benchmark", "load_ikat_qrels"]
+
+NO_PROVENANCE = "no PTKB statement is relevant (empty ptkb_provenance)"
+NO_VALID_PROVENANCE = "no ptkb_provenance key names a statement of the topic's PTKB"
+
+_QRELS_FORMAT = "'<query id> <iteration> <document id> <grade>'"
+
+
+def load_ikat_benchmark(data_dir: str | Path, *, split: str = "2023_test") -> Benchmark:
+    """Load one split's PTKB statements and turns.
+
+    Args:
+        data_dir: the folder holding the ``<split>_topics.json`` files (and ``<year>-qrels.all-turns.txt``
+            where the year has public qrels).
+        split: which topics file, e.g. ``"2023_train"``, ``"2023_test"``, ``"2024_test"``.
+
+    Returns:
+        A benchmark named ``"ikat-<split>"``. Users are ``"ikat<year>-<topic number>"``, since topic
+        numbers repeat across years. Questions have id ``"<number>_<turn_id>"`` (the qrels' query id),
+        the earlier utterances as context, and ``resolved_utterance``, ``title``, ``topic``, ``turn_id``
+        (and ``judged`` where the year has qrels) in ``attributes``.
+
+    Raises:
+        IngestError: ``data_dir`` is not a folder, the split has no topics file, or a file is malformed.
+    """
+    path = _topics_file(Path(data_dir), split)
+    year = split.partition("_")[0]
+    prefix = f"ikat{year}-"
+    records = load_ikat(path, user_prefix=prefix)
+    statements: dict[str, set[str]] = {}
+    for record in records:
+        statements.setdefault(record.user_id, set()).add(record.id)
+    qrels = path.parent / f"{year}-qrels.all-turns.txt"
+    judged = set(load_ikat_qrels(qrels)) if qrels.is_file() else None
+    src = JsonFile(path)
+    questions: list[Question] = []
+    skipped: list[Skip] = []
+    notes: list[str] = []
+    for turn in _turns(src):
+        provenance = _provenance(src, turn)
+        relevant = {key: 1 for key in provenance if key in statements.get(prefix + turn.topic, set())}
+        dropped = [key for key in provenance if key not in relevant]
+        if dropped:
+            notes.append(
+                f"question {turn.id}: dropped ptkb_provenance keys naming no PTKB statement: {dropped}"
+            )
+        if not relevant:
+            skipped.append(Skip(turn.id, NO_VALID_PROVENANCE if provenance else NO_PROVENANCE))
+            continue
+        questions.append(_question(src, turn, prefix, relevant, judged))
+    return Benchmark(name=f"ikat-{split}", records=records, questions=questions, skipped=skipped, notes=notes)
+
+
+def load_ikat_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """Read TREC qrels (``<query id> <iteration> <document id> <grade>`` per line).
+
+    Returns:
+        query id -> document id -> grade, in file order; blank lines are ignored.
+
+    Raises:
+        IngestError: the file cannot be read, or a line is malformed or contradicts an earlier one
+            (naming the file and line).
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise IngestError("file not found", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise IngestError(f"cannot read qrels: {exc}", path=str(path)) from None
+    qrels: dict[str, dict[str, int]] = {}
+    for line_no, line in enumerate(lines, start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 4:
+            raise IngestError(
+                f"expected {_QRELS_FORMAT}, got {len(fields)} fields", path=str(path), line=line_no
+            )
+        qid, _, doc, grade_text = fields
+        try:
+            grade = int(grade_text)
+        except ValueError:
+            raise IngestError(
+                f"grade {grade_text!r} is not an integer", path=str(path), line=line_no
+            ) from None
+        if qrels.setdefault(qid, {}).setdefault(doc, grade) != grade:
+            raise IngestError(
+                f"{qid} {doc} graded {grade} here but {qrels[qid][doc]} earlier", path=str(path), line=line_no
+            )
+    return qrels
+
+
+def _topics_file(root: Path, split: str) -> Path:
+    """``<root>/<split>_topics.json``, or an error that lists the splits the folder does have."""
+    if not root.is_dir():
+        raise IngestError(
+            "not a folder; pass the folder holding the iKAT *_topics.json files", path=str(root)
+        )
+    path = root / f"{split}_topics.json"
+    if not path.is_file():
+        available = sorted(p.name.removesuffix("_topics.json") for p in root.glob("*_topics.json"))
+        raise IngestError(
+            f"no split {split!r} ({path.name}) here; available splits: {available}", path=str(root)
+        )
+    return path
+
+
+class _Turn(NamedTuple):
+    id: str  # "<topic number>_<turn_id>", the qrels' query id
+    topic: str
+    title: str
+    data: dict[str, Any]
+    where: str  # for error messages
+    context: tuple[str, ...]  # earlier utterances of the topic, oldest first
+
+
+def _turns(src: JsonFile) -> Iterator[_Turn]:
+    """Every turn of every topic, in file order, checking that the question ids are unique.
+
+    Topic numbers and titles were already checked by :func:`load_ikat`, which reads the same file.
+    """
+    seen: set[str] = set()
+    for i, topic in enumerate(src.expect(src.load(), list, "top level")):
+        topic = src.expect(topic, dict, f"topic {i}")
+        number = str(topic["number"])
+        context: list[str] = []
+        for j, data in enumerate(src.field(topic, "turns", list, f"topic {number!r}")):
+            where = f"topic {number!r}, turns[{j}]"
+            data = src.expect(data, dict, where)
+            q_id = f"{number}_{src.field(data, 'turn_id', int, where)}"
+            if q_id in seen:
+                raise src.error(f"{where}: question id {q_id!r} (topic number and turn_id) repeats")
+            seen.add(q_id)
+            yield _Turn(q_id, number, topic["title"], data, where, tuple(context))
+            context.append(src.text(data, "utterance", where))
+
+
+def _question(
+    src: JsonFile, turn: _Turn, prefix: str, relevant: dict[str, int], judged: set[str] | None
+) -> Question:
+    data, where = turn.data, turn.where
+    attributes: dict[str, JsonScalar] = {"topic": turn.topic, "title": turn.title, "turn_id": data["turn_id"]}
+    if "resolved_utterance" in data:
+        attributes["resolved_utterance"] = src.field(data, "resolved_utterance", str, where)
+    if judged is not None:
+        attributes["judged"] = turn.id in judged
+    return Question(
+        id=turn.id,
+        user_id=prefix + turn.topic,
+        text=src.text(data, "utterance", where),
+        relevant=relevant,
+        answer=src.field(data, "response", str, where) if "response" in data else None,
+        context=turn.context,
+        attributes=attributes,
+    )
+
+
+def _provenance(src: JsonFile, turn: _Turn) -> list[str]:
+    """The turn's PTKB keys as strings: the files give integers, the PTKB keys are strings."""
+    keys = []
+    for k, key in enumerate(src.field(turn.data, "ptkb_provenance", list, turn.where)):
+        if isinstance(key, bool) or not isinstance(key, str | int):
+            raise src.error(
+                f"{turn.where}, ptkb_provenance[{k}]: expected a PTKB key (a string or an integer)"
+            )
+        keys.append(str(key))
+    return list(dict.fromkeys(keys))

@@ -1,0 +1,169 @@
+"""One evaluation, end to end: load a benchmark, build the store, run each method, write the report.
+
+This is what ``personamem eval`` calls; the CLI only turns flags into an :class:`EvalConfig`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import tempfile
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from rich.progress import Progress
+
+from personamem.encoder import Encoder, default_encoder
+from personamem.errors import MissingExtraError
+from personamem.eval.benchmark import Benchmark
+from personamem.eval.methods import FIRST_STAGE, Method
+from personamem.eval.report import Report
+from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
+from personamem.ingest.personabench import Render
+
+__all__ = ["BenchmarkName", "EvalConfig", "load_benchmark", "run_eval"]
+
+
+class BenchmarkName(StrEnum):
+    """Benchmarks with a loader."""
+
+    PERSONABENCH = "personabench"
+    LOCOMO = "locomo"
+    IKAT = "ikat"
+    PREFEVAL = "prefeval"
+
+
+class EvalConfig(BaseModel):
+    """What to evaluate and how; every field is a ``personamem eval`` flag of the same name.
+
+    Attributes:
+        benchmark: which loader reads ``data``.
+        data: the benchmark folder in its upstream layout.
+        methods: method names (see :data:`~personamem.eval.methods.FIRST_STAGE`), run in this order.
+        seeds: seeds 0..seeds-1 for stochastic methods; deterministic ones run once.
+        baseline: a method of ``methods`` to t-test the others against.
+        depth: how many records each method ranks per question (the deepest recall cutoff).
+        noise: PersonaBench distractor level.
+        render: PersonaBench session rendering (readable text, or upstream's compact JSON).
+        split: iKAT topics file, ``<split>_topics.json``.
+        form: PrefEval preference form.
+        inter_turns: PrefEval distractor user turns per user.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    benchmark: BenchmarkName
+    data: Path
+    methods: tuple[str, ...] = ("dense",)
+    seeds: int = Field(default=1, ge=1)
+    baseline: str | None = None
+    depth: int = Field(default=100, ge=1)
+    noise: float = 0.0
+    render: Render = "text"
+    split: str = "2023_test"
+    form: Literal["explicit", "choice", "persona"] = "explicit"
+    inter_turns: int = Field(default=20, ge=0)
+
+    @model_validator(mode="after")
+    def _known_methods(self) -> EvalConfig:
+        unknown = [m for m in self.methods if m not in FIRST_STAGE]
+        if unknown:
+            raise ValueError(f"unknown method(s) {unknown}; choose from: {', '.join(FIRST_STAGE)}")
+        if not self.methods:
+            raise ValueError("give at least one method")
+        if self.baseline is not None and self.baseline not in self.methods:
+            raise ValueError(
+                f"baseline {self.baseline!r} must be one of the methods run {list(self.methods)}"
+            )
+        return self
+
+    def command(self) -> str:
+        """The ``personamem eval`` command line that reproduces this configuration."""
+        args = ["personamem", "eval", "--benchmark", self.benchmark.value, "--data", str(self.data)]
+        for method in self.methods:
+            args += ["--method", method]
+        args += ["--seeds", str(self.seeds), "--depth", str(self.depth)]
+        if self.baseline:
+            args += ["--baseline", self.baseline]
+        args += self._benchmark_options()
+        return shlex.join(args)
+
+    def _benchmark_options(self) -> list[str]:
+        if self.benchmark is BenchmarkName.PERSONABENCH:
+            return ["--noise", str(self.noise), "--render", self.render]
+        if self.benchmark is BenchmarkName.IKAT:
+            return ["--split", self.split]
+        if self.benchmark is BenchmarkName.PREFEVAL:
+            return ["--form", self.form, "--inter-turns", str(self.inter_turns)]
+        return []
+
+
+def load_benchmark(config: EvalConfig) -> Benchmark:
+    """Read the configured benchmark from ``config.data`` with its options."""
+    if config.benchmark is BenchmarkName.PERSONABENCH:
+        from personamem.eval.benchmarks.personabench import load_personabench_benchmark
+
+        return load_personabench_benchmark(config.data, noise=config.noise, render=config.render)
+    if config.benchmark is BenchmarkName.LOCOMO:
+        from personamem.eval.benchmarks.locomo import load_locomo_benchmark
+
+        return load_locomo_benchmark(config.data)
+    if config.benchmark is BenchmarkName.IKAT:
+        from personamem.eval.benchmarks.ikat import load_ikat_benchmark
+
+        return load_ikat_benchmark(config.data, split=config.split)
+    from personamem.eval.benchmarks.prefeval import load_prefeval_benchmark
+
+    return load_prefeval_benchmark(config.data, form=config.form, inter_turns=config.inter_turns)
+
+
+def run_eval(
+    config: EvalConfig,
+    *,
+    encoder: Encoder | None = None,
+    cache_dir: Path | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Evaluate every configured method on the configured benchmark.
+
+    The store lives in a temporary folder removed afterwards; corpus vectors are cached in
+    ``cache_dir`` (None: no cache), so a second run of the same corpus does not re-embed it.
+    """
+    missing = [name for name in ("ranx", "scipy", "matplotlib") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingExtraError(missing, "eval")
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    benchmark = load_benchmark(config)
+    timings["load"] = time.perf_counter() - start
+    if not benchmark.questions:
+        reasons = dict(benchmark.skip_reasons())
+        raise ValueError(f"{benchmark.name}: no question can be scored (skipped: {reasons})")
+    timings["metric_compile"] = warm_up_metrics()
+    methods: list[Method] = [FIRST_STAGE[name] for name in config.methods]
+    encoder = encoder or default_encoder()
+    with tempfile.TemporaryDirectory(prefix="personamem-eval-") as tmp:
+        start = time.perf_counter()
+        store = build_store(benchmark, Path(tmp) / "store", encoder, cache_dir=cache_dir, progress=progress)
+        timings["embed_and_ingest"] = time.perf_counter() - start
+        try:
+            runs = []
+            for method in methods:
+                start = time.perf_counter()
+                runs.append(
+                    evaluate_method(
+                        method,
+                        benchmark,
+                        store,
+                        seeds=range(config.seeds),
+                        depth=config.depth,
+                        progress=progress,
+                    )
+                )
+                timings[method.name] = time.perf_counter() - start
+        finally:
+            store.close()
+    return Report(benchmark, runs, baseline=config.baseline, command=config.command(), timings=timings)

@@ -1,0 +1,243 @@
+"""The harness end to end: PersonaBench questions, a real store and encoder, the CLI and its report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from personamem.cli import main
+from personamem.encoder import SentenceEncoder
+from personamem.errors import IngestError
+from personamem.eval import DENSE, build_store, evaluate_method
+from personamem.eval.benchmarks.personabench import NO_GOLD, load_personabench_benchmark
+from personamem.eval.metrics import ranx_scores
+from personamem.eval.vectors import corpus_vectors
+from tests.conftest import DATA
+
+PERSONABENCH = DATA / "personabench"
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"PersonaBench not found at {path} (set PERSONAMEM_DATA)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def vector_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One embedding cache for the module, so the real corpus is embedded once."""
+    return (
+        tmp_path_factory.mktemp("cache") / "eval-vectors"
+    )  # the layout the CLI uses under $PERSONAMEM_CACHE
+
+
+def _write(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def _tiny_personabench(root: Path, gold: dict[str, dict[str, list[str]]]) -> Path:
+    """One user, three sessions, three questions, in PersonaBench's upstream layout."""
+    community = root / "eval_data_v1" / "synthetic_data" / "community_0"
+    noise = community / "private_data" / "noise_0.0"
+    chat = [{"role": "Ana", "content": "I moved to Lisbon last spring and I teach chemistry."}]
+    _write(
+        noise / "conversation_data_all.json",
+        [
+            {
+                "Name": "Ana",
+                "Data": [
+                    {
+                        "Target_name": "Bo",
+                        "Conversations": [
+                            {
+                                "session": "s1",
+                                "time": "2024/Oct/14/04:10 PM",
+                                "target_name": "Bo",
+                                "conversation": chat,
+                                "segment_id": "seg-1",
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    )
+    dialog = [{"role": "user", "content": "Suggest a vegetarian curry, I avoid meat."}]
+    _write(
+        noise / "user_ai_interaction_data_all.json",
+        [
+            {
+                "Name": "Ana",
+                "Data": [
+                    {
+                        "session": "s2",
+                        "time": "2024/Oct/15/09:00 AM",
+                        "user_ai_interaction": dialog,
+                        "segment_id": "seg-2",
+                    }
+                ],
+            }
+        ],
+    )
+    item = {"title": "Trail shoes", "description": "Running shoes", "brand": "Acme", "categories": ["Sports"]}
+    _write(
+        noise / "purchase_history_data_all.json",
+        [
+            {
+                "Name": "Ana",
+                "Data": [
+                    {
+                        "session": "s3",
+                        "time": "2024/Oct/16/10:00 AM",
+                        "purchase_history": [item],
+                        "segment_id": "seg-3",
+                    }
+                ],
+            }
+        ],
+    )
+    questions = [
+        ("q1", "Where do I live?", "Lisbon", "Basic information"),
+        ("q2", "What food do I prefer?", "vegetarian", "Preference"),
+        ("q3", "What do I run in?", "Trail shoes", "Basic information"),
+    ]
+    _write(
+        community / "eval_info" / "eval_info_all.json",
+        [
+            {
+                "Name": "Ana",
+                "Eval_Info": {
+                    "qa": [
+                        {
+                            "q_id": i,
+                            "question": q,
+                            "answer": a,
+                            "type": t,
+                            "difficulty": "easy",
+                            "outdated_value": None,
+                        }
+                        for i, q, a, t in questions
+                    ]
+                },
+            }
+        ],
+    )
+    _write(
+        community / "eval_info" / "qa_gt_context_all_noise_0.0.json",
+        [
+            {"q_id": i, "question": q, "answer": a, "segment_id": gold[i]}
+            for i, q, a, _ in questions
+            if i in gold
+        ],
+    )
+    return root
+
+
+GOLD = {
+    "q1": {"Lisbon": ["seg-1"]},
+    "q2": {"vegetarian": ["seg-2", "seg-x"]},
+    "q3": {"Trail shoes": ["seg-9"]},
+}
+
+
+def test_gold_naming_no_session_is_dropped_with_a_note_or_skipped(tmp_path: Path) -> None:
+    bench = load_personabench_benchmark(_tiny_personabench(tmp_path, GOLD))
+    assert [q.id for q in bench.questions] == ["q1", "q2"]
+    assert bench.questions[1].relevant == {"seg-2": 1} and bench.questions[1].gold_groups == (("seg-2",),)
+    assert bench.skip_reasons() == {NO_GOLD: 1}
+    assert len(bench.notes) == 2 and "seg-x" in bench.notes[0] and "seg-9" in bench.notes[1]
+
+
+def test_a_question_without_a_gold_entry_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    root = _tiny_personabench(tmp_path, {k: v for k, v in GOLD.items() if k != "q3"})
+    with pytest.raises(
+        IngestError, match=r"qa_gt_context_all_noise_0\.0\.json: no gold entry for question 'q3'"
+    ):
+        load_personabench_benchmark(root)
+
+
+def test_a_wrong_layout_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(IngestError, match="no PersonaBench data"):
+        load_personabench_benchmark(tmp_path)
+    with pytest.raises(IngestError, match=r"no folder noise_0\.3"):
+        load_personabench_benchmark(_tiny_personabench(tmp_path, GOLD), noise=0.3)
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.5])
+def test_real_personabench_questions_resolve(noise: float) -> None:
+    bench = load_personabench_benchmark(_need(PERSONABENCH), noise=noise)
+    assert len(bench.users()) == 4 and len(bench.questions) == 177 and not bench.skipped and not bench.notes
+    owned = {(r.user_id, r.id) for r in bench.records}
+    for q in bench.questions:
+        assert q.gold_groups and q.relevant == {i: 1 for group in q.gold_groups for i in group}
+        assert all((q.user_id, record_id) in owned for record_id in q.relevant)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")  # most sessions exceed 256 tokens
+def test_store_rankings_match_brute_force_cosine(
+    tmp_path: Path, encoder: SentenceEncoder, vector_cache: Path
+) -> None:
+    """The read path the harness measures ranks exactly as exhaustive cosine over the same vectors."""
+    bench = load_personabench_benchmark(_need(PERSONABENCH))
+    store = build_store(bench, tmp_path / "store", encoder, cache_dir=vector_cache)
+    try:
+        run = evaluate_method(DENSE, bench, store, depth=10)
+    finally:
+        store.close()
+    vectors = corpus_vectors(encoder, [r.text for r in bench.records], vector_cache)
+    queries = encoder.encode([q.text for q in bench.questions])
+    brute = {}
+    for question, query in zip(bench.questions, queries, strict=True):
+        rows = [i for i, r in enumerate(bench.records) if r.user_id == question.user_id]
+        order = np.argsort(-(vectors[rows] @ query), kind="stable")[:10]
+        brute[question.id] = [bench.records[rows[i]].id for i in order]
+    same_top5 = sum(set(run.rankings[0][q.id][:5]) == set(brute[q.id][:5]) for q in bench.questions)
+    assert same_top5 >= len(bench.questions) - 2  # float ties may swap at most a couple
+    ours = np.mean([s[0] for s in run.scores["recall@5"].values()])
+    theirs = np.mean(list(ranx_scores(bench.questions, brute, ["recall@5"])["recall@5"].values()))
+    assert ours == pytest.approx(theirs, abs=0.01)
+    assert 0.2 < ours < 0.6  # MiniLM on PersonaBench: the PBR paper reports 0.38 on six users
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")  # most sessions exceed 256 tokens
+def test_eval_command_writes_the_report(
+    tmp_path: Path,
+    encoder: SentenceEncoder,
+    vector_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PERSONAMEM_CACHE", str(vector_cache.parent))
+    out = tmp_path / "out"
+    argv = ["eval", "--benchmark", "personabench", "--data", str(_need(PERSONABENCH))]
+    argv += ["--method", "dense", "--method", "bm25", "--baseline", "dense", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "bm25 vs dense, R@5" in printed and "PB-R@5" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert report["benchmark"]["questions"] == 177 and report["baseline"] == "dense"
+    dense = report["methods"]["dense"]["overall"]
+    assert dense["recall@5"]["questions"] == 177 and dense["pb_recall@5"]["questions"] == 154  # no Subjective
+    assert {c["metric"] for c in report["comparisons"]} >= {"recall@5", "pb_ndcg@5"}
+    assert report["command"].startswith("personamem eval --benchmark personabench")
+    markdown = (out / "report.md").read_text()
+    assert "## PersonaBench protocol" in markdown and "## Paired t-test against dense" in markdown
+    assert (out / "metrics.png").stat().st_size > 0 and (out / "categories.png").stat().st_size > 0
+
+
+def test_eval_command_rejects_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["eval", "--benchmark", "personabench", "--data", str(tmp_path)]
+    assert main([*base, "--method", "magic"]) == 2
+    assert "unknown method(s) ['magic']" in capsys.readouterr().err
+    assert main([*base, "--baseline", "bm25"]) == 2
+    assert "baseline 'bm25' must be one of the methods run" in capsys.readouterr().err
+    assert main([*base, "--out", str(tmp_path / "o")]) == 1
+    assert "no PersonaBench data" in capsys.readouterr().err
+    assert main(["eval", "--benchmark", "nope", "--data", str(tmp_path)]) == 2
