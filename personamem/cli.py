@@ -209,6 +209,13 @@ def eval_(
     split: Annotated[str, typer.Option(help="iKAT: topics file <split>_topics.json.")] = "2023_test",
     form: Annotated[str, typer.Option(help="PrefEval: explicit, choice or persona.")] = "explicit",
     inter_turns: Annotated[int, typer.Option(help="PrefEval: distractor user turns per user.")] = 20,
+    answers: Annotated[
+        bool, typer.Option(help="Also score answers with the local LLM given the top records (slow).")
+    ] = False,
+    profile_k: Annotated[int, typer.Option(help="Records the LLM sees with --answers.")] = 5,
+    max_questions: Annotated[
+        int | None, typer.Option(help="Evaluate an evenly spaced subset of this many questions.")
+    ] = None,
     out_dir: Annotated[
         Path | None,
         typer.Option(
@@ -239,6 +246,9 @@ def eval_(
                 "split": split,
                 "form": form,
                 "inter_turns": inter_turns,
+                "answers": answers,
+                "profile_k": profile_k,
+                "max_questions": max_questions,
             }
         )
     except ValidationError as exc:

@@ -5,6 +5,7 @@ This is what ``personamem eval`` calls; the CLI only turns flags into an :class:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import shlex
 import tempfile
@@ -23,6 +24,7 @@ from personamem.eval.methods import FIRST_STAGE, Method
 from personamem.eval.report import Report
 from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
 from personamem.ingest.personabench import Render
+from personamem.llm import FrozenLLM, TransformersLLM
 
 __all__ = ["BenchmarkName", "EvalConfig", "load_benchmark", "run_eval"]
 
@@ -51,6 +53,10 @@ class EvalConfig(BaseModel):
         split: iKAT topics file, ``<split>_topics.json``.
         form: PrefEval preference form.
         inter_turns: PrefEval distractor user turns per user.
+        answers: also score answers with the default local LLM: log-likelihood of the gold answer given
+            the top ``profile_k`` records, and overlap of a generated answer (slow on a CPU).
+        profile_k: records in the profile the LLM sees.
+        max_questions: evaluate an evenly spaced subset of this many questions (quick looks, tests).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -66,6 +72,9 @@ class EvalConfig(BaseModel):
     split: str = "2023_test"
     form: Literal["explicit", "choice", "persona"] = "explicit"
     inter_turns: int = Field(default=20, ge=0)
+    answers: bool = False
+    profile_k: int = Field(default=5, ge=1)
+    max_questions: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _known_methods(self) -> EvalConfig:
@@ -88,6 +97,10 @@ class EvalConfig(BaseModel):
         args += ["--seeds", str(self.seeds), "--depth", str(self.depth)]
         if self.baseline:
             args += ["--baseline", self.baseline]
+        if self.answers:
+            args += ["--answers", "--profile-k", str(self.profile_k)]
+        if self.max_questions:
+            args += ["--max-questions", str(self.max_questions)]
         args += self._benchmark_options()
         return shlex.join(args)
 
@@ -124,13 +137,15 @@ def run_eval(
     config: EvalConfig,
     *,
     encoder: Encoder | None = None,
+    llm: FrozenLLM | None = None,
     cache_dir: Path | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """Evaluate every configured method on the configured benchmark.
 
     The store lives in a temporary folder removed afterwards; corpus vectors are cached in
-    ``cache_dir`` (None: no cache), so a second run of the same corpus does not re-embed it.
+    ``cache_dir`` (None: no cache), so a second run of the same corpus does not re-embed it. ``llm``
+    scores answers when ``config.answers`` is set (default: the local default LLM).
     """
     missing = [name for name in ("ranx", "scipy", "matplotlib") if importlib.util.find_spec(name) is None]
     if missing:
@@ -138,6 +153,10 @@ def run_eval(
     timings: dict[str, float] = {}
     start = time.perf_counter()
     benchmark = load_benchmark(config)
+    if config.max_questions and config.max_questions < len(benchmark.questions):
+        total = len(benchmark.questions)
+        picked = [benchmark.questions[i * total // config.max_questions] for i in range(config.max_questions)]
+        benchmark = dataclasses.replace(benchmark, questions=picked)
     timings["load"] = time.perf_counter() - start
     if not benchmark.questions:
         reasons = dict(benchmark.skip_reasons())
@@ -145,6 +164,7 @@ def run_eval(
     timings["metric_compile"] = warm_up_metrics()
     methods: list[Method] = [FIRST_STAGE[name] for name in config.methods]
     encoder = encoder or default_encoder()
+    llm = llm or (TransformersLLM.default() if config.answers else None)
     with tempfile.TemporaryDirectory(prefix="personamem-eval-") as tmp:
         start = time.perf_counter()
         store = build_store(benchmark, Path(tmp) / "store", encoder, cache_dir=cache_dir, progress=progress)
@@ -160,6 +180,8 @@ def run_eval(
                         store,
                         seeds=range(config.seeds),
                         depth=config.depth,
+                        llm=llm,
+                        profile_k=config.profile_k,
                         progress=progress,
                     )
                 )

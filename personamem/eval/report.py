@@ -30,7 +30,9 @@ def metric_label(metric: str) -> str:
     """Short column names: ``recall@5`` -> ``R@5``, ``pb_ndcg@3`` -> ``PB-N@3``."""
     protocol = "PB-" if metric.startswith("pb_") else ""
     base, _, cutoff = metric.removeprefix("pb_").partition("@")
-    short = {"recall": "R", "ndcg": "N", "mrr": "MRR", "map": "MAP", "precision": "P"}.get(base, base)
+    short = {"recall": "R", "ndcg": "N", "mrr": "MRR", "map": "MAP", "precision": "P"}.get(
+        base, base.removeprefix("answer_")
+    )
     return protocol + short + (f"@{cutoff}" if cutoff else "")
 
 
@@ -122,7 +124,7 @@ class Report:
             "Scores are mean ± std over seeds of the mean over questions (a deterministic method runs once).",
             "",
         ]
-        standard = [m for m in self.runs[0].scores if not m.startswith("pb_")]
+        standard = [m for m in self.runs[0].scores if not m.startswith(("pb_", "answer_"))]
         lines += ["## ranx metrics (all gold ids relevant, all questions)", "", *self._table(standard), ""]
         pb = [m for m in self.runs[0].scores if m.startswith("pb_")]
         if pb:
@@ -131,6 +133,15 @@ class Report:
                 "Subjective questions left out)",
                 "",
                 *self._table(sorted(pb, key=lambda m: (m.split("@")[0], int(m.split("@")[1])))),
+                "",
+            ]
+        answers = [m for m in self.runs[0].scores if m.startswith("answer_")]
+        if answers:
+            lines += [
+                "## Answers from the frozen LLM given the top records (log-likelihood in nats; overlap of a "
+                "greedy answer)",
+                "",
+                *self._table(answers),
                 "",
             ]
         lines += self._category_tables()

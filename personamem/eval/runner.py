@@ -15,10 +15,12 @@ from pathlib import Path
 from rich.progress import Progress
 
 from personamem.encoder import Encoder
+from personamem.eval.answering import score_answers
 from personamem.eval.benchmark import Benchmark, Question
 from personamem.eval.methods import Method
 from personamem.eval.metrics import personabench_scores, ranx_scores
 from personamem.eval.vectors import corpus_vectors
+from personamem.llm import FrozenLLM
 from personamem.store import Store
 
 __all__ = ["DEFAULT_METRICS", "MethodRun", "build_store", "evaluate_method", "warm_up_metrics"]
@@ -90,12 +92,17 @@ def evaluate_method(
     seeds: Sequence[int] = (0,),
     depth: int = 100,
     metrics: Sequence[str] = DEFAULT_METRICS,
+    llm: FrozenLLM | None = None,
+    generate: bool = True,
+    profile_k: int = 5,
     progress: Progress | None = None,
 ) -> MethodRun:
     """Rank every question of ``benchmark`` with ``method`` to ``depth`` and score each ranking.
 
     A deterministic method runs with the first seed only. PersonaBench's protocol metrics are added
-    for benchmarks whose questions carry ``gold_groups``.
+    for benchmarks whose questions carry ``gold_groups``. With ``llm``, answer metrics of the top
+    ``profile_k`` records are added (:func:`~personamem.eval.answering.score_answers`; ``generate``
+    adds generated-answer overlap).
     """
     if not seeds:
         raise ValueError("need at least one seed")
@@ -113,7 +120,14 @@ def evaluate_method(
             if progress is not None and task is not None:
                 progress.advance(task)
         run.rankings[seed] = rankings
-        for metric, per_question in _score(questions, rankings, metrics).items():
+        scores = _score(questions, rankings, metrics)
+        if llm is not None:
+            task = progress.add_task(f"{method.name} answers (seed {seed})", total=None) if progress else None
+            records = {(r.user_id, r.id): r for r in benchmark.records}
+            scores.update(score_answers(llm, questions, rankings, records, k=profile_k, generate=generate))
+            if progress is not None and task is not None:
+                progress.update(task, total=1, completed=1)
+        for metric, per_question in scores.items():
             for qid, value in per_question.items():
                 run.scores.setdefault(metric, {}).setdefault(qid, []).append(value)
     return run
