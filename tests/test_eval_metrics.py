@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from scipy.stats import ttest_rel
 
+from personamem.cli import main
 from personamem.eval.benchmark import Question
 from personamem.eval.metrics import personabench_scores, ranx_scores
 from personamem.eval.report import metric_label
 from personamem.eval.runner import MethodRun
-from personamem.eval.stats import compare, summarize
+from personamem.eval.stats import compare, compare_reports, summarize
 
 
 def _q(qid: str, relevant: dict[str, int], **kw: object) -> Question:
@@ -87,3 +91,33 @@ def test_metric_labels() -> None:
         "PB-R@3",
         "PB-N@1",
     ]
+
+
+def _report(method: str, values: dict[str, float | None]) -> dict[str, Any]:
+    return {"methods": {method: {"per_question": {"recall@5": values}}}}
+
+
+def test_compare_reports_pairs_common_questions() -> None:
+    ours = _report("dense", {"a": 0.9, "b": 0.5, "c": 0.7, "d": 0.2, "only-ours": 1.0})
+    theirs = _report("dense", {"a": 0.4, "b": 0.5, "c": 0.3, "d": 0.1, "e": None})
+    result = compare_reports(ours, theirs, "dense", "recall@5")
+    assert result.questions == 4 and result.difference == pytest.approx(0.25)
+    assert (
+        compare_reports(ours, _report("bm25", {"a": 0.9}), "dense", "recall@5", baseline="bm25").questions
+        == 1
+    )
+    with pytest.raises(KeyError, match="method 'hybrid' not in report"):
+        compare_reports(ours, theirs, "hybrid", "recall@5")
+    with pytest.raises(KeyError, match="metric 'mrr' not in report"):
+        compare_reports(ours, theirs, "dense", "mrr")
+
+
+def test_compare_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_report("dense", {"a": 1.0, "b": 0.5, "c": 1.0})))
+    b.write_text(json.dumps(_report("dense", {"a": 0.0, "b": 0.5, "c": 0.5})))
+    assert main(["compare", str(a), str(b)]) == 0
+    assert "R@5: dense" in capsys.readouterr().out
+    assert main(["compare", str(a), str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: not a readable report.json" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--metric", "ndcg@3"]) == 2

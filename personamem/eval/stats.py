@@ -9,14 +9,15 @@ difference between methods.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from personamem.eval.runner import MethodRun
 
-__all__ = ["Comparison", "Summary", "compare", "summarize"]
+__all__ = ["Comparison", "Summary", "compare", "compare_reports", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,34 @@ def compare(run: MethodRun, baseline: MethodRun, metric: str) -> Comparison:
         float(result.pvalue),
         len(ids),
     )
+
+
+def compare_reports(
+    ours: Mapping[str, Any],
+    theirs: Mapping[str, Any],
+    method: str,
+    metric: str,
+    *,
+    baseline: str | None = None,
+) -> Comparison:
+    """Paired t-test between two written reports (``report.json``), e.g. two renderings of one corpus.
+
+    Question ids must match between the runs (same benchmark, different data options); only questions
+    both scored are compared. ``baseline`` names the method in ``theirs`` (default: ``method``).
+
+    Raises:
+        KeyError: naming the method or metric a report lacks.
+    """
+    return compare(_as_run(ours, method, metric), _as_run(theirs, baseline or method, metric), metric)
+
+
+def _as_run(report: Mapping[str, Any], method: str, metric: str) -> MethodRun:
+    """A method's per-question scores from a report (already averaged over seeds) as a one-seed run."""
+    methods = report["methods"]
+    if method not in methods:
+        raise KeyError(f"method {method!r} not in report (has {sorted(methods)})")
+    scores = methods[method]["per_question"]
+    if metric not in scores:
+        raise KeyError(f"metric {metric!r} not in report (has {sorted(scores)})")
+    per_question = {qid: [value] for qid, value in scores[metric].items() if value is not None}
+    return MethodRun(method, [0], False, scores={metric: per_question})
