@@ -13,6 +13,7 @@ from personamem.errors import (
     TruncationWarning,
 )
 from personamem.memory import PersonaMem, SearchMethod
+from personamem.profile import ProfileSelector, RelevanceSelector
 from personamem.records import Record, RecordKind
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetriever, Retriever
 from personamem.store import ConsistencyReport, Store
@@ -29,8 +30,10 @@ __all__ = [
     "MissingExtraError",
     "PersonaMem",
     "PersonaMemError",
+    "ProfileSelector",
     "Record",
     "RecordKind",
+    "RelevanceSelector",
     "Retriever",
     "SearchMethod",
     "SentenceEncoder",

@@ -11,6 +11,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from personamem.encoder import Encoder
 from personamem.errors import InvalidRecordError
 from personamem.records import Record, parse_record
@@ -39,7 +41,7 @@ class PersonaMem:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        dense = DenseRetriever(store)
+        dense = self._dense = DenseRetriever(store)
         bm25 = BM25Retriever(store)
         self._retrievers: dict[SearchMethod, Retriever] = {
             SearchMethod.DENSE: dense,
@@ -137,6 +139,18 @@ class PersonaMem:
             known = ", ".join(m.value for m in SearchMethod)
             raise ValueError(f"unknown search method {method!r}; choose one of: {known}") from None
         return self._retrievers[chosen].search(user_id, query, k)
+
+    def search_vector(self, user_id: str, vector: np.ndarray, k: int = 5) -> list[Hit]:
+        """The user's top ``k`` records for a ready query vector (e.g. a personalized one from PBR).
+
+        The vector must come from the store's encoder space (``self.store.encoder``).
+        """
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        dim = self.store.encoder.dim
+        if vector.shape != (dim,):
+            raise ValueError(f"vector must have shape ({dim},), got {vector.shape}")
+        return self._dense.search_vector(user_id, vector, k)
 
     def get(self, user_id: str, record_id: str) -> Record | None:
         """The user's record with this id, or None."""

@@ -14,8 +14,10 @@ def test_public_api_is_pinned() -> None:
         "MissingExtraError",
         "PersonaMem",
         "PersonaMemError",
+        "ProfileSelector",
         "Record",
         "RecordKind",
+        "RelevanceSelector",
         "Retriever",
         "SearchMethod",
         "SentenceEncoder",
@@ -37,3 +39,27 @@ def test_errors_share_one_base() -> None:
         personamem.StoreError,
     ):
         assert issubclass(error, personamem.PersonaMemError)
+
+
+def test_eval_api_is_pinned() -> None:
+    import personamem.eval
+
+    assert personamem.eval.__all__ == [
+        "BM25",
+        "DEFAULT_METRICS",
+        "DENSE",
+        "FIRST_STAGE",
+        "HYBRID",
+        "Benchmark",
+        "BenchmarkName",
+        "EvalConfig",
+        "Method",
+        "MethodRun",
+        "Question",
+        "Report",
+        "Skip",
+        "build_store",
+        "evaluate_method",
+        "load_benchmark",
+        "run_eval",
+    ]

@@ -1,3 +1,5 @@
+import pytest
+
 from personamem import Hit, PersonaMem, Record
 from personamem.retrieval import reciprocal_rank_fusion
 
@@ -40,3 +42,16 @@ def test_hybrid_finds_what_either_method_finds(mem: PersonaMem) -> None:
         "My locker code is 4471.",
         "I adore long walks along the seaside.",
     }
+
+
+def test_search_vector_takes_a_ready_query_vector(mem: PersonaMem) -> None:
+    mem.add("ana", "I play the saxophone in a jazz band.")
+    mem.add("ana", "My cat is called Miso.")
+    mem.add("bo", "I play jazz piano.")
+    vector = mem.store.encoder.encode(["music"])[0]
+    hits = mem.search_vector("ana", vector, k=1)
+    assert [h.record.text for h in hits] == ["I play the saxophone in a jazz band."]
+    with pytest.raises(ValueError, match=r"vector must have shape \(384,\)"):
+        mem.search_vector("ana", vector[:10], k=1)
+    with pytest.raises(ValueError, match="k must be at least 1"):
+        mem.search_vector("ana", vector, k=0)
