@@ -1,0 +1,312 @@
+"""LangChain adapter: retriever, profile compressor, persistent chat history and an LLM for chains.
+
+A user's memory becomes a retriever, a :class:`~personamem.profile.ProfileSelector` a document
+compressor, chat turns retrievable records, and a frozen LLM a LangChain LLM so chains run offline.
+
+Install with ``pip install "personamem[langchain]"``. Every component is bound to one user, so a chain
+built for a user can only ever read that user's records.
+
+Not provided: a ``langchain_core.stores.BaseStore``. It is a flat key-value store over opaque values
+with per-key delete; a user's memory is an append-only set of searchable records with no per-record
+delete, so such a facade would either fake deletion or hide the user scoping in the keys.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from personamem.errors import MissingExtraError
+
+try:
+    from langchain_core.callbacks import (
+        AsyncCallbackManagerForRetrieverRun,
+        CallbackManagerForLLMRun,
+        CallbackManagerForRetrieverRun,
+        Callbacks,
+    )
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.documents import BaseDocumentCompressor, Document
+    from langchain_core.language_models.llms import LLM
+    from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import run_in_executor
+except ImportError as exc:  # an adapter module: without its framework it has nothing to offer
+    raise MissingExtraError(["langchain-core"], "langchain") from exc
+from pydantic import ConfigDict, Field
+
+from personamem.llm.base import FrozenLLM, Prompt
+from personamem.memory import PersonaMem, SearchMethod
+from personamem.profile import ProfileSelector, RelevanceSelector
+from personamem.records import Record, RecordKind, parse_record
+from personamem.retrieval.base import Hit
+
+__all__ = [
+    "PersonaMemChatMessageHistory",
+    "PersonaMemCompressor",
+    "PersonaMemLLM",
+    "PersonaMemRetriever",
+]
+
+_MESSAGE_TYPES: dict[str, type[BaseMessage]] = {
+    "human": HumanMessage,
+    "ai": AIMessage,
+    "system": SystemMessage,
+}
+
+
+def _hit_to_document(hit: Hit) -> Document:
+    """A search hit as a Document; our keys win over same-named keys of the record's own metadata.
+
+    They win because downstream code (and :class:`PersonaMemCompressor`) trusts ``user_id`` and
+    ``record_id`` to say whose record this is.
+    """
+    record = hit.record
+    return Document(
+        page_content=record.text,
+        id=record.id,
+        metadata={
+            **record.metadata,
+            "record_id": record.id,
+            "user_id": record.user_id,
+            "kind": record.kind.value,
+            "score": hit.score,
+            "rank": hit.rank,
+            "category": record.category,
+            "timestamp": record.timestamp.isoformat() if record.timestamp else None,
+        },
+    )
+
+
+class PersonaMemRetriever(BaseRetriever):
+    """One user's records for a query, as Documents, best first.
+
+    ``k`` may also be given per call (``retriever.invoke(query, k=2)``). Async calls run the sync
+    search in LangChain's executor (the store is thread-safe and has no async client); the async
+    method is overridden only because LangChain's default wrapper drops call keywords such as ``k``.
+
+    Example:
+        >>> retriever = PersonaMemRetriever(memory=mem, user_id="alice", k=3)  # doctest: +SKIP
+        >>> retriever.invoke("what should I cook tonight?")  # doctest: +SKIP
+    """
+
+    memory: PersonaMem
+    user_id: str
+    k: int = Field(default=4, ge=1)
+    method: SearchMethod = SearchMethod.DENSE
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
+    ) -> list[Document]:
+        hits = self.memory.search(self.user_id, query, k=self.k if k is None else k, method=self.method)
+        return [_hit_to_document(hit) for hit in hits]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
+    ) -> list[Document]:
+        return await run_in_executor(
+            None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k
+        )
+
+
+class PersonaMemCompressor(BaseDocumentCompressor):
+    """Picks and orders the profile from any retriever's Documents with a :class:`ProfileSelector`.
+
+    Documents become the user's candidate records (id from ``doc.id``, else ``metadata["record_id"]``,
+    else a content hash; duplicates by id are kept once), the selector chooses up to ``k``, and the
+    chosen Documents come back in profile order with ``profile_rank`` and ``profile_score`` added to a
+    copy of their metadata. Empty Documents are dropped: they give a selector nothing to judge.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    user_id: str
+    selector: ProfileSelector
+    k: int = Field(default=4, ge=1)
+
+    @classmethod
+    def from_memory(cls, memory: PersonaMem, user_id: str, *, k: int = 4) -> PersonaMemCompressor:
+        """The default selector (cosine to the query) over the memory's encoder."""
+        return cls(user_id=user_id, selector=RelevanceSelector(memory.store.encoder), k=k)
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        """The selected Documents, best first.
+
+        Raises:
+            ValueError: a Document's ``metadata["user_id"]`` names another user; mixing users'
+                records into one profile would leak personal data, so it is refused rather than
+                filtered.
+        """
+        by_id: dict[str, tuple[Document, Record]] = {}
+        for doc in documents:
+            owner = doc.metadata.get("user_id")
+            if owner is not None and owner != self.user_id:
+                raise ValueError(f"a document belongs to user {owner!r}, not {self.user_id!r}")
+            if doc.page_content.strip():
+                record = _document_to_record(doc, self.user_id)
+                by_id.setdefault(record.id, (doc, record))
+        candidates = [record for _, record in by_id.values()]
+        hits = self.selector.select(self.user_id, query, candidates, self.k)
+        chosen = []
+        for hit in hits:
+            doc = by_id[hit.record.id][0]
+            metadata = {**doc.metadata, "profile_rank": hit.rank, "profile_score": hit.score}
+            chosen.append(doc.model_copy(update={"metadata": metadata}))
+        return chosen
+
+
+def _document_to_record(doc: Document, user_id: str) -> Record:
+    """A candidate record; kind, category and timestamp are kept where the metadata has valid ones."""
+    meta = doc.metadata
+    category = meta.get("category")
+    timestamp = meta.get("timestamp")
+    if isinstance(timestamp, str):
+        try:
+            timestamp = datetime.fromisoformat(timestamp)
+        except ValueError:
+            timestamp = None
+    return parse_record(
+        {
+            "user_id": user_id,
+            "text": doc.page_content,
+            "id": doc.id or str(meta.get("record_id") or ""),
+            "kind": _kind(meta.get("kind")),
+            "category": category if isinstance(category, str) else None,
+            "timestamp": timestamp if isinstance(timestamp, datetime) else None,
+            "metadata": {key: value for key, value in meta.items() if _is_json_scalar(value)},
+        }
+    )
+
+
+def _kind(value: Any) -> RecordKind:
+    try:
+        return RecordKind(value)
+    except ValueError:
+        return RecordKind.NOTE
+
+
+def _is_json_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+class PersonaMemChatMessageHistory(BaseChatMessageHistory):
+    """One chat session of one user, stored as conversation records so past turns become searchable.
+
+    Each message is a :attr:`RecordKind.CONVERSATION` record with its text, a UTC timestamp and
+    metadata ``role`` (the message type, or a ``ChatMessage``'s own role), ``session_id`` and
+    ``position`` (its index in the session when written). The record id is the message's id, or a
+    fresh random one. Only role and text are kept: a message comes back as a Human/AI/System message
+    or a ``ChatMessage`` with its role, with the record id as its id; tool calls and attachments are
+    not stored.
+
+    Reading lists the user's records and keeps this session's, in insertion order: fine for chat-sized
+    histories, linear in the user's record count.
+
+    Note:
+        LangChain deprecated ``BaseChatMessageHistory`` in langchain-core 1.6.4 (removal in 2.0) in
+        favour of LangGraph short-term memory; this class serves chains built on
+        ``RunnableWithMessageHistory`` until then.
+    """
+
+    def __init__(self, memory: PersonaMem, user_id: str, session_id: str) -> None:
+        super().__init__()
+        self.memory = memory
+        self.user_id = user_id
+        self.session_id = session_id
+
+    def _session_records(self) -> list[Record]:
+        return [
+            record
+            for record in self.memory.records(self.user_id)
+            if record.kind is RecordKind.CONVERSATION
+            and "role" in record.metadata
+            and "position" in record.metadata
+            and record.metadata.get("session_id") == self.session_id
+        ]
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # LangChain allows a property
+        """The session's messages in the order they were added."""
+        return [_record_to_message(record) for record in self._session_records()]
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Store the messages in one durable batch.
+
+        Raises:
+            ValueError: a message has no text (e.g. an AI message holding only tool calls): there
+                is nothing to remember or search.
+        """
+        start = len(self._session_records())
+        now = datetime.now(UTC)
+        records = []
+        for offset, message in enumerate(messages):
+            text = str(message.text)
+            if not text.strip():
+                raise ValueError(f"message {offset} has no text to remember")
+            role = message.role if isinstance(message, ChatMessage) else message.type
+            records.append(
+                {
+                    "text": text,
+                    "id": message.id or uuid.uuid4().hex,
+                    "kind": RecordKind.CONVERSATION,
+                    "timestamp": now,
+                    "metadata": {"role": role, "session_id": self.session_id, "position": start + offset},
+                }
+            )
+        self.memory.add_many(records, user_id=self.user_id)
+
+    def clear(self) -> None:
+        """Not supported: records are durable and PersonaMem has no per-record delete.
+
+        Raises:
+            NotImplementedError: always; ``memory.forget(user_id)`` erases all of a user's records.
+        """
+        raise NotImplementedError(
+            "PersonaMem records are durable and cannot be deleted one session at a time; "
+            f"memory.forget({self.user_id!r}) erases all of this user's records, sessions included"
+        )
+
+
+def _record_to_message(record: Record) -> BaseMessage:
+    role = str(record.metadata["role"])
+    message_type = _MESSAGE_TYPES.get(role)
+    if message_type is None:
+        return ChatMessage(content=record.text, role=role, id=record.id)
+    return message_type(content=record.text, id=record.id)
+
+
+class PersonaMemLLM(LLM):
+    """A :class:`~personamem.llm.FrozenLLM` as a LangChain text LLM, so chains run offline.
+
+    With ``chat`` (the default) the prompt string is sent as one user message, so an instruct model
+    sees its chat template: the default SmolLM2-135M-Instruct answers a raw prompt with an empty
+    string or an echo of it. Set ``chat=False`` for base models. Extra call keywords (``temperature``,
+    ``seed``, ``max_tokens``...) go to :meth:`FrozenLLM.generate`.
+    """
+
+    llm: FrozenLLM
+    max_tokens: int = Field(default=64, ge=1)
+    chat: bool = True
+
+    @property
+    def _llm_type(self) -> str:
+        return "personamem"
+
+    @property
+    def _identifying_params(self) -> Mapping[str, Any]:
+        return {"model": self.llm.name, "max_tokens": self.max_tokens, "chat": self.chat}
+
+    def _call(
+        self,
+        prompt: str,
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> str:
+        sent: Prompt = [{"role": "user", "content": prompt}] if self.chat else prompt
+        options = {"max_tokens": self.max_tokens, **kwargs}
+        return self.llm.generate([sent], stop=stop or (), **options)[0][0]

@@ -1,0 +1,402 @@
+"""LlamaIndex integration: per-user retrieval, profile selection, long-term chat memory and a local LLM.
+
+``pip install "personamem[llamaindex]"``. Every component is bound to one ``user_id`` and reads and
+writes only that user's records, so two users' chats in one process never see each other's memory:
+isolation comes from the store's per-user scoping, not from metadata filters a caller must remember.
+
+- :class:`PersonaMemRetriever`: a ``BaseRetriever`` over one user's records. It honours
+  ``QueryBundle.embedding``: a bundle that carries a ready query vector is searched with that vector
+  instead of the embedded query string. This is the hook PBR's query transform will use: it will put
+  the personalized query vector into the bundle, in the store encoder's space.
+- :class:`PersonaMemProfilePostprocessor`: a node postprocessor that runs a
+  :class:`~personamem.profile.ProfileSelector` over retrieved nodes (from any retriever) and keeps the
+  profile, best first.
+- :class:`PersonaMemMemoryBlock`: a ``BaseMemoryBlock`` for ``llama_index.core.memory.Memory`` that
+  stores flushed chat messages as the user's conversation records and injects the user's profile
+  for the latest user message.
+- :class:`PersonaMemLLM` and :class:`PersonaMemEmbedding`: a personamem
+  :class:`~personamem.llm.FrozenLLM` and :class:`~personamem.encoder.Encoder` as LlamaIndex models, so
+  chat engines run offline and nothing falls back to OpenAI or tiktoken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from personamem.encoder import Encoder
+from personamem.errors import MissingExtraError
+from personamem.llm.base import FrozenLLM, Generations, Prompt
+from personamem.memory import PersonaMem, SearchMethod
+from personamem.profile import ProfileSelector, RelevanceSelector
+from personamem.records import Record, RecordKind
+from personamem.retrieval.base import Hit
+
+try:
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+    from llama_index.core.base.llms.types import (
+        ChatMessage,
+        ChatResponse,
+        ChatResponseGen,
+        CompletionResponse,
+        CompletionResponseGen,
+        LLMMetadata,
+        MessageRole,
+    )
+    from llama_index.core.bridge.pydantic import Field
+    from llama_index.core.callbacks import CallbackManager
+    from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+    from llama_index.core.llms.custom import CustomLLM
+    from llama_index.core.memory.memory import BaseMemoryBlock
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+    from llama_index.core.retrievers import BaseRetriever
+    from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
+except ImportError as exc:
+    raise MissingExtraError(["llama-index-core"], "llamaindex") from exc
+
+__all__ = [
+    "PersonaMemEmbedding",
+    "PersonaMemLLM",
+    "PersonaMemMemoryBlock",
+    "PersonaMemProfilePostprocessor",
+    "PersonaMemRetriever",
+]
+
+# node metadata useful to code but noise in a prompt or an embedding (as are empty fields)
+_BOOKKEEPING_KEYS = frozenset({"record_id", "user_id", "rank"})
+
+
+def _node(hit: Hit) -> NodeWithScore:
+    """A hit as a LlamaIndex node whose id is the record id (ids are unique per user)."""
+    record = hit.record
+    metadata: dict[str, Any] = {
+        **record.metadata,
+        "record_id": record.id,
+        "user_id": record.user_id,
+        "kind": record.kind.value,
+        "category": record.category,
+        "timestamp": record.timestamp.isoformat() if record.timestamp else None,
+        "rank": hit.rank,
+    }
+    hidden = [key for key, value in metadata.items() if key in _BOOKKEEPING_KEYS or value is None]
+    node = TextNode(
+        id_=record.id,
+        text=record.text,
+        metadata=metadata,
+        excluded_llm_metadata_keys=hidden,
+        excluded_embed_metadata_keys=list(hidden),
+    )
+    return NodeWithScore(node=node, score=hit.score)
+
+
+class PersonaMemRetriever(BaseRetriever):
+    """One user's records as LlamaIndex nodes, best first.
+
+    A query bundle with an ``embedding`` is searched densely with that vector (``method`` does not
+    apply): it must be in the store encoder's space, e.g. a personalized query vector from PBR.
+    """
+
+    def __init__(
+        self,
+        memory: PersonaMem,
+        user_id: str,
+        *,
+        k: int = 4,
+        method: SearchMethod | str = SearchMethod.DENSE,
+        callback_manager: CallbackManager | None = None,
+    ) -> None:
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        super().__init__(callback_manager=callback_manager)
+        self.memory = memory
+        self.user_id = user_id
+        self.k = k
+        self.method = SearchMethod(method)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if query_bundle.embedding is None:
+            hits = self.memory.search(self.user_id, query_bundle.query_str, self.k, self.method)
+        else:
+            hits = self.memory.search_vector(self.user_id, self._query_vector(query_bundle.embedding), self.k)
+        return [_node(hit) for hit in hits]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        """Runs the sync search in a thread: the base class would block the event loop on the encoder."""
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
+    def _query_vector(self, embedding: Sequence[float]) -> np.ndarray:
+        encoder = self.memory.store.encoder
+        vector = np.asarray(embedding, dtype=np.float32)
+        if vector.shape != (encoder.dim,):
+            raise ValueError(
+                f"QueryBundle.embedding has shape {vector.shape}, but this memory's encoder "
+                f"{encoder.name!r} makes vectors of shape ({encoder.dim},): embed the query in the store "
+                "encoder's space (e.g. with PersonaMemEmbedding over mem.store.encoder)"
+            )
+        return vector
+
+
+def _record(node: BaseNode, user_id: str) -> Record | None:
+    """The node as one of ``user_id``'s records; None for a node without text (it cannot be profile)."""
+    metadata = node.metadata
+    owner = metadata.get("user_id", user_id)
+    if owner != user_id:
+        raise ValueError(f"node {node.node_id!r} belongs to user {owner!r}, not {user_id!r}")
+    text = node.get_content(metadata_mode=MetadataMode.NONE)
+    if not text.strip():
+        return None
+    fields = {
+        key: metadata[key] for key in ("kind", "category", "timestamp") if metadata.get(key) is not None
+    }
+    try:
+        return Record(user_id=user_id, text=text, id=node.node_id, **fields)
+    except ValidationError:  # a foreign node whose "kind" or "timestamp" means something else
+        return Record(user_id=user_id, text=text, id=node.node_id)
+
+
+class PersonaMemProfilePostprocessor(BaseNodePostprocessor):
+    """Keeps the ``k`` nodes a :class:`~personamem.profile.ProfileSelector` picks, in profile order.
+
+    The nodes may come from any retriever; each becomes a candidate record of ``user_id`` (a node whose
+    metadata names another user is refused). Selected nodes keep their metadata and get the selector's
+    score. Nodes without text are dropped, as are repeats of a node id.
+    """
+
+    user_id: str = Field(description="Whose profile is being built.")
+    selector: ProfileSelector = Field(exclude=True, description="Picks and orders the profile.")
+    k: int = Field(default=4, ge=1, description="Most nodes kept.")
+
+    @classmethod
+    def from_memory(cls, memory: PersonaMem, user_id: str, *, k: int = 4) -> PersonaMemProfilePostprocessor:
+        """The default selector: cosine relevance with the memory's own encoder."""
+        return cls(user_id=user_id, selector=RelevanceSelector(memory.store.encoder), k=k)
+
+    @classmethod
+    def class_name(cls) -> str:
+        """Name LlamaIndex serializes the component under."""
+        return "PersonaMemProfilePostprocessor"
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        if query_bundle is None:
+            raise ValueError(f"{type(self).__name__} selects for a query: pass query_bundle or query_str")
+        by_id: dict[str, NodeWithScore] = {}
+        candidates: list[Record] = []
+        for scored in nodes:
+            record = _record(scored.node, self.user_id)
+            if record is not None and record.id not in by_id:
+                by_id[record.id] = scored
+                candidates.append(record)
+        hits = self.selector.select(self.user_id, query_bundle.query_str, candidates, self.k)
+        return [NodeWithScore(node=by_id[hit.record.id].node, score=hit.score) for hit in hits]
+
+
+def _message_id(session: str | None, timestamp: datetime, position: int, role: str, text: str) -> str:
+    """Record id of one flushed message; a repeated text in one flush is still its own record."""
+    canonical = json.dumps([session, timestamp.isoformat(), position, role, text], ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+
+
+def _render(hit: Hit) -> str:
+    """One profile line; a chat turn names its speaker, since an assistant's words are not facts."""
+    role = hit.record.metadata.get("role")
+    return f"- {role}: {hit.record.text}" if role else f"- {hit.record.text}"
+
+
+class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
+    """Long-term memory of one user for ``llama_index.core.memory.Memory``.
+
+    Messages flushed from the short-term queue become the user's CONVERSATION records (metadata
+    ``role``, ``session`` and ``position`` in the flush; the flush time as timestamp), so they persist
+    with the rest of the user's history. Reading returns the user's profile for the latest user message
+    as lines of text. The block is scoped by ``user_id`` alone: a ``Memory`` for another user needs its
+    own block.
+    """
+
+    name: str = Field(default="UserProfile", description="The block's name (its tag in the prompt).")
+    memory: PersonaMem = Field(exclude=True, description="Where the user's records live.")
+    user_id: str = Field(description="Whose records are stored and read.")
+    k: int = Field(default=4, ge=1, description="Records in the profile.")
+    method: SearchMethod = Field(default=SearchMethod.DENSE, description="First-stage search method.")
+    selector: ProfileSelector | None = Field(
+        default=None, exclude=True, description="Picks the profile from the first stage; None: its top k."
+    )
+    candidates: int = Field(default=20, ge=1, description="First-stage records the selector picks from.")
+
+    def profile(self, query: str) -> list[Hit]:
+        """The records this block shows the LLM for ``query``, best first."""
+        if self.selector is None:
+            return self.memory.search(self.user_id, query, self.k, self.method)
+        first = self.memory.search(self.user_id, query, self.candidates, self.method)
+        return self.selector.select(self.user_id, query, [hit.record for hit in first], self.k)
+
+    async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
+        query = next((m.content for m in reversed(messages or []) if m.role == MessageRole.USER), None)
+        if not query or not query.strip():
+            return ""
+        hits = await asyncio.to_thread(self.profile, query)
+        return "\n".join(_render(hit) for hit in hits)
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        now = datetime.now(UTC)
+        records = []
+        for position, message in enumerate(messages):
+            text = message.content
+            if not text or not text.strip():
+                continue
+            session = message.additional_kwargs.get("session_id")
+            session = None if session is None else str(session)
+            role = message.role.value
+            records.append(
+                Record(
+                    user_id=self.user_id,
+                    text=text,
+                    id=_message_id(session, now, position, role, text),
+                    kind=RecordKind.CONVERSATION,
+                    timestamp=now,
+                    metadata={"role": role, "session": session, "position": position},
+                )
+            )
+        if records:
+            await asyncio.to_thread(self.memory.add_many, records)
+
+
+class PersonaMemLLM(CustomLLM):
+    """A personamem :class:`~personamem.llm.FrozenLLM` as a LlamaIndex LLM.
+
+    Chat passes the messages as role/content dicts, so the model's own chat template renders them;
+    completion passes the prompt as plain text. Streaming yields the whole answer as one chunk. Token
+    usage is in each response's ``additional_kwargs``.
+    """
+
+    frozen_llm: FrozenLLM = Field(exclude=True, description="The model that generates.")
+    max_tokens: int = Field(default=256, ge=1, description="Most tokens generated per answer.")
+    temperature: float = Field(default=0.0, ge=0.0, description="Sampling temperature; 0 is greedy.")
+
+    def __init__(self, frozen_llm: FrozenLLM, **kwargs: Any) -> None:
+        super().__init__(frozen_llm=frozen_llm, **kwargs)
+
+    @classmethod
+    def class_name(cls) -> str:
+        """Name LlamaIndex serializes the component under."""
+        return "PersonaMemLLM"
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        """Window and output size as the frozen LLM reports them."""
+        return LLMMetadata(
+            context_window=self.frozen_llm.context_window,
+            num_output=self.max_tokens,
+            is_chat_model=True,
+            model_name=self.frozen_llm.name,
+        )
+
+    def tokenizer_fn(self, text: str) -> list[int]:
+        """A LlamaIndex ``tokenizer_fn`` (``Memory``, ``Settings.tokenizer``) counting this model's tokens.
+
+        LlamaIndex only measures ``len(tokenizer_fn(text))``; the FrozenLLM protocol exposes counts, not
+        ids, so the list holds zeros. Using it keeps token budgets in this model's units and avoids
+        tiktoken.
+        """
+        return [0] * self.frozen_llm.count_tokens(text)
+
+    def _generate(self, prompt: Prompt, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        generations: Generations = self.frozen_llm.generate(
+            [prompt],
+            max_tokens=kwargs.get("max_tokens", self.max_tokens),
+            temperature=kwargs.get("temperature", self.temperature),
+            stop=kwargs.get("stop", ()),
+        )
+        usage = {
+            "prompt_tokens": generations.usage.prompt_tokens,
+            "completion_tokens": generations.usage.completion_tokens,
+        }
+        return generations[0][0], usage
+
+    def _chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> ChatResponse:
+        prompt = [{"role": m.role.value, "content": m.content or ""} for m in messages]
+        text, usage = self._generate(prompt, kwargs)
+        return ChatResponse(
+            message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=text, additional_kwargs=usage
+        )
+
+    def _complete(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> CompletionResponse:
+        if not formatted and self.completion_to_prompt is not None:  # typed Optional; LLM always sets one
+            prompt = self.completion_to_prompt(prompt)
+        text, usage = self._generate(prompt, kwargs)
+        return CompletionResponse(text=text, delta=text, additional_kwargs=usage)
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        """Answer the conversation (``max_tokens``, ``temperature``, ``stop`` may be overridden)."""
+        return self._chat(messages, kwargs)
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        """The answer as a single chunk."""
+
+        def chunks() -> ChatResponseGen:
+            yield self._chat(messages, kwargs)
+
+        return chunks()
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        """Continue ``prompt`` as plain text."""
+        return self._complete(prompt, formatted, kwargs)
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        """The continuation as a single chunk."""
+
+        def chunks() -> CompletionResponseGen:
+            yield self._complete(prompt, formatted, kwargs)
+
+        return chunks()
+
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        """:meth:`chat` in a thread: CustomLLM's default would block the event loop while generating."""
+        return await asyncio.to_thread(self.chat, messages, **kwargs)
+
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        """:meth:`complete` in a thread, for the same reason as :meth:`achat`."""
+        return await asyncio.to_thread(self.complete, prompt, formatted, **kwargs)
+
+
+class PersonaMemEmbedding(BaseEmbedding):
+    """A personamem :class:`~personamem.encoder.Encoder` as a LlamaIndex embedding model.
+
+    With the store's own encoder, LlamaIndex's query embeddings land in the space
+    :class:`PersonaMemRetriever` searches, so a ``QueryBundle.embedding`` made by LlamaIndex fits it.
+    """
+
+    encoder: Encoder = Field(exclude=True, description="The model that embeds.")
+
+    def __init__(self, encoder: Encoder, **kwargs: Any) -> None:
+        # mypy checks this against the base's synthesized __init__, which lacks the subclass's field
+        super().__init__(encoder=encoder, model_name=encoder.name, **kwargs)  # type: ignore[call-arg]
+
+    @classmethod
+    def class_name(cls) -> str:
+        """Name LlamaIndex serializes the component under."""
+        return "PersonaMemEmbedding"
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return self.encoder.encode(texts).tolist()
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._get_text_embeddings([text])[0]
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._get_text_embeddings([query])[0]
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return await asyncio.to_thread(self._get_query_embedding, query)

@@ -1,0 +1,69 @@
+"""The same question, two users, two answers: a LangChain LCEL chain over each user's memory.
+
+Runs offline on a fresh install (``python examples/langchain_chain.py``): the encoder and the small
+local LLM (SmolLM2-135M-Instruct) ship as packages. A 135M model answers loosely; the point is that
+each user's chain sees only that user's records.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from operator import itemgetter
+
+from langchain_core.documents import Document
+from langchain_core.prompts import PromptTemplate
+from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel, RunnablePassthrough
+
+from personamem import PersonaMem, default_encoder
+from personamem.adapters.langchain import PersonaMemLLM, PersonaMemRetriever
+from personamem.llm import TransformersLLM
+
+USERS = {
+    "maya": [
+        "I've been vegan for six years: no meat, fish, eggs or dairy.",
+        "Spicy food is my favourite; I put chili on everything.",
+        "On Saturday mornings I run trails in the hills.",
+        "My cat Pixel wakes me up at six every day.",
+    ],
+    "tom": [
+        "Barbecue is my passion: brisket, ribs and pulled pork.",
+        "I smoke meat in my backyard smoker every Sunday.",
+        "I can't stand spicy food, even a little pepper is too much.",
+        "I'm grinding a mirror for a telescope in my garage.",
+    ],
+}
+QUESTION = "What should I cook for dinner tonight?"
+PROMPT = PromptTemplate.from_template(
+    "What you know about me:\n{context}\n\nGiven that, answer in one or two sentences: {question}"
+)
+
+
+def format_docs(docs: list[Document]) -> str:
+    return "\n".join(f"- {doc.page_content}" for doc in docs)
+
+
+def build_chain(retriever: PersonaMemRetriever, llm: PersonaMemLLM) -> Runnable:
+    """Answer from the retrieved records and return those records too, so the answer can be checked."""
+    context = RunnableLambda(itemgetter("docs")) | format_docs
+    answer = {"context": context, "question": itemgetter("question")} | PROMPT | llm
+    return RunnableParallel(docs=retriever, question=RunnablePassthrough()).assign(answer=answer)
+
+
+def main() -> None:
+    llm = PersonaMemLLM(llm=TransformersLLM.default(), max_tokens=48)
+    with tempfile.TemporaryDirectory() as folder, PersonaMem.open(folder, encoder=default_encoder()) as mem:
+        for user, texts in USERS.items():
+            mem.add_many([{"text": text, "kind": "knowledge"} for text in texts], user_id=user)
+        for user in USERS:
+            chain = build_chain(PersonaMemRetriever(memory=mem, user_id=user, k=2), llm)
+            result = chain.invoke(QUESTION)
+            print(f"== {user}: {QUESTION}")
+            print(f"answer: {result['answer'].strip()}")
+            print("records used:")
+            for doc in result["docs"]:
+                print(f"  {doc.metadata['rank']}. [{doc.metadata['score']:.2f}] {doc.page_content}")
+            print()
+
+
+if __name__ == "__main__":
+    main()
