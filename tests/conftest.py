@@ -1,15 +1,32 @@
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from personamem import PersonaMem, SentenceEncoder, default_encoder
+from personamem import PersonaMem, Record, SentenceEncoder, default_encoder
 from personamem.llm import TransformersLLM
 
 DATA = Path(os.environ.get("PERSONAMEM_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def need_data(path: Path) -> Path:
+    """``path`` if the benchmark data is there; otherwise skip the test, naming where it looked."""
+    if not path.exists():
+        pytest.skip(f"benchmark data not found at {path} (set PERSONAMEM_DATA)")
+    return path
+
+
+def records_by_user(records: list[Record]) -> dict[str, dict[str, Record]]:
+    """Index records by user then id, checking on the way that ids are unique per user."""
+    index: dict[str, dict[str, Record]] = defaultdict(dict)
+    for record in records:
+        assert record.id not in index[record.user_id], f"duplicate id {record.id} for {record.user_id}"
+        index[record.user_id][record.id] = record
+    return index
 
 
 @pytest.fixture(scope="session")

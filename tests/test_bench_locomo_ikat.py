@@ -19,16 +19,10 @@ from personamem.eval.benchmarks.ikat import (
     load_ikat_qrels,
 )
 from personamem.eval.benchmarks.locomo import NO_EVIDENCE, NO_VALID_EVIDENCE, load_locomo_benchmark
-from tests.conftest import DATA
+from tests.conftest import DATA, need_data
 
 LOCOMO = DATA / "locomo" / "locomo10_shared.json"
 IKAT = DATA / "trec_ikat"
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"benchmark data not found at {path} (set PERSONAMEM_DATA)")
-    return path
 
 
 def _assert_gold_resolves(bench: Benchmark) -> None:
@@ -48,7 +42,7 @@ def _assert_gold_resolves(bench: Benchmark) -> None:
 
 @pytest.fixture(scope="module")
 def locomo() -> Benchmark:
-    return load_locomo_benchmark(_need(LOCOMO))
+    return load_locomo_benchmark(need_data(LOCOMO))
 
 
 def test_locomo_counts(locomo: Benchmark) -> None:
@@ -178,7 +172,7 @@ IKAT_COUNTS = {
 
 @pytest.mark.parametrize("split", sorted(IKAT_COUNTS))
 def test_ikat_counts_per_split(split: str) -> None:
-    bench = load_ikat_benchmark(_need(IKAT), split=split)
+    bench = load_ikat_benchmark(need_data(IKAT), split=split)
     statements, questions, skipped, judged = IKAT_COUNTS[split]
     assert bench.name == f"ikat-{split}"
     assert (len(bench.records), len(bench.questions), len(bench.skipped)) == (statements, questions, skipped)
@@ -194,7 +188,7 @@ def test_ikat_counts_per_split(split: str) -> None:
 
 
 def test_ikat_question_fields() -> None:
-    questions = {q.id: q for q in load_ikat_benchmark(_need(IKAT)).questions}
+    questions = {q.id: q for q in load_ikat_benchmark(need_data(IKAT)).questions}
     first = questions["9-1_1"]
     assert (first.user_id, first.text, first.context) == (
         "ikat2023-9-1",
@@ -214,7 +208,7 @@ def test_ikat_question_fields() -> None:
 
 
 def test_ikat_real_qrels() -> None:
-    qrels = load_ikat_qrels(_need(IKAT / "2023-qrels.all-turns.txt"))
+    qrels = load_ikat_qrels(need_data(IKAT / "2023-qrels.all-turns.txt"))
     assert len(qrels) == 124
     assert sum(len(docs) for docs in qrels.values()) == 23968
     assert qrels["9-1_3"]["clueweb22-en0000-06-17856:4"] == 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +11,8 @@ import pytest
 from personamem.errors import IngestError
 from personamem.eval.benchmark import Benchmark
 from personamem.eval.benchmarks.prefeval import PrefEvalForm, load_prefeval_benchmark
-from personamem.records import Record, RecordKind
-from tests.conftest import DATA
+from personamem.records import RecordKind
+from tests.conftest import DATA, records_by_user
 
 PREFEVAL = DATA / "prefeval"
 FORMS: tuple[PrefEvalForm, ...] = ("explicit", "choice", "persona")
@@ -21,7 +20,7 @@ ITEMS = 784  # 16 topics shared
 GOLD_RECORDS = {"explicit": 784, "choice": 3 * 784, "persona": 4156}
 
 
-def _need() -> Path:
+def _prefeval_dir() -> Path:
     if not (PREFEVAL / "benchmark_dataset").is_dir():
         pytest.skip(f"PrefEval not found at {PREFEVAL}")
     return PREFEVAL
@@ -29,15 +28,7 @@ def _need() -> Path:
 
 @pytest.fixture(scope="module", params=FORMS)
 def bench(request: pytest.FixtureRequest) -> Benchmark:
-    return load_prefeval_benchmark(_need(), form=request.param)
-
-
-def _by_user(records: list[Record]) -> dict[str, dict[str, Record]]:
-    index: dict[str, dict[str, Record]] = defaultdict(dict)
-    for record in records:
-        assert record.id not in index[record.user_id], f"duplicate id {record.id} for {record.user_id}"
-        index[record.user_id][record.id] = record
-    return index
+    return load_prefeval_benchmark(_prefeval_dir(), form=request.param)
 
 
 def _first_user_messages(count: int) -> list[str]:
@@ -60,7 +51,7 @@ def test_counts_per_form(bench: Benchmark) -> None:
 
 
 def test_gold_names_own_records_and_distractors_are_not_gold(bench: Benchmark) -> None:
-    index = _by_user(bench.records)
+    index = records_by_user(bench.records)
     for q in bench.questions:
         own = index[q.user_id]
         assert q.relevant and set(q.relevant) <= set(own)
@@ -84,8 +75,8 @@ def test_choices_are_the_mcq_options_with_the_aligned_one_first(bench: Benchmark
 
 
 def test_explicit_record_is_the_preference_statement() -> None:
-    bench = load_prefeval_benchmark(_need(), form="explicit", inter_turns=0)
-    index = _by_user(bench.records)
+    bench = load_prefeval_benchmark(_prefeval_dir(), form="explicit", inter_turns=0)
+    index = records_by_user(bench.records)
     for q in bench.questions:
         assert index[q.user_id] == {"preference": index[q.user_id]["preference"]}
         assert index[q.user_id]["preference"].text == q.attributes["preference"]
@@ -94,8 +85,8 @@ def test_explicit_record_is_the_preference_statement() -> None:
 
 
 def test_choice_records_are_request_options_and_pick() -> None:
-    bench = load_prefeval_benchmark(_need(), form="choice", inter_turns=0)
-    hotel = _by_user(bench.records)["prefeval/travel_hotel/0"]
+    bench = load_prefeval_benchmark(_prefeval_dir(), form="choice", inter_turns=0)
+    hotel = records_by_user(bench.records)["prefeval/travel_hotel/0"]
     assert [r.metadata["role"] for r in hotel.values()] == ["user", "assistant", "user"]
     assert hotel["preference-0"].text == "What are some good hotels to stay at in Las Vegas?"
     assert "1. The Palms Casino Resort" in hotel["preference-1"].text
@@ -103,12 +94,12 @@ def test_choice_records_are_request_options_and_pick() -> None:
 
 
 def test_persona_records_are_the_user_messages() -> None:
-    bench = load_prefeval_benchmark(_need(), form="persona", inter_turns=0)
-    hotel = _by_user(bench.records)["prefeval/travel_hotel/0"]
+    bench = load_prefeval_benchmark(_prefeval_dir(), form="persona", inter_turns=0)
+    hotel = records_by_user(bench.records)["prefeval/travel_hotel/0"]
     raw = json.loads(
-        (_need() / "benchmark_dataset/implicit_preference/persona-driven/travel_hotel.json").read_text(
-            "utf-8"
-        )
+        (
+            _prefeval_dir() / "benchmark_dataset/implicit_preference/persona-driven/travel_hotel.json"
+        ).read_text("utf-8")
     )
     assert [r.text for r in hotel.values()] == [turn["user"] for turn in raw[0]["conversation"].values()]
     assert {r.metadata["role"] for r in hotel.values()} == {"user"}
@@ -116,11 +107,13 @@ def test_persona_records_are_the_user_messages() -> None:
 
 @pytest.mark.parametrize("inter_turns", [0, 5, 316])
 def test_inter_turns_respected(inter_turns: int) -> None:
-    bench = load_prefeval_benchmark(_need() / "benchmark_dataset", form="persona", inter_turns=inter_turns)
+    bench = load_prefeval_benchmark(
+        _prefeval_dir() / "benchmark_dataset", form="persona", inter_turns=inter_turns
+    )
     assert len(bench.questions) == ITEMS
     expected = _first_user_messages(inter_turns)
     gold = {q.user_id: len(q.relevant) for q in bench.questions}
-    for user, own in _by_user(bench.records).items():
+    for user, own in records_by_user(bench.records).items():
         assert [own[f"inter-{n}"].text for n in range(inter_turns)] == expected, user
         assert len(own) == inter_turns + gold[user]
     assert bench.name == "prefeval-persona"
@@ -128,7 +121,7 @@ def test_inter_turns_respected(inter_turns: int) -> None:
 
 def test_more_inter_turns_than_the_file_has() -> None:
     with pytest.raises(IngestError, match=r"filtered_inter_turns\.json.*only 316 user messages"):
-        load_prefeval_benchmark(_need(), inter_turns=317)
+        load_prefeval_benchmark(_prefeval_dir(), inter_turns=317)
 
 
 # --- malformed inputs ------------------------------------------------------------------------------
@@ -180,7 +173,7 @@ def test_small_dataset_loads(tmp_path: Path) -> None:
     assert [q.id for q in bench.questions] == ["drinks/0", "drinks/1"]
     assert dict(bench.questions[0].relevant) == {"preference-0": 1, "preference-2": 1}  # turn 1 is blank
     assert bench.questions[0].choices == ("a", "b", "c", "d")
-    own = _by_user(bench.records)["prefeval/drinks/0"]
+    own = records_by_user(bench.records)["prefeval/drinks/0"]
     assert {k: r.text for k, r in own.items() if k.startswith("inter-")} == {"inter-0": "u0", "inter-2": "u2"}
 
 

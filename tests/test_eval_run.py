@@ -16,15 +16,9 @@ from personamem.eval import DENSE, build_store, evaluate_method
 from personamem.eval.benchmarks.personabench import NO_GOLD, load_personabench_benchmark
 from personamem.eval.metrics import ranx_scores
 from personamem.eval.vectors import corpus_vectors
-from tests.conftest import DATA
+from tests.conftest import DATA, need_data
 
 PERSONABENCH = DATA / "personabench"
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"PersonaBench not found at {path} (set PERSONAMEM_DATA)")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +164,7 @@ def test_a_wrong_layout_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("noise", [0.0, 0.5])
 def test_real_personabench_questions_resolve(noise: float) -> None:
-    bench = load_personabench_benchmark(_need(PERSONABENCH), noise=noise)
+    bench = load_personabench_benchmark(need_data(PERSONABENCH), noise=noise)
     assert len(bench.users()) == 4 and len(bench.questions) == 177 and not bench.skipped and not bench.notes
     owned = {(r.user_id, r.id) for r in bench.records}
     for q in bench.questions:
@@ -184,7 +178,7 @@ def test_store_rankings_match_brute_force_cosine(
     tmp_path: Path, encoder: SentenceEncoder, vector_cache: Path
 ) -> None:
     """The read path the harness measures ranks exactly as exhaustive cosine over the same vectors."""
-    bench = load_personabench_benchmark(_need(PERSONABENCH))
+    bench = load_personabench_benchmark(need_data(PERSONABENCH))
     store = build_store(bench, tmp_path / "store", encoder, cache_dir=vector_cache)
     try:
         run = evaluate_method(DENSE, bench, store, depth=10)
@@ -216,7 +210,7 @@ def test_eval_command_writes_the_report(
 ) -> None:
     monkeypatch.setenv("PERSONAMEM_CACHE", str(vector_cache.parent))
     out = tmp_path / "out"
-    argv = ["eval", "--benchmark", "personabench", "--data", str(_need(PERSONABENCH))]
+    argv = ["eval", "--benchmark", "personabench", "--data", str(need_data(PERSONABENCH))]
     argv += ["--method", "dense", "--method", "bm25", "--baseline", "dense", "--out", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -17,27 +16,12 @@ from personamem.ingest.ikat import load_ikat
 from personamem.ingest.locomo import load_locomo
 from personamem.ingest.personabench import load_personabench
 from personamem.records import Record, RecordKind
+from tests.conftest import DATA, need_data, records_by_user
 
-DATA = Path(os.environ.get("PERSONAMEM_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 PB = DATA / "personabench"
 PB_SYNTH = PB / "eval_data_v1" / "synthetic_data"
 LOCOMO = DATA / "locomo" / "locomo10_shared.json"
 IKAT = DATA / "trec_ikat"
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"benchmark data not found at {path} (set PERSONAMEM_DATA)")
-    return path
-
-
-def _by_user(records: list[Record]) -> dict[str, dict[str, Record]]:
-    """Index records by user then id, checking on the way that ids are unique per user."""
-    index: dict[str, dict[str, Record]] = defaultdict(dict)
-    for record in records:
-        assert record.id not in index[record.user_id], f"duplicate id {record.id} for {record.user_id}"
-        index[record.user_id][record.id] = record
-    return index
 
 
 # --- PersonaBench ---------------------------------------------------------------------------------
@@ -50,21 +34,21 @@ PB_COUNTS = {
 
 @pytest.mark.parametrize("noise", sorted(PB_COUNTS))
 def test_personabench_sessions_per_user(noise: float) -> None:
-    records = load_personabench(_need(PB), noise=noise)
-    index = _by_user(records)
+    records = load_personabench(need_data(PB), noise=noise)
+    index = records_by_user(records)
     assert {user: len(ids) for user, ids in index.items()} == PB_COUNTS[noise]
     assert len(records) == sum(PB_COUNTS[noise].values())
 
 
 def test_personabench_accepts_each_documented_folder() -> None:
-    everything = load_personabench(_need(PB))
+    everything = load_personabench(need_data(PB))
     assert load_personabench(PB_SYNTH) == everything
     community = load_personabench(PB_SYNTH / "community_1")
     assert Counter(r.user_id for r in community) == {"Kelly Simon": 85, "Mr. Nicholas Richmond MD": 94}
 
 
 def test_personabench_record_fields() -> None:
-    index = _by_user(load_personabench(_need(PB)))
+    index = records_by_user(load_personabench(need_data(PB)))
     conv = index["Kelly Simon"]["001000000000"]
     assert conv.kind is RecordKind.CONVERSATION
     assert conv.timestamp == datetime(2024, 10, 14, 16, 10)
@@ -90,7 +74,7 @@ def test_personabench_record_fields() -> None:
 
 
 def test_personabench_json_render_is_upstream_chunk() -> None:
-    text_records = load_personabench(_need(PB))
+    text_records = load_personabench(need_data(PB))
     json_records = load_personabench(PB, render="json")
     assert [r.id for r in json_records] == [r.id for r in text_records]
     raw = json.loads(
@@ -108,7 +92,7 @@ PB_GOLD_IDS = {"0.0": 473, "0.3": 473, "0.5": 473, "0.7": 508}  # gold segment i
 
 @pytest.mark.parametrize("noise", sorted(PB_GOLD_IDS))
 def test_personabench_gold_segments_resolve(noise: str) -> None:
-    index = _by_user(load_personabench(_need(PB), noise=float(noise)))
+    index = records_by_user(load_personabench(need_data(PB), noise=float(noise)))
     checked = 0
     for community in sorted(PB_SYNTH.glob("community_*")):
         eval_info = json.loads((community / "eval_info" / "eval_info_all.json").read_text("utf-8"))
@@ -127,7 +111,7 @@ def test_personabench_gold_segments_resolve(noise: str) -> None:
 
 def test_personabench_missing_noise_level() -> None:
     with pytest.raises(IngestError, match=r"noise_0\.4.*available: 0\.0, 0\.3, 0\.5, 0\.7"):
-        load_personabench(_need(PB), noise=0.4)
+        load_personabench(need_data(PB), noise=0.4)
 
 
 def test_personabench_folder_without_communities(tmp_path: Path) -> None:
@@ -176,13 +160,13 @@ LOCOMO_DANGLING = {("conv-42", "D10:19"), ("conv-47", "D4:36")}
 
 
 def test_locomo_turns_per_conversation() -> None:
-    index = _by_user(load_locomo(_need(LOCOMO)))
+    index = records_by_user(load_locomo(need_data(LOCOMO)))
     assert {user: len(ids) for user, ids in index.items()} == LOCOMO_TURNS
     assert load_locomo(LOCOMO.parent) == load_locomo(LOCOMO)
 
 
 def test_locomo_text_has_date_speaker_and_caption() -> None:
-    index = _by_user(load_locomo(_need(LOCOMO)))
+    index = records_by_user(load_locomo(need_data(LOCOMO)))
     turn = index["conv-26"]["D1:3"]
     assert turn.text == (
         "[1:56 pm on 8 May, 2023] Caroline: I went to a LGBTQ support group yesterday and it was so powerful."
@@ -199,7 +183,7 @@ def test_locomo_text_has_date_speaker_and_caption() -> None:
 
 
 def test_locomo_evidence_resolves() -> None:
-    index = _by_user(load_locomo(_need(LOCOMO)))
+    index = records_by_user(load_locomo(need_data(LOCOMO)))
     malformed, dangling, resolved = set(), set(), 0
     for sample in json.loads(LOCOMO.read_text("utf-8")):
         user = sample["sample_id"]
@@ -237,9 +221,9 @@ def test_locomo_missing_session_date(tmp_path: Path) -> None:
     [("2023_train_topics", 11, 101), ("2023_test_topics", 18, 180), ("2024_test_topics", 17, 288)],
 )
 def test_ikat_statements_and_provenance(name: str, users: int, statements: int) -> None:
-    path = _need(IKAT / f"{name}.json")
+    path = need_data(IKAT / f"{name}.json")
     records = load_ikat(path, user_prefix="ikat-")
-    index = _by_user(records)
+    index = records_by_user(records)
     assert (len(index), len(records)) == (users, statements)
     assert all(r.kind is RecordKind.KNOWLEDGE for r in records)
     provenance = 0
@@ -254,11 +238,11 @@ def test_ikat_statements_and_provenance(name: str, users: int, statements: int) 
 
 
 def test_ikat_ids_and_metadata() -> None:
-    index = _by_user(load_ikat(_need(IKAT / "2024_test_topics.json")))
+    index = records_by_user(load_ikat(need_data(IKAT / "2024_test_topics.json")))
     statement = index["0"]["1"]
     assert statement.text == "I practice yoga daily."
     assert statement.metadata == {"title": "Traveling to Egypt"}
-    assert "9-1" in _by_user(load_ikat(IKAT / "2023_test_topics.json"))
+    assert "9-1" in records_by_user(load_ikat(IKAT / "2023_test_topics.json"))
 
 
 def test_ikat_missing_field(tmp_path: Path) -> None:

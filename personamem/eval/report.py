@@ -124,26 +124,27 @@ class Report:
             "Scores are mean ± std over seeds of the mean over questions (a deterministic method runs once).",
             "",
         ]
-        standard = [m for m in self.runs[0].scores if not m.startswith(("pb_", "answer_"))]
-        lines += ["## ranx metrics (all gold ids relevant, all questions)", "", *self._table(standard), ""]
-        pb = [m for m in self.runs[0].scores if m.startswith("pb_")]
-        if pb:
-            lines += [
-                "## PersonaBench protocol (best choice of one gold session per answer value; "
+        metrics = list(self.runs[0].scores)
+        standard = [m for m in metrics if not m.startswith(("pb_", "answer_"))]
+        pb = sorted(
+            (m for m in metrics if m.startswith("pb_")), key=lambda m: (m.split("@")[0], int(m.split("@")[1]))
+        )
+        answers = [m for m in metrics if m.startswith("answer_")]
+        for title, shown in (
+            ("ranx metrics (all gold ids relevant, all questions)", standard),
+            (
+                "PersonaBench protocol (best choice of one gold session per answer value; "
                 "Subjective questions left out)",
-                "",
-                *self._table(sorted(pb, key=lambda m: (m.split("@")[0], int(m.split("@")[1])))),
-                "",
-            ]
-        answers = [m for m in self.runs[0].scores if m.startswith("answer_")]
-        if answers:
-            lines += [
-                "## Answers from the frozen LLM given the top records (log-likelihood in nats; overlap of a "
+                pb,
+            ),
+            (
+                "Answers from the frozen LLM given the top records (log-likelihood in nats; overlap of a "
                 "greedy answer)",
-                "",
-                *self._table(answers),
-                "",
-            ]
+                answers,
+            ),
+        ):
+            if shown:
+                lines += [f"## {title}", "", *self._table(shown), ""]
         lines += self._category_tables()
         lines += self._comparison_table()
         lines += ["## Latency per question", "", "| method | p50 ms | p95 ms |", "|---|---|---|"]
