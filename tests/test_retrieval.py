@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from personamem import Hit, PersonaMem, Record
@@ -55,3 +56,16 @@ def test_search_vector_takes_a_ready_query_vector(mem: PersonaMem) -> None:
         mem.search_vector("ana", vector[:10], k=1)
     with pytest.raises(ValueError, match="k must be at least 1"):
         mem.search_vector("ana", vector, k=0)
+
+
+def test_store_vectors_returns_each_indexed_record_with_its_vector(mem: PersonaMem) -> None:
+    texts = ["I play the saxophone.", "My cat is called Miso.", "I live in Porto."]
+    for text in texts:
+        mem.add("ana", text)
+    mem.add("bo", "I play jazz piano.")
+    records, matrix = mem.store.vectors("ana")
+    assert sorted(r.text for r in records) == sorted(texts) and matrix.shape == (3, 384)
+    expected = mem.store.encoder.encode([r.text for r in records])
+    assert np.allclose(matrix, expected, atol=1e-5)
+    unknown_records, unknown = mem.store.vectors("nobody")
+    assert unknown_records == [] and len(unknown) == 0

@@ -24,7 +24,7 @@ from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 from personamem.errors import StoreError
 from personamem.records import Record, RecordKind
 
-__all__ = ["RecordRow", "RecordStatus", "SqlCatalog", "UserRow", "UserStatus", "vector_key"]
+__all__ = ["DerivedRow", "RecordRow", "RecordStatus", "SqlCatalog", "UserRow", "UserStatus", "vector_key"]
 
 _IN_CHUNK = 500  # stays under SQLite's bound-parameter limit
 
@@ -103,6 +103,24 @@ class StoreInfo(SQLModel, table=True):
 
     key: str = Field(primary_key=True)
     value: str
+
+
+class DerivedRow(SQLModel, table=True):
+    """A value derived from a user's data by an expensive step (an LLM's pseudo utterances...).
+
+    Keyed by (user, namespace, key) where the caller's key covers every input of the step (query,
+    model, seed, the records shown), so a hit is always valid; the ``user_id`` column makes
+    ``forget`` erase it with the user's records.
+    """
+
+    __tablename__ = "derived"
+    __table_args__ = (UniqueConstraint("user_id", "namespace", "key"),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    user_id: str = Field(index=True)
+    namespace: str
+    key: str
+    value: Any = Field(sa_column=Column(JSON, nullable=False))
 
 
 def vector_key(user_id: str, record_id: str) -> str:
@@ -194,6 +212,32 @@ class SqlCatalog:
             row = s.get(StoreInfo, key)
             assert row is not None
             return row.value
+
+    # -- derived values ------------------------------------------------------------------------
+
+    def get_derived(self, user_id: str, namespace: str, key: str) -> Any | None:
+        """A cached derived value, or None."""
+        with self.session() as s:
+            return s.exec(
+                select(DerivedRow.value).where(
+                    DerivedRow.user_id == user_id, DerivedRow.namespace == namespace, DerivedRow.key == key
+                )
+            ).first()
+
+    def put_derived(self, user_id: str, namespace: str, key: str, value: Any) -> bool:
+        """Cache a derived value of an active user; False (nothing kept) for unknown or forgotten users.
+
+        A concurrent writer of the same key wins harmlessly: equal keys mean equal inputs.
+        """
+        try:
+            with self.session() as s:
+                user = s.get(UserRow, user_id)
+                if user is None or user.status != UserStatus.ACTIVE.value:
+                    return False
+                s.add(DerivedRow(user_id=user_id, namespace=namespace, key=key, value=value))
+        except IntegrityError:
+            pass
+        return True
 
     # -- writes ---------------------------------------------------------------------------------
 

@@ -237,6 +237,31 @@ class Store:
         found = self.catalog.by_vector_ids(user_id, [vid for vid, _ in hits])
         return [(found[vid], score) for vid, score in hits if vid in found]
 
+    def vectors(self, user_id: str) -> tuple[list[Record], np.ndarray]:
+        """The user's indexed records and their vectors (rows aligned), for corpus-level methods.
+
+        P-Anchor's similarity graph needs every vector of a user at once; pending records (not yet
+        indexed) are left out, as they are from search.
+        """
+        vector_ids, matrix = self.index.vectors(user_id)
+        found = self.catalog.by_vector_ids(user_id, vector_ids)
+        keep = [i for i, vid in enumerate(vector_ids) if vid in found]
+        return [found[vector_ids[i]] for i in keep], matrix[keep] if keep else matrix[:0]
+
+    def derived(self, user_id: str, namespace: str, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, cached durably per user under (namespace, key); JSON values only.
+
+        For expensive, deterministic-given-the-key steps such as LLM calls: repeated evaluations and
+        requests do not pay twice, and ``forget`` erases the cache with the user. Values for unknown
+        users or users being forgotten are computed but not kept.
+        """
+        cached = self.catalog.get_derived(user_id, namespace, key)
+        if cached is not None:
+            return cached
+        value = compute()
+        self.catalog.put_derived(user_id, namespace, key, value)
+        return value
+
     def user_cache(self, build: Callable[[str], Any], *, max_users: int = 256) -> UserCache[Any]:
         """A per-user cache that this store invalidates on writes and empties on ``forget``."""
         cache: UserCache[Any] = UserCache(self.revision, build, max_users=max_users)

@@ -132,6 +132,16 @@ class VectorIndex:
         assert distances is not None
         return [(rid, 1.0 - float(d)) for rid, d in zip(result["ids"][0], distances[0], strict=True)]
 
+    def vectors(self, user_id: str) -> tuple[list[str], np.ndarray]:
+        """All of the user's vector ids and their vectors (rows aligned); empty for an unknown user."""
+        collection = self._collection(user_id, create=False)
+        if collection is None:
+            return [], np.zeros((0, 0), dtype=np.float32)
+        result = collection.get(include=["embeddings"])
+        embeddings = result["embeddings"]
+        assert embeddings is not None
+        return list(result["ids"]), np.asarray(embeddings, dtype=np.float32)
+
     def ids(self, user_id: str) -> set[str]:
         """Ids of the user's vectors."""
         collection = self._collection(user_id, create=False)

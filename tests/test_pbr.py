@@ -1,0 +1,115 @@
+"""PBR's P-PRF and fusion, the derived-value cache behind it, and lenient parsing of LLM output."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from personamem import PersonaMem, SentenceEncoder
+from personamem.llm import TransformersLLM
+from personamem.llm.parsing import extract_json, extract_string_list
+from personamem.personalize import PersonalizedRetriever, QueryPersonalizer
+from personamem.personalize.pbr import PBR, PBRFallbackWarning, fuse
+from personamem.testing import FakeLLM
+
+GOOD = json.dumps(["I want something without meat", "Vegan places please", "No dairy for me"])
+
+
+def test_extract_json_and_lists_from_messy_output() -> None:
+    assert extract_json('Sure!\n```json\n["a", "b",]\n```') == ["a", "b"]
+    assert extract_json("Here: {'x': 1}") == {"x": 1}
+    assert extract_json("no json here") is None
+    assert extract_string_list('["a", "b", "a", ""]') == ["a", "b"]
+    assert extract_string_list('{"messages": ["x", 2]}') == ["x", "2"]
+    assert extract_string_list("Here are three:\n1. first one\n- second\n* 'third'", limit=2) == [
+        "first one",
+        "second",
+    ]
+    assert extract_string_list("") == []
+
+
+def test_fuse_follows_the_paper_rule() -> None:
+    q = np.array([1.0, 0.0, 0.0])
+    c = np.array([0.0, 1.0, 0.0])
+    f = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    r = np.array([1.0, 1.0, 0.0]) / np.sqrt(2)
+    mid = (q + c) / 2
+    w1 = 1 + (mid @ f[0]) / (np.linalg.norm(mid) * 1.0)
+    w2 = 1 + (mid @ r) / np.linalg.norm(mid)
+    assert np.allclose(fuse(q, c, f, r), q + c + w1 * f[0] + w2 * r)
+    assert np.allclose(fuse(q, None, None, None), q)  # Base: no personalization
+    assert np.allclose(fuse(q, c, None, None), q + c)  # without P-PRF
+
+
+@pytest.fixture
+def memory(mem: PersonaMem) -> PersonaMem:
+    for text in (
+        "I'm vegan and avoid dairy.",
+        "I cycle to work every day.",
+        "Spicy curries are my favourite.",
+    ):
+        mem.add("ana", text)
+    mem.add("bo", "I love steak houses.")
+    return mem
+
+
+def _fake(utterances: str = GOOD, reasoning: str = "Ana is vegan, so she wants plant-based food.") -> FakeLLM:
+    return FakeLLM(lambda prompt: utterances if "JSON list" in prompt else reasoning)
+
+
+def test_pbr_uses_feedback_and_caches_it_per_user(memory: PersonaMem) -> None:
+    llm = _fake()
+    pbr = PBR(memory.store, llm, None, k1=2, m=3)
+    assert isinstance(pbr, QueryPersonalizer)
+    feedback = pbr.feedback(
+        "ana", "where should we eat?", memory.store.encoder.encode(["where should we eat?"])[0]
+    )
+    assert feedback is not None and len(feedback.utterances) == 3 and "vegan" in feedback.reasoning
+    calls = llm.calls
+    first = pbr.personalize("ana", "where should we eat?")
+    assert llm.calls == calls  # the feedback came from the cache
+    again = PBR(memory.store, llm, None, k1=2, m=3).personalize("ana", "where should we eat?")
+    assert llm.calls == calls and np.allclose(first, again)
+    PBR(memory.store, llm, None, k1=2, m=3, seed=1).personalize("ana", "where should we eat?")
+    assert llm.calls == calls + 1  # another seed is another sample
+    q = memory.store.encoder.encode(["where should we eat?"])[0]
+    assert not np.allclose(first, q)
+
+
+def test_pbr_falls_back_to_the_query_with_a_warning(memory: PersonaMem) -> None:
+    q = memory.store.encoder.encode(["where should we eat?"])[0]
+    with pytest.warns(PBRFallbackWarning, match="LLM failed"):
+        vector = PBR(memory.store, FakeLLM(fail_times=1), None, temperature=0.0).personalize(
+            "ana", "where should we eat?"
+        )
+    assert np.allclose(vector, q)
+    with pytest.warns(PBRFallbackWarning, match="no usable pseudo feedback"):
+        vector = PBR(memory.store, _fake(utterances="", reasoning=" "), None, temperature=0.0).personalize(
+            "ana", "where should we eat?"
+        )
+    assert np.allclose(vector, q)
+
+
+def test_derived_values_survive_reopening_and_are_forgotten(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    with PersonaMem.open(tmp_path / "s", encoder=encoder) as mem:
+        mem.add("ana", "I'm vegan.")
+        assert mem.store.derived("ana", "ns", "k", lambda: {"v": 1}) == {"v": 1}
+        assert mem.store.derived("nobody", "ns", "k", lambda: {"v": 2}) == {"v": 2}
+    with PersonaMem.open(tmp_path / "s", encoder=encoder) as mem:
+        assert mem.store.derived("ana", "ns", "k", lambda: {"v": 3}) == {"v": 1}
+        assert mem.store.derived("nobody", "ns", "k", lambda: {"v": 4}) == {"v": 4}  # never kept
+        mem.forget("ana")
+        assert mem.store.catalog.get_derived("ana", "ns", "k") is None
+
+
+@pytest.mark.slow
+def test_pbr_with_the_real_llm_ranks_through_the_store(memory: PersonaMem, llm: TransformersLLM) -> None:
+    retriever = PersonalizedRetriever(memory.store, PBR(memory.store, llm, None, k1=2, m=3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PBRFallbackWarning)  # a 135M model may produce nothing usable
+        hits = retriever.search("ana", "what should I eat tonight?", k=3)
+    assert len(hits) == 3 and {h.record.user_id for h in hits} == {"ana"}
