@@ -191,7 +191,12 @@ def eval_(
     data: Annotated[Path, typer.Option(help="The benchmark folder in its upstream layout.")],
     method: Annotated[
         list[str] | None,
-        typer.Option(help="Method to run (repeatable): dense, bm25, hybrid. [default: dense]"),
+        typer.Option(
+            help=(
+                "Method to run (repeatable): dense, bm25, hybrid, pbr, pbr-no-anchor, pbr-no-prf, "
+                "hyde, q2t, cot, thinkqe, mill. [default: dense]"
+            )
+        ),
     ] = None,
     seeds: Annotated[
         int, typer.Option(help="Seeds for stochastic methods (deterministic ones run once).")

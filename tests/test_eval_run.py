@@ -12,10 +12,12 @@ import pytest
 from personamem.cli import main
 from personamem.encoder import SentenceEncoder
 from personamem.errors import IngestError
-from personamem.eval import DENSE, build_store, evaluate_method
+from personamem.eval import DENSE, BenchmarkName, EvalConfig, build_store, evaluate_method, run_eval
 from personamem.eval.benchmarks.personabench import NO_GOLD, load_personabench_benchmark
+from personamem.eval.methods import personalized_method
 from personamem.eval.metrics import ranx_scores
 from personamem.eval.vectors import corpus_vectors
+from personamem.testing import FakeLLM
 from tests.conftest import DATA, need_data
 
 PERSONABENCH = DATA / "personabench"
@@ -235,3 +237,19 @@ def test_eval_command_rejects_bad_options(tmp_path: Path, capsys: pytest.Capture
     assert main([*base, "--out", str(tmp_path / "o")]) == 1
     assert "no PersonaBench data" in capsys.readouterr().err
     assert main(["eval", "--benchmark", "nope", "--data", str(tmp_path)]) == 2
+
+
+def test_personalized_methods_run_through_the_harness(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    root = _tiny_personabench(tmp_path / "data", GOLD)
+    config = EvalConfig(
+        benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("dense", "pbr-no-prf"), baseline="dense"
+    )
+    report = run_eval(config, encoder=encoder, cache_dir=None)
+    assert [run.method for run in report.runs] == ["dense", "pbr-no-prf"]
+    assert not report.runs[1].stochastic and len(report.runs[1].seeds) == 1
+    assert set(report.runs[1].scores["recall@1"]) == {"q1", "q2"}
+    with pytest.raises(ValueError, match="needs a frozen LLM"):
+        personalized_method("pbr", None)
+    with pytest.raises(ValueError, match="unknown personalized method"):
+        personalized_method("magic", None)
+    assert personalized_method("hyde", FakeLLM()).stochastic

@@ -20,7 +20,7 @@ from rich.progress import Progress
 from personamem.encoder import Encoder, default_encoder
 from personamem.errors import MissingExtraError
 from personamem.eval.benchmark import Benchmark
-from personamem.eval.methods import FIRST_STAGE, Method
+from personamem.eval.methods import FIRST_STAGE, NEEDS_LLM, PERSONALIZED, Method, personalized_method
 from personamem.eval.report import Report
 from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
 from personamem.ingest.personabench import Render
@@ -44,7 +44,8 @@ class EvalConfig(BaseModel):
     Attributes:
         benchmark: which loader reads ``data``.
         data: the benchmark folder in its upstream layout.
-        methods: method names (see :data:`~personamem.eval.methods.FIRST_STAGE`), run in this order.
+        methods: method names (:data:`~personamem.eval.methods.FIRST_STAGE` and
+            :data:`~personamem.eval.methods.PERSONALIZED`), run in this order.
         seeds: seeds 0..seeds-1 for stochastic methods; deterministic ones run once.
         baseline: a method of ``methods`` to t-test the others against.
         depth: how many records each method ranks per question (the deepest recall cutoff).
@@ -78,9 +79,11 @@ class EvalConfig(BaseModel):
 
     @model_validator(mode="after")
     def _known_methods(self) -> EvalConfig:
-        unknown = [m for m in self.methods if m not in FIRST_STAGE]
+        unknown = [m for m in self.methods if m not in FIRST_STAGE and m not in PERSONALIZED]
         if unknown:
-            raise ValueError(f"unknown method(s) {unknown}; choose from: {', '.join(FIRST_STAGE)}")
+            raise ValueError(
+                f"unknown method(s) {unknown}; choose from: {', '.join([*FIRST_STAGE, *PERSONALIZED])}"
+            )
         if not self.methods:
             raise ValueError("give at least one method")
         if self.baseline is not None and self.baseline not in self.methods:
@@ -162,9 +165,13 @@ def run_eval(
         reasons = dict(benchmark.skip_reasons())
         raise ValueError(f"{benchmark.name}: no question can be scored (skipped: {reasons})")
     timings["metric_compile"] = warm_up_metrics()
-    methods: list[Method] = [FIRST_STAGE[name] for name in config.methods]
+    needs_llm = config.answers or any(name in NEEDS_LLM for name in config.methods)
+    llm = llm or (TransformersLLM.default() if needs_llm else None)
+    methods: list[Method] = [
+        FIRST_STAGE[name] if name in FIRST_STAGE else personalized_method(name, llm)
+        for name in config.methods
+    ]
     encoder = encoder or default_encoder()
-    llm = llm or (TransformersLLM.default() if config.answers else None)
     with tempfile.TemporaryDirectory(prefix="personamem-eval-") as tmp:
         start = time.perf_counter()
         store = build_store(benchmark, Path(tmp) / "store", encoder, cache_dir=cache_dir, progress=progress)
@@ -180,7 +187,7 @@ def run_eval(
                         store,
                         seeds=range(config.seeds),
                         depth=config.depth,
-                        llm=llm,
+                        llm=llm if config.answers else None,
                         profile_k=config.profile_k,
                         progress=progress,
                     )

@@ -12,10 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from personamem.llm import FrozenLLM
+from personamem.personalize import EXPANSIONS, PBR, LLMExpansion, PAnchor, PersonalizedRetriever
 from personamem.retrieval import BM25Retriever, DenseRetriever, HybridRetriever, Retriever
 from personamem.store import Store
 
-__all__ = ["BM25", "DENSE", "FIRST_STAGE", "HYBRID", "Method"]
+__all__ = [
+    "BM25",
+    "DENSE",
+    "FIRST_STAGE",
+    "HYBRID",
+    "NEEDS_LLM",
+    "PERSONALIZED",
+    "Method",
+    "personalized_method",
+]
 
 
 @dataclass(frozen=True)
@@ -38,3 +49,33 @@ BM25 = Method("bm25", lambda store, seed: BM25Retriever(store))
 HYBRID = Method("hybrid", lambda store, seed: HybridRetriever([DenseRetriever(store), BM25Retriever(store)]))
 FIRST_STAGE = {method.name: method for method in (DENSE, BM25, HYBRID)}
 """The first-stage retrievers by name, for the CLI."""
+
+PERSONALIZED = ("pbr", "pbr-no-anchor", "pbr-no-prf", *EXPANSIONS)
+"""Query-personalizing methods: PBR, its ablations (without P-Anchor; without P-PRF = P-Anchor only)
+and the LLM expansion baselines. Without both PBR parts it is ``dense`` (the paper's Base)."""
+
+NEEDS_LLM = frozenset(PERSONALIZED) - {"pbr-no-prf"}
+"""Methods that call the frozen LLM (so are stochastic across seeds)."""
+
+
+def personalized_method(name: str, llm: FrozenLLM | None) -> Method:
+    """The method called ``name`` from :data:`PERSONALIZED`, using ``llm`` where it needs one.
+
+    Raises:
+        ValueError: an unknown name, or a method that needs an LLM given none.
+    """
+    if name not in PERSONALIZED:
+        raise ValueError(f"unknown personalized method {name!r}; choose from {PERSONALIZED}")
+    if name in NEEDS_LLM and llm is None:
+        raise ValueError(f"method {name!r} needs a frozen LLM")
+
+    def build(store: Store, seed: int) -> Retriever:
+        if name == "pbr-no-prf":
+            return PersonalizedRetriever(store, PBR(store, None, PAnchor(store), seed=seed))
+        assert llm is not None
+        if name in ("pbr", "pbr-no-anchor"):
+            anchor = PAnchor(store) if name == "pbr" else None
+            return PersonalizedRetriever(store, PBR(store, llm, anchor, seed=seed))
+        return PersonalizedRetriever(store, LLMExpansion(store, llm, name, seed=seed))  # type: ignore[arg-type]
+
+    return Method(name, build, stochastic=name in NEEDS_LLM)

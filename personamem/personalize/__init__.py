@@ -1,5 +1,16 @@
 """Query personalization: turn a user's query into a query vector that reflects the user (PBR)."""
 
+from personamem.personalize.anchor import PAnchor
 from personamem.personalize.base import PersonalizedRetriever, QueryPersonalizer
+from personamem.personalize.expansion import EXPANSIONS, LLMExpansion
+from personamem.personalize.pbr import PBR, PBRFallbackWarning
 
-__all__ = ["PersonalizedRetriever", "QueryPersonalizer"]
+__all__ = [
+    "EXPANSIONS",
+    "PBR",
+    "LLMExpansion",
+    "PAnchor",
+    "PBRFallbackWarning",
+    "PersonalizedRetriever",
+    "QueryPersonalizer",
+]

@@ -288,7 +288,11 @@ class SqlCatalog:
         return changed
 
     def mark_indexed(self, user_id: str, record_ids: Sequence[str]) -> None:
-        """Close the write protocol for these records."""
+        """Close the write protocol for these records.
+
+        The revision changes again here: a cache built from vectors between staging and indexing
+        (P-Anchor reads every vector) would otherwise pass for current while missing these records.
+        """
         with self.session() as s:
             for ids in _chunks(list(record_ids)):
                 s.execute(
@@ -296,6 +300,7 @@ class SqlCatalog:
                     .where(col(RecordRow.user_id) == user_id, col(RecordRow.record_id).in_(ids))
                     .values(status=RecordStatus.INDEXED.value)
                 )
+            self._bump(s, user_id)
 
     def begin_forget(self, user_id: str) -> bool:
         """Mark the user as being forgotten; False if the user is unknown."""
