@@ -45,3 +45,16 @@ def mem(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
 def llm() -> TransformersLLM:
     """The real default frozen LLM (SmolLM2-135M-Instruct), loaded once per test session."""
     return TransformersLLM.default()
+
+
+@pytest.fixture
+def ana_memory(mem: PersonaMem) -> PersonaMem:
+    """A small real memory: three records of a vegan cyclist, one of another user."""
+    for text in (
+        "I'm vegan and avoid dairy.",
+        "I cycle to work every day.",
+        "Spicy curries are my favourite.",
+    ):
+        mem.add("ana", text)
+    mem.add("bo", "I love steak houses.")
+    return mem

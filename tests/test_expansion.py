@@ -22,22 +22,11 @@ def _script(prompt: str) -> str:
     return "Plant-based restaurants with vegan menus are a good choice."
 
 
-@pytest.fixture
-def memory(mem: PersonaMem) -> PersonaMem:
-    for text in (
-        "I'm vegan and avoid dairy.",
-        "I cycle to work every day.",
-        "Spicy curries are my favourite.",
-    ):
-        mem.add("ana", text)
-    return mem
-
-
 @pytest.mark.parametrize("kind", EXPANSIONS)
-def test_each_expansion_moves_the_query_and_is_cached(memory: PersonaMem, kind: str) -> None:
+def test_each_expansion_moves_the_query_and_is_cached(ana_memory: PersonaMem, kind: str) -> None:
     llm = FakeLLM(_script)
-    expansion = LLMExpansion(memory.store, llm, kind, temperature=0.0)  # type: ignore[arg-type]
-    q = memory.store.encoder.encode(["where should we eat?"])[0]
+    expansion = LLMExpansion(ana_memory.store, llm, kind, temperature=0.0)  # type: ignore[arg-type]
+    q = ana_memory.store.encoder.encode(["where should we eat?"])[0]
     vector = expansion.personalize("ana", "where should we eat?")
     assert vector.shape == q.shape and not np.allclose(vector, q)
     calls = llm.calls
@@ -45,16 +34,16 @@ def test_each_expansion_moves_the_query_and_is_cached(memory: PersonaMem, kind: 
     assert llm.calls == calls
 
 
-def test_expansion_falls_back_to_the_query(memory: PersonaMem) -> None:
-    q = memory.store.encoder.encode(["where should we eat?"])[0]
+def test_expansion_falls_back_to_the_query(ana_memory: PersonaMem) -> None:
+    q = ana_memory.store.encoder.encode(["where should we eat?"])[0]
     with pytest.warns(PBRFallbackWarning, match="LLM failed"):
-        vector = LLMExpansion(memory.store, FakeLLM(fail_times=1), "hyde").personalize(
+        vector = LLMExpansion(ana_memory.store, FakeLLM(fail_times=1), "hyde").personalize(
             "ana", "where should we eat?"
         )
     assert np.allclose(vector, q)
     with pytest.warns(PBRFallbackWarning, match="no usable expansion"):
-        vector = LLMExpansion(memory.store, FakeLLM(lambda p: ""), "q2t", temperature=0.0).personalize(
+        vector = LLMExpansion(ana_memory.store, FakeLLM(lambda p: ""), "q2t", temperature=0.0).personalize(
             "ana", "where should we eat?"
         )
     with pytest.raises(ValueError, match="unknown expansion"):
-        LLMExpansion(memory.store, FakeLLM(), "magic")  # type: ignore[arg-type]
+        LLMExpansion(ana_memory.store, FakeLLM(), "magic")  # type: ignore[arg-type]

@@ -45,52 +45,40 @@ def test_fuse_follows_the_paper_rule() -> None:
     assert np.allclose(fuse(q, c, None, None), q + c)  # without P-PRF
 
 
-@pytest.fixture
-def memory(mem: PersonaMem) -> PersonaMem:
-    for text in (
-        "I'm vegan and avoid dairy.",
-        "I cycle to work every day.",
-        "Spicy curries are my favourite.",
-    ):
-        mem.add("ana", text)
-    mem.add("bo", "I love steak houses.")
-    return mem
-
-
 def _fake(utterances: str = GOOD, reasoning: str = "Ana is vegan, so she wants plant-based food.") -> FakeLLM:
     return FakeLLM(lambda prompt: utterances if "JSON list" in prompt else reasoning)
 
 
-def test_pbr_uses_feedback_and_caches_it_per_user(memory: PersonaMem) -> None:
+def test_pbr_uses_feedback_and_caches_it_per_user(ana_memory: PersonaMem) -> None:
     llm = _fake()
-    pbr = PBR(memory.store, llm, None, k1=2, m=3)
+    pbr = PBR(ana_memory.store, llm, None, k1=2, m=3)
     assert isinstance(pbr, QueryPersonalizer)
     feedback = pbr.feedback(
-        "ana", "where should we eat?", memory.store.encoder.encode(["where should we eat?"])[0]
+        "ana", "where should we eat?", ana_memory.store.encoder.encode(["where should we eat?"])[0]
     )
     assert feedback is not None and len(feedback.utterances) == 3 and "vegan" in feedback.reasoning
     calls = llm.calls
     first = pbr.personalize("ana", "where should we eat?")
     assert llm.calls == calls  # the feedback came from the cache
-    again = PBR(memory.store, llm, None, k1=2, m=3).personalize("ana", "where should we eat?")
+    again = PBR(ana_memory.store, llm, None, k1=2, m=3).personalize("ana", "where should we eat?")
     assert llm.calls == calls and np.allclose(first, again)
-    PBR(memory.store, llm, None, k1=2, m=3, seed=1).personalize("ana", "where should we eat?")
+    PBR(ana_memory.store, llm, None, k1=2, m=3, seed=1).personalize("ana", "where should we eat?")
     assert llm.calls == calls + 1  # another seed is another sample
-    q = memory.store.encoder.encode(["where should we eat?"])[0]
+    q = ana_memory.store.encoder.encode(["where should we eat?"])[0]
     assert not np.allclose(first, q)
 
 
-def test_pbr_falls_back_to_the_query_with_a_warning(memory: PersonaMem) -> None:
-    q = memory.store.encoder.encode(["where should we eat?"])[0]
+def test_pbr_falls_back_to_the_query_with_a_warning(ana_memory: PersonaMem) -> None:
+    q = ana_memory.store.encoder.encode(["where should we eat?"])[0]
     with pytest.warns(PBRFallbackWarning, match="LLM failed"):
-        vector = PBR(memory.store, FakeLLM(fail_times=1), None, temperature=0.0).personalize(
+        vector = PBR(ana_memory.store, FakeLLM(fail_times=1), None, temperature=0.0).personalize(
             "ana", "where should we eat?"
         )
     assert np.allclose(vector, q)
     with pytest.warns(PBRFallbackWarning, match="no usable pseudo feedback"):
-        vector = PBR(memory.store, _fake(utterances="", reasoning=" "), None, temperature=0.0).personalize(
-            "ana", "where should we eat?"
-        )
+        vector = PBR(
+            ana_memory.store, _fake(utterances="", reasoning=" "), None, temperature=0.0
+        ).personalize("ana", "where should we eat?")
     assert np.allclose(vector, q)
 
 
@@ -107,8 +95,8 @@ def test_derived_values_survive_reopening_and_are_forgotten(tmp_path: Path, enco
 
 
 @pytest.mark.slow
-def test_pbr_with_the_real_llm_ranks_through_the_store(memory: PersonaMem, llm: TransformersLLM) -> None:
-    retriever = PersonalizedRetriever(memory.store, PBR(memory.store, llm, None, k1=2, m=3))
+def test_pbr_with_the_real_llm_ranks_through_the_store(ana_memory: PersonaMem, llm: TransformersLLM) -> None:
+    retriever = PersonalizedRetriever(ana_memory.store, PBR(ana_memory.store, llm, None, k1=2, m=3))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PBRFallbackWarning)  # a 135M model may produce nothing usable
         hits = retriever.search("ana", "what should I eat tonight?", k=3)

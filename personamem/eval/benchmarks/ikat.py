@@ -26,13 +26,18 @@ NO_VALID_PROVENANCE = "no ptkb_provenance key names a statement of the topic's P
 _QRELS_FORMAT = "'<query id> <iteration> <document id> <grade>'"
 
 
-def load_ikat_benchmark(data_dir: str | Path, *, split: str = "2023_test") -> Benchmark:
+def load_ikat_benchmark(
+    data_dir: str | Path, *, split: str = "2023_test", include_unlabelled: bool = False
+) -> Benchmark:
     """Load one split's PTKB statements and turns.
 
     Args:
         data_dir: the folder holding the ``<split>_topics.json`` files (and ``<year>-qrels.all-turns.txt``
             where the year has public qrels).
         split: which topics file, e.g. ``"2023_train"``, ``"2023_test"``, ``"2024_test"``.
+        include_unlabelled: keep turns whose provenance names no statement, with empty ``relevant``,
+            instead of skipping them. Query rewriting needs every turn (selecting nothing is the right
+            answer there); retrieval metrics cannot score such turns.
 
     Returns:
         A benchmark named ``"ikat-<split>"``. Users are ``"ikat<year>-<topic number>"``, since topic
@@ -64,7 +69,7 @@ def load_ikat_benchmark(data_dir: str | Path, *, split: str = "2023_test") -> Be
             notes.append(
                 f"question {turn.id}: dropped ptkb_provenance keys naming no PTKB statement: {dropped}"
             )
-        if not relevant:
+        if not relevant and not include_unlabelled:
             skipped.append(Skip(turn.id, NO_VALID_PROVENANCE if provenance else NO_PROVENANCE))
             continue
         questions.append(_question(src, turn, prefix, relevant, judged))
