@@ -264,7 +264,12 @@ def eval_(
         )
         raise typer.BadParameter(problems) from None
     with _progress() as progress:
-        report = run_eval(config, cache_dir=default_cache_dir() / "eval-vectors", progress=progress)
+        report = run_eval(
+            config,
+            cache_dir=default_cache_dir() / "eval-vectors",
+            store_dir=default_cache_dir() / "eval-stores",
+            progress=progress,
+        )
     written = report.write(out_dir or Path("personamem-eval") / report.benchmark.name)
     if as_json:
         out.print_json(data=report.to_json())

@@ -253,3 +253,18 @@ def test_personalized_methods_run_through_the_harness(tmp_path: Path, encoder: S
     with pytest.raises(ValueError, match="unknown personalized method"):
         personalized_method("magic", None)
     assert personalized_method("hyde", FakeLLM()).stochastic
+
+
+def test_llm_outputs_are_reused_by_a_later_run(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    root = _tiny_personabench(tmp_path / "data", GOLD)
+    config = EvalConfig(benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("hyde",))
+    llm = FakeLLM(lambda prompt: "Ana lives in Lisbon and teaches chemistry.")
+    stores = tmp_path / "stores"
+    run_eval(config, encoder=encoder, llm=llm, store_dir=stores)
+    first = llm.calls
+    assert first > 0 and len(list(stores.iterdir())) == 1
+    run_eval(config, encoder=encoder, llm=llm, store_dir=stores)
+    assert llm.calls == first  # the expansions came from the kept store
+    other = EvalConfig(benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("hyde",), render="json")
+    run_eval(other, encoder=encoder, llm=llm, store_dir=stores)
+    assert len(list(stores.iterdir())) == 2  # another corpus rendering, another store

@@ -5,8 +5,11 @@ This is what ``personamem eval`` calls; the CLI only turns flags into an :class:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import importlib.util
+import json
 import shlex
 import tempfile
 import time
@@ -142,13 +145,16 @@ def run_eval(
     encoder: Encoder | None = None,
     llm: FrozenLLM | None = None,
     cache_dir: Path | None = None,
+    store_dir: Path | None = None,
     progress: Progress | None = None,
 ) -> Report:
     """Evaluate every configured method on the configured benchmark.
 
-    The store lives in a temporary folder removed afterwards; corpus vectors are cached in
-    ``cache_dir`` (None: no cache), so a second run of the same corpus does not re-embed it. ``llm``
-    scores answers when ``config.answers`` is set (default: the local default LLM).
+    Corpus vectors are cached in ``cache_dir`` (None: no cache), so a second run of the same corpus
+    does not re-embed it. The store lives under ``store_dir`` in a folder named by the exact corpus
+    and encoder, so LLM outputs cached in it (PBR's pseudo feedback, expansions) are reused by later
+    runs; with None it is a temporary folder removed afterwards. ``llm`` is the frozen LLM for
+    LLM-based methods and ``config.answers`` (default: the local default LLM, loaded only if needed).
     """
     missing = [name for name in ("ranx", "scipy", "matplotlib") if importlib.util.find_spec(name) is None]
     if missing:
@@ -172,9 +178,11 @@ def run_eval(
         for name in config.methods
     ]
     encoder = encoder or default_encoder()
-    with tempfile.TemporaryDirectory(prefix="personamem-eval-") as tmp:
+    with contextlib.ExitStack() as stack:
+        root = store_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="personamem-eval-")))
         start = time.perf_counter()
-        store = build_store(benchmark, Path(tmp) / "store", encoder, cache_dir=cache_dir, progress=progress)
+        path = root / _store_name(benchmark, encoder)
+        store = build_store(benchmark, path, encoder, cache_dir=cache_dir, progress=progress)
         timings["embed_and_ingest"] = time.perf_counter() - start
         try:
             runs = []
@@ -196,3 +204,12 @@ def run_eval(
         finally:
             store.close()
     return Report(benchmark, runs, baseline=config.baseline, command=config.command(), timings=timings)
+
+
+def _store_name(benchmark: Benchmark, encoder: Encoder) -> str:
+    """A folder name unique to this exact corpus and encoder: a reused store never holds extra records."""
+    digest = hashlib.sha256(encoder.name.encode())
+    for record in benchmark.records:
+        digest.update(json.dumps([record.user_id, record.id, record.text]).encode())
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in benchmark.name)
+    return f"{slug}-{digest.hexdigest()[:16]}"
