@@ -6,34 +6,85 @@ usable did (None / empty), so the caller can fall back instead of failing.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["extract_json", "extract_string_list"]
+__all__ = ["extract_json", "extract_string_list", "json_values", "load_lenient"]
 
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 _TRAILING_COMMA = re.compile(r",\s*([\]}])")
+_JSON_WORDS = re.compile(r"\b(true|false|null)\b")
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)]|\(\d+\))\s*")
+_CLOSERS = {"[": "]", "{": "}"}
+
+
+def load_lenient(span: str) -> Any | None:
+    """``span`` as JSON, as JSON without trailing commas, or as a Python literal; None if none works.
+
+    The Python-literal attempt reads single-quoted strings, which small models often write.
+    """
+    repaired = _TRAILING_COMMA.sub(r"\1", span)
+    for candidate in (span, repaired):
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            pass
+    python = _JSON_WORDS.sub(lambda m: {"true": "True", "false": "False", "null": "None"}[m[1]], repaired)
+    try:
+        return ast.literal_eval(python)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def json_values(text: str, openers: str = "[{") -> Iterator[Any]:
+    """Every balanced span opened by one of ``openers`` that loads leniently, left to right.
+
+    Outermost spans win; prose and code fences around them are skipped.
+    """
+    start = _next_opener(text, openers, 0)
+    while start >= 0:
+        end = _matching_close(text, start)
+        loaded = None if end is None else load_lenient(text[start : end + 1])
+        if end is not None and loaded is not None:
+            yield loaded
+            start = _next_opener(text, openers, end + 1)
+        else:
+            start = _next_opener(text, openers, start + 1)
 
 
 def extract_json(text: str) -> Any | None:
-    """The first JSON array or object in ``text``, or None.
+    """The first JSON array or object in ``text``, or None."""
+    return next(json_values(text), None)
 
-    Fenced or bare; single quotes and trailing commas are tolerated on a second attempt.
-    """
-    candidates = [*_FENCE.findall(text), text]
-    for candidate in candidates:
-        for opener, closer in (("[", "]"), ("{", "}")):
-            start, end = candidate.find(opener), candidate.rfind(closer)
-            if start < 0 or end <= start:
-                continue
-            snippet = candidate[start : end + 1]
-            for attempt in (snippet, _TRAILING_COMMA.sub(r"\1", snippet.replace("'", '"'))):
-                try:
-                    return json.loads(attempt)
-                except json.JSONDecodeError:
-                    continue
+
+def _next_opener(text: str, openers: str, start: int) -> int:
+    found = [i for i in (text.find(opener, start) for opener in openers) if i >= 0]
+    return min(found, default=-1)
+
+
+def _matching_close(text: str, start: int) -> int | None:
+    """Index of the bracket closing the one at ``start``, skipping quoted strings; None if unclosed."""
+    opener, closer = text[start], _CLOSERS[text[start]]
+    depth, quote, escaped = 0, "", False
+    for i in range(start, len(text)):
+        char = text[i]
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == opener:
+            depth += 1
+        elif char == closer:
+            depth -= 1
+            if depth == 0:
+                return i
     return None
 
 

@@ -8,12 +8,12 @@ to is the rewriter's job, since it depends on the strategy.
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from personamem.llm.parsing import json_values, load_lenient
 
 __all__ = ["ParsedAnswer", "parse_answer"]
 
@@ -22,8 +22,6 @@ __all__ = ["ParsedAnswer", "parse_answer"]
 _SELECTED_KEYS = ("selected", "selected_ids", "selected_facts", "selection", "relevant", "relevant_facts")
 _REWRITE_KEYS = ("rewrite", "rewritten_query", "rewritten", "query", "rewritten_utterance", "reformulation")
 _RESPONSE_KEYS = ("response", "answer")
-_TRAILING_COMMA = re.compile(r",\s*([}\]])")
-_JSON_WORDS = re.compile(r"\b(true|false|null)\b")
 _ID_TRIM = "[]#.() \t\n"
 _ABSENT = object()  # a missing key, unlike an explicit null (which selects nothing)
 
@@ -67,54 +65,10 @@ def parse_answer(text: str, statement_ids: Collection[str]) -> ParsedAnswer:
 
 
 def _objects(text: str) -> Iterator[dict[str, Any]]:
-    """Every balanced ``{...}`` span that loads as a dict, outermost first, left to right."""
-    start = text.find("{")
-    while start >= 0:
-        end = _matching_brace(text, start)
-        loaded = None if end is None else _load(text[start : end + 1])
-        if end is not None and isinstance(loaded, dict):
+    """Every balanced ``{...}`` span that loads as a dict, outermost first, left to right; keys normalized."""
+    for loaded in json_values(text, "{"):
+        if isinstance(loaded, dict):
             yield {_norm_key(k): v for k, v in loaded.items() if isinstance(k, str)}
-            start = text.find("{", end + 1)
-        else:
-            start = text.find("{", start + 1)
-
-
-def _matching_brace(text: str, start: int) -> int | None:
-    """Index of the ``}`` closing the ``{`` at ``start``, skipping quoted strings; None if unclosed."""
-    depth, quote, escaped = 0, "", False
-    for i in range(start, len(text)):
-        char = text[i]
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
-                quote = ""
-        elif char in "\"'":
-            quote = char
-        elif char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return None
-
-
-def _load(span: str) -> Any:
-    """``span`` as JSON, as JSON without trailing commas, or as a Python literal; None if none works."""
-    repaired = _TRAILING_COMMA.sub(r"\1", span)
-    for candidate in (span, repaired):
-        try:
-            return json.loads(candidate)
-        except ValueError:
-            pass
-    python = _JSON_WORDS.sub(lambda m: {"true": "True", "false": "False", "null": "None"}[m[1]], repaired)
-    try:
-        return ast.literal_eval(python)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
 
 
 def _loose_fields(text: str) -> dict[str, Any]:
@@ -123,7 +77,7 @@ def _loose_fields(text: str) -> dict[str, Any]:
     pattern = r"""["']?\b({key})["']?\s*:\s*(\[[^\[\]]*\]|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')"""
     for key in (*_SELECTED_KEYS, *_REWRITE_KEYS, *_RESPONSE_KEYS):
         match = re.search(pattern.format(key=re.escape(key).replace("_", "[ _-]")), text, re.IGNORECASE)
-        if match and (value := _load(match[2])) is not None:
+        if match and (value := load_lenient(match[2])) is not None:
             fields.setdefault(key, value)
     return fields
 
