@@ -33,84 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
+# bench/ is the script's folder on sys.path: the same synthetic sentences and questions as the
+# ingest and read-path benchmarks
+from ingest import log, realistic_text
+from read_path import QUERIES
+
 TARGET_RATIO = 0.05
 USER = "alice"
-
-# -- synthetic corpus ------------------------------------------------------------------------------
-
-_OPENERS = ["I", "My wife and I", "My brother", "Our team", "My roommate", "My daughter", "Last summer we"]
-_ACTIONS = [
-    "went hiking in the Alps",
-    "adopted a rescue dog named Pepper",
-    "started learning Portuguese on an app",
-    "switched to a plant-based diet",
-    "booked a cheap flight to Tokyo",
-    "signed up for a pottery class",
-    "bought a used road bike",
-    "finished reading a long fantasy novel",
-    "moved into a flat near the river",
-    "ran a half marathon in the rain",
-    "got a new job at a fintech startup",
-    "planted tomatoes and basil on the balcony",
-    "tried a Korean barbecue place downtown",
-    "fixed the leaking kitchen sink",
-    "renewed the car insurance",
-    "cooked a vegetarian lasagna for friends",
-    "practiced the guitar every evening",
-    "visited the science museum with the kids",
-]
-_DETAILS = [
-    "It cost around {n} euros.",
-    "It took {n} hours in total.",
-    "I would definitely do it again.",
-    "Honestly it was a bit disappointing.",
-    "I am allergic to shellfish, so I had to be careful.",
-    "My knee started hurting after {n} kilometers.",
-    "We invited {n} friends over afterwards.",
-    "The weather was terrible but we had fun.",
-    "I paid with my travel credit card.",
-    "Next time I want to bring my parents.",
-    "The staff were really friendly.",
-    "I need to remember to cancel the trial.",
-]
-
-QUERIES = [
-    "what should I cook for dinner tonight?",
-    "where did I travel last spring?",
-    "do I have any food allergies?",
-    "which bicycle did I buy?",
-    "what language am I learning?",
-    "what music instrument do I play?",
-    "recommend a hotel for my trip to Tokyo",
-    "what did my brother do last summer?",
-    "how much did the pottery class cost?",
-    "what gift should I buy for my daughter?",
-    "any restaurants I liked downtown?",
-    "what sports do I practice?",
-    "did I renew the car insurance?",
-    "what is my pet's name?",
-    "where do I live now?",
-    "what did I plant on the balcony?",
-    "which book did I finish recently?",
-    "where do I work?",
-    "what did we do with the kids?",
-    "what went wrong in the kitchen?",
-]
-
-
-def realistic_text(rng: random.Random) -> str:
-    """1-3 short sentences about a user's life."""
-    sentences = [f"{rng.choice(_OPENERS)} {rng.choice(_ACTIONS)}."]
-    for _ in range(rng.randint(0, 2)):
-        sentences.append(rng.choice(_DETAILS).format(n=rng.randint(2, 300)))
-    return " ".join(sentences)
-
-
-# -- helpers ---------------------------------------------------------------------------------------
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def timed(fn: Callable[[], object]) -> float:
