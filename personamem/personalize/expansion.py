@@ -36,7 +36,7 @@ __all__ = ["EXPANSIONS", "Expansion", "LLMExpansion"]
 
 Expansion = Literal["hyde", "q2t", "cot", "thinkqe", "mill"]
 EXPANSIONS: tuple[Expansion, ...] = ("hyde", "q2t", "cot", "thinkqe", "mill")
-PROMPT_VERSION = "1"
+PROMPT_VERSION = "2"  # 2: MILL shares HyDE's passage prompt
 _TOKENS = 160
 _FEEDBACK_DOCS = 3  # the user's records shown to ThinkQE's second round and used by MILL's check
 _MILL_KEEP = 2
@@ -44,6 +44,11 @@ _MILL_KEEP = 2
 
 def _ask(content: str) -> list[Message]:
     return [{"role": "user", "content": content}]
+
+
+def _passage_prompt(query: str) -> list[Message]:
+    """HyDE's request, also MILL's query-to-document generation."""
+    return _ask(f"Write a short passage that answers this question.\nQuestion: {query}\nPassage:")
 
 
 class LLMExpansion:
@@ -108,8 +113,7 @@ class LLMExpansion:
 
     def _expand(self, user_id: str, query: str, q: np.ndarray) -> list[str]:
         if self.kind == "hyde":
-            prompt = _ask(f"Write a short passage that answers this question.\nQuestion: {query}\nPassage:")
-            return [t for t in self._generate([prompt] * self.n) if t]
+            return [t for t in self._generate([_passage_prompt(query)] * self.n) if t]
         if self.kind == "q2t":
             prompt = _ask(
                 f"List {self.n * 4} keywords or short phrases that a good answer to this question would "
@@ -151,10 +155,8 @@ class LLMExpansion:
             f"Break this question into {self.n} simpler sub-questions and answer each in one sentence. "
             f'Reply with a JSON list of strings, each "sub-question: answer".\nQuestion: {query}'
         )
-        generated = extract_string_list(self._generate([sub])[0], limit=self.n)
-        passage = self._generate(
-            [_ask(f"Write a short passage that answers this question.\nQuestion: {query}")]
-        )[0]
+        sub_answers, passage = self._generate([sub, _passage_prompt(query)])  # one batched call
+        generated = extract_string_list(sub_answers, limit=self.n)
         candidates = [t for t in (*generated, passage) if t]
         retrieved = [hit.record.text for hit in self._dense.search_vector(user_id, q, _FEEDBACK_DOCS)]
         if not candidates or not retrieved:
