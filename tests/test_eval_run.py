@@ -260,9 +260,12 @@ def test_llm_outputs_are_reused_by_a_later_run(tmp_path: Path, encoder: Sentence
     config = EvalConfig(benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("hyde",))
     llm = FakeLLM(lambda prompt: "Ana lives in Lisbon and teaches chemistry.")
     stores = tmp_path / "stores"
-    run_eval(config, encoder=encoder, llm=llm, store_dir=stores)
+    report = run_eval(config, encoder=encoder, llm=llm, store_dir=stores)
     first = llm.calls
     assert first > 0 and len(list(stores.iterdir())) == 1
+    questions = len(report.benchmark.questions)
+    assert first < questions  # the questions' LLM calls were batched ahead of ranking
+    assert len(report.runs[0].prepare_s) == 1 and "batched LLM ms" in report.to_markdown()
     run_eval(config, encoder=encoder, llm=llm, store_dir=stores)
     assert llm.calls == first  # the expansions came from the kept store
     other = EvalConfig(benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("hyde",), render="json")

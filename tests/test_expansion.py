@@ -34,6 +34,19 @@ def test_each_expansion_moves_the_query_and_is_cached(ana_memory: PersonaMem, ki
     assert llm.calls == calls
 
 
+@pytest.mark.parametrize("kind", EXPANSIONS)
+def test_prepare_asks_for_many_queries_at_once(ana_memory: PersonaMem, kind: str) -> None:
+    llm = FakeLLM(_script)
+    expansion = LLMExpansion(ana_memory.store, llm, kind, temperature=0.0)  # type: ignore[arg-type]
+    queries = ("where should we eat?", "plans for the weekend?", "a gift for my sister?")
+    expansion.prepare([("ana", q) for q in queries])
+    assert llm.calls == (2 if kind == "thinkqe" else 1)  # one call per round, not per query
+    calls = llm.calls
+    for query in queries:
+        expansion.personalize("ana", query)
+    assert llm.calls == calls
+
+
 def test_expansion_falls_back_to_the_query(ana_memory: PersonaMem) -> None:
     q = ana_memory.store.encoder.encode(["where should we eat?"])[0]
     with pytest.warns(PBRFallbackWarning, match="LLM failed"):

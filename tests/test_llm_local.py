@@ -75,6 +75,13 @@ def test_greedy_generation_is_deterministic(llm: TransformersLLM) -> None:
     assert first.usage.completion_tokens > 0 and first.usage.prompt_tokens > 0
 
 
+def test_generation_in_several_batches_keeps_each_prompts_answer(llm: TransformersLLM) -> None:
+    prompts = ["The three primary colours are", VEGETARIAN, "Q: What is 2 + 2?\nA:"]
+    alone = [llm.generate([p], max_tokens=8)[0] for p in prompts]
+    chunked = TransformersLLM(llm.model, llm.tokenizer, name=llm.name, generate_rows=2)
+    assert chunked.generate(prompts, max_tokens=8).texts == alone  # left padding changes no answer
+
+
 def test_seeded_sampling_is_reproducible_and_n_gives_n(llm: TransformersLLM) -> None:
     kwargs = {"n": 3, "max_tokens": 10, "temperature": 0.9, "seed": 7}
     first = llm.generate(["Once upon a time"], **kwargs)

@@ -53,8 +53,8 @@ def test_pbr_uses_feedback_and_caches_it_per_user(ana_memory: PersonaMem) -> Non
     llm = _fake()
     pbr = PBR(ana_memory.store, llm, None, k1=2, m=3)
     assert isinstance(pbr, QueryPersonalizer)
-    feedback = pbr.feedback(
-        "ana", "where should we eat?", ana_memory.store.encoder.encode(["where should we eat?"])[0]
+    [feedback] = pbr.feedback(
+        [("ana", "where should we eat?")], ana_memory.store.encoder.encode(["where should we eat?"])
     )
     assert feedback is not None and len(feedback.utterances) == 3 and "vegan" in feedback.reasoning
     calls = llm.calls
@@ -92,6 +92,38 @@ def test_derived_values_survive_reopening_and_are_forgotten(tmp_path: Path, enco
         assert mem.store.derived("nobody", "ns", "k", lambda: {"v": 4}) == {"v": 4}  # never kept
         mem.forget("ana")
         assert mem.store.catalog.get_derived("ana", "ns", "k") is None
+
+
+def test_derived_many_computes_only_the_missing_values_together(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    with PersonaMem.open(tmp_path / "s", encoder=encoder) as mem:
+        mem.add("ana", "I'm vegan.")
+        mem.store.derived("ana", "ns", "b", lambda: {"v": "kept"})
+        asked: list[list[int]] = []
+
+        def compute(missing: list[int]) -> list[dict[str, int]]:
+            asked.append(missing)
+            return [{"v": i} for i in missing]
+
+        values = mem.store.derived_many("ns", [("ana", "a"), ("ana", "b"), ("ana", "c")], compute)
+        assert values == [{"v": 0}, {"v": "kept"}, {"v": 2}] and asked == [[0, 2]]
+        assert mem.store.derived_many("ns", [("ana", "c")], compute) == [{"v": 2}] and len(asked) == 1
+
+
+def test_prepare_batches_the_llm_calls_that_search_then_reuses(ana_memory: PersonaMem) -> None:
+    llm = _fake()
+    pbr = PBR(ana_memory.store, llm, None, k1=2, m=3)
+    requests = [
+        ("ana", q) for q in ("where should we eat?", "plans for the weekend?", "a gift for my sister?")
+    ]
+    pbr.prepare(requests)
+    assert llm.calls == 1  # both prompts of all three queries in one call
+    retriever = PersonalizedRetriever(ana_memory.store, pbr)
+    retriever.prepare(requests)
+    for _, query in requests:
+        retriever.search("ana", query, 2)
+    assert llm.calls == 1
 
 
 @pytest.mark.slow

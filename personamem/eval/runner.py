@@ -21,6 +21,7 @@ from personamem.eval.methods import Method
 from personamem.eval.metrics import personabench_scores, ranx_scores
 from personamem.eval.vectors import corpus_vectors
 from personamem.llm import FrozenLLM
+from personamem.retrieval import Preparable
 from personamem.store import Store
 
 __all__ = ["DEFAULT_METRICS", "MethodRun", "build_store", "evaluate_method", "warm_up_metrics"]
@@ -41,6 +42,7 @@ DEFAULT_METRICS = (
 """Early precision and deep recall side by side, as the PersonalizedCIR reproduction asks."""
 
 PERSONABENCH_CUTOFFS = (1, 3, 5)
+_PREPARE_CHUNK = 16  # questions per prepare call: a batch for the LLM, a step for the progress bar
 
 
 @dataclass
@@ -54,6 +56,8 @@ class MethodRun:
         scores: metric -> question id -> score per seed (aligned with ``seeds``).
         rankings: seed -> question id -> ranked record ids, kept for later analysis.
         latency_s: seconds per question, over all seeds.
+        prepare_s: seconds per seed of batched work done before ranking (the LLM calls of
+            :class:`~personamem.retrieval.Preparable` methods), not included in ``latency_s``.
     """
 
     method: str
@@ -62,6 +66,7 @@ class MethodRun:
     scores: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     rankings: dict[int, dict[str, list[str]]] = field(default_factory=dict)
     latency_s: list[float] = field(default_factory=list)
+    prepare_s: list[float] = field(default_factory=list)
 
 
 def build_store(
@@ -110,6 +115,10 @@ def evaluate_method(
     questions = benchmark.questions
     for seed in run.seeds:
         retriever = method.build(store, seed)
+        if isinstance(retriever, Preparable):
+            run.prepare_s.append(
+                _prepare(retriever, questions, f"{method.name} LLM calls (seed {seed})", progress)
+            )
         task = progress.add_task(f"{method.name} (seed {seed})", total=len(questions)) if progress else None
         rankings: dict[str, list[str]] = {}
         for question in questions:
@@ -131,6 +140,20 @@ def evaluate_method(
             for qid, value in per_question.items():
                 run.scores.setdefault(metric, {}).setdefault(qid, []).append(value)
     return run
+
+
+def _prepare(
+    retriever: Preparable, questions: Sequence[Question], label: str, progress: Progress | None
+) -> float:
+    """Seconds spent letting ``retriever`` do its per-query LLM work in batches, with a progress bar."""
+    requests = [(q.user_id, q.text) for q in questions]
+    task = progress.add_task(label, total=len(requests)) if progress else None
+    start = time.perf_counter()
+    for at in range(0, len(requests), _PREPARE_CHUNK):
+        retriever.prepare(requests[at : at + _PREPARE_CHUNK])
+        if progress is not None and task is not None:
+            progress.advance(task, len(requests[at : at + _PREPARE_CHUNK]))
+    return time.perf_counter() - start
 
 
 def _score(

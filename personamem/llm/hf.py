@@ -73,13 +73,24 @@ class TransformersLLM:
     projection is what dominates memory for small models with large vocabularies.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, name: str, batch_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str,
+        batch_tokens: int | None = None,
+        generate_rows: int = 16,
+    ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self._name = name
         # on a CPU, big padded batches spill the caches and waste work on padding: 2048 tokens measured
         # 0.97 of the fp32 matmul floor against 0.75 at 8192 (bench/llm_scoring.py)
         self._batch_tokens = batch_tokens or (2048 if model.device.type == "cpu" else 8192)
+        # generation is step-bound on a CPU: 16 rows give ~2.4x the throughput of one (1.33 vs 3.2 s per
+        # 160-token SmolLM2 prompt on 2 cores) while the KV cache stays small
+        self._generate_rows = generate_rows
         self._lock = threading.Lock()
         self._pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -193,14 +204,35 @@ class TransformersLLM:
         seed: int | None = None,
         stop: Sequence[str] = (),
     ) -> Generations:
-        """``n`` completions per prompt, left-padded in one batch; a seed makes sampling repeatable."""
+        """``n`` completions per prompt, in left-padded batches of similar length.
+
+        A seed makes sampling repeatable for the same list of prompts.
+        """
         import torch
 
         if n < 1 or max_tokens < 1:
             raise ValueError("n and max_tokens must be at least 1")
         encoded = [self.tokenizer.encode(self.render(p), add_special_tokens=True) for p in prompts]
-        if not encoded:
-            return Generations(texts=[])
+        texts: list[list[str]] = [[] for _ in encoded]
+        completion_tokens = 0
+        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+        with self._lock, torch.random.fork_rng(devices=[] if self.model.device.type == "cpu" else None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            for start in range(0, len(order), self._generate_rows):
+                batch = order[start : start + self._generate_rows]
+                done = self._generate_batch([encoded[i] for i in batch], n, max_tokens, temperature, top_p)
+                for i, (group, used) in zip(batch, done, strict=True):
+                    texts[i] = [cut_at_stop(t, stop) for t in group]
+                    completion_tokens += used
+        return Generations(texts, Usage(sum(len(e) for e in encoded), completion_tokens))
+
+    def _generate_batch(
+        self, encoded: list[list[int]], n: int, max_tokens: int, temperature: float, top_p: float
+    ) -> list[tuple[list[str], int]]:
+        """Per prompt: its ``n`` decoded completions and the tokens generated for them."""
+        import torch
+
         width = max(len(e) for e in encoded)
         ids = torch.full((len(encoded), width), self._pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -213,13 +245,7 @@ class TransformersLLM:
             else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         )
         device = self.model.device
-        with (
-            self._lock,
-            torch.inference_mode(),
-            torch.random.fork_rng(devices=[] if device.type == "cpu" else None),
-        ):
-            if seed is not None:
-                torch.manual_seed(seed)
+        with torch.inference_mode():
             out = self.model.generate(
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),
@@ -229,16 +255,15 @@ class TransformersLLM:
                 **sampling,
             )
         new = out[:, width:].cpu()
-        texts: list[list[str]] = []
-        completion_tokens = 0
+        results = []
         for row in range(len(encoded)):
-            group = []
+            group, used = [], 0
             for seq in new[row * n : (row + 1) * n].tolist():
                 end = next(
                     (j for j, t in enumerate(seq) if t in (self.tokenizer.eos_token_id, self._pad_id)),
                     len(seq),
                 )
-                completion_tokens += min(end + 1, len(seq))  # the end-of-sequence token was generated too
-                group.append(cut_at_stop(self.tokenizer.decode(seq[:end], skip_special_tokens=True), stop))
-            texts.append(group)
-        return Generations(texts, Usage(sum(len(e) for e in encoded), completion_tokens))
+                used += min(end + 1, len(seq))  # the end-of-sequence token was generated too
+                group.append(self.tokenizer.decode(seq[:end], skip_special_tokens=True))
+            results.append((group, used))
+        return results

@@ -8,11 +8,12 @@ evaluation harness and the framework adapters unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from personamem.retrieval.base import Hit
+from personamem.retrieval.base import Hit, Preparable
 from personamem.retrieval.dense import DenseRetriever
 from personamem.store import Store
 
@@ -42,3 +43,8 @@ class PersonalizedRetriever:
         if not np.isfinite(norm) or norm == 0.0:
             raise ValueError(f"personalized query vector for user {user_id!r} has norm {norm}")
         return self._dense.search_vector(user_id, vector / norm, k)
+
+    def prepare(self, requests: Sequence[tuple[str, str]]) -> None:
+        """Let the personalizer batch its LLM calls for many queries (a no-op if it cannot)."""
+        if isinstance(self.personalizer, Preparable):
+            self.personalizer.prepare(requests)

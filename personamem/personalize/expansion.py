@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+from collections.abc import Sequence
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -40,6 +42,7 @@ PROMPT_VERSION = "2"  # 2: MILL shares HyDE's passage prompt
 _TOKENS = 160
 _FEEDBACK_DOCS = 3  # the user's records shown to ThinkQE's second round and used by MILL's check
 _MILL_KEEP = 2
+_REQUESTS_PER_CALL = 16  # queries per batched LLM call: a failure loses only these
 
 
 def _ask(content: str) -> list[Message]:
@@ -86,82 +89,143 @@ class LLMExpansion:
     def personalize(self, user_id: str, query: str) -> np.ndarray:
         """The query vector moved toward the expansions' mean embedding (the query alone on fallback)."""
         q = self.store.encoder.encode([query])[0]
-        key = hashlib.sha256(
-            json.dumps(
-                [PROMPT_VERSION, self.kind, query, self.llm.name, self.seed, self.n, self.temperature]
-            ).encode()
-        ).hexdigest()
-        try:
-            texts = self.store.derived(
-                user_id, f"expansion-{self.kind}", key, lambda: self._expand(user_id, query, q)
-            )
-        except LLMError as exc:
-            warnings.warn(
-                f"{self.kind}: the LLM failed ({exc}); searching with the query",
-                PBRFallbackWarning,
-                stacklevel=2,
-            )
-            return q
-        if not texts:
-            warnings.warn(f"{self.kind}: no usable expansion for {query!r}", PBRFallbackWarning, stacklevel=2)
-            return q
-        return q + self.store.encoder.encode(texts).mean(axis=0)
+        texts = self.expansions([(user_id, query)], q[None])[0]
+        return q if texts is None else q + self.store.encoder.encode(texts).mean(axis=0)
 
-    def _generate(self, prompts: list[list[Message]]) -> list[str]:
-        out = self.llm.generate(prompts, max_tokens=_TOKENS, temperature=self.temperature, seed=self.seed)
-        return [texts[0].strip() for texts in out]
+    def prepare(self, requests: Sequence[tuple[str, str]]) -> None:
+        """Fill the expansion cache for many (user id, query) pairs with batched LLM calls."""
+        if requests:
+            self.expansions(requests, self.store.encoder.encode([query for _, query in requests]))
 
-    def _expand(self, user_id: str, query: str, q: np.ndarray) -> list[str]:
+    def expansions(
+        self, requests: Sequence[tuple[str, str]], query_vectors: np.ndarray
+    ) -> list[list[str] | None]:
+        """The expansion texts per (user id, query), from the cache or batched LLM calls.
+
+        None (with a warning) where the LLM failed or gave nothing usable.
+        """
+        found: list[list[str] | None] = []
+        for start in range(0, len(requests), _REQUESTS_PER_CALL):
+            chunk = requests[start : start + _REQUESTS_PER_CALL]
+            keys = [(user_id, self._cache_key(query)) for user_id, query in chunk]
+            try:
+                texts = self.store.derived_many(
+                    f"expansion-{self.kind}",
+                    keys,
+                    partial(self._expand, chunk, query_vectors[start : start + len(chunk)]),
+                )
+            except LLMError as exc:
+                warnings.warn(
+                    f"{self.kind}: the LLM failed ({exc}); searching with the query",
+                    PBRFallbackWarning,
+                    stacklevel=3,
+                )
+                found += [None] * len(chunk)
+                continue
+            for (_, query), expansion in zip(chunk, texts, strict=True):
+                if not expansion:
+                    warnings.warn(
+                        f"{self.kind}: no usable expansion for {query!r}", PBRFallbackWarning, stacklevel=3
+                    )
+                found.append(expansion or None)
+        return found
+
+    def _cache_key(self, query: str) -> str:
+        payload = [PROMPT_VERSION, self.kind, query, self.llm.name, self.seed, self.n, self.temperature]
+        return hashlib.sha256(json.dumps(payload).encode()).hexdigest()
+
+    def _generate(self, prompts: list[list[Message]], n: int = 1) -> list[list[str]]:
+        out = self.llm.generate(
+            prompts, n=n, max_tokens=_TOKENS, temperature=self.temperature, seed=self.seed
+        )
+        return [[t.strip() for t in texts] for texts in out]
+
+    def _expand(
+        self, requests: Sequence[tuple[str, str]], query_vectors: np.ndarray, missing: list[int]
+    ) -> list[list[str]]:
+        """The expansion texts for each missing (user id, query), with one batched LLM call per round."""
+        asks, vectors = [requests[i] for i in missing], query_vectors[missing]
+        queries = [query for _, query in asks]
         if self.kind == "hyde":
-            return [t for t in self._generate([_passage_prompt(query)] * self.n) if t]
+            return [
+                [t for t in group if t]
+                for group in self._generate([_passage_prompt(q) for q in queries], self.n)
+            ]
         if self.kind == "q2t":
-            prompt = _ask(
-                f"List {self.n * 4} keywords or short phrases that a good answer to this question would "
-                f"contain. Reply with a JSON list of strings.\nQuestion: {query}"
-            )
-            terms = extract_string_list(self._generate([prompt])[0], limit=self.n * 4)
-            return [", ".join(terms)] if terms else []
+            prompts = [
+                _ask(
+                    f"List {self.n * 4} keywords or short phrases that a good answer to this question would "
+                    f"contain. Reply with a JSON list of strings.\nQuestion: {q}"
+                )
+                for q in queries
+            ]
+            terms = [extract_string_list(group[0], limit=self.n * 4) for group in self._generate(prompts)]
+            return [[", ".join(t)] if t else [] for t in terms]
         if self.kind == "cot":
-            prompt = _ask(
-                f"Answer the following question. Think step by step, then give the answer.\nQuestion: {query}"
-            )
-            return [t for t in self._generate([prompt]) if t]
+            prompts = [
+                _ask(
+                    f"Answer the following question. Think step by step, then give the answer.\nQuestion: {q}"
+                )
+                for q in queries
+            ]
+            return [[t for t in group if t] for group in self._generate(prompts)]
         if self.kind == "thinkqe":
-            return self._thinkqe(user_id, query)
-        return self._mill(user_id, query, q)
+            return self._thinkqe(asks)
+        return self._mill(asks, vectors)
 
-    def _thinkqe(self, user_id: str, query: str) -> list[str]:
-        think = _ask(
-            "Think about what this question is really asking and what information would answer it, then "
-            f"write a short passage with that information.\nQuestion: {query}"
+    def _thinkqe(self, asks: list[tuple[str, str]]) -> list[list[str]]:
+        thinks = [
+            _ask(
+                "Think about what this question is really asking and what information would answer it, then "
+                f"write a short passage with that information.\nQuestion: {query}"
+            )
+            for _, query in asks
+        ]
+        firsts = [group[0] for group in self._generate(thinks)]
+        expanded = self.store.encoder.encode(
+            [f"{query} {first}" for (_, query), first in zip(asks, firsts, strict=True)]
         )
-        first = self._generate([think])[0]
-        if not first:
-            return []
-        expanded = self.store.encoder.encode([f"{query} {first}"])[0]
-        seen = "\n".join(
-            f"- {hit.record.text[:400]}"
-            for hit in self._dense.search_vector(user_id, expanded, _FEEDBACK_DOCS)
-        )
-        refine = _ask(
-            f"Question: {query}\nDraft answer: {first}\nRelated notes:\n{seen}\n"
-            "Think again using the notes, then write an improved short passage that answers the question."
-        )
-        second = self._generate([refine])[0]
-        return [t for t in (first, second) if t]
+        refines = []
+        for (user_id, query), first, vector in zip(asks, firsts, expanded, strict=True):
+            seen = "\n".join(
+                f"- {hit.record.text[:400]}"
+                for hit in self._dense.search_vector(user_id, vector, _FEEDBACK_DOCS)
+            )
+            refines.append(
+                _ask(
+                    f"Question: {query}\nDraft answer: {first}\nRelated notes:\n{seen}\n"
+                    "Think again using the notes, then write an improved short passage that answers the "
+                    "question."
+                )
+            )
+        seconds = [group[0] for group in self._generate(refines)]
+        return [
+            [t for t in (first, second) if t] if first else []
+            for first, second in zip(firsts, seconds, strict=True)
+        ]
 
-    def _mill(self, user_id: str, query: str, q: np.ndarray) -> list[str]:
-        sub = _ask(
-            f"Break this question into {self.n} simpler sub-questions and answer each in one sentence. "
-            f'Reply with a JSON list of strings, each "sub-question: answer".\nQuestion: {query}'
-        )
-        sub_answers, passage = self._generate([sub, _passage_prompt(query)])  # one batched call
-        generated = extract_string_list(sub_answers, limit=self.n)
-        candidates = [t for t in (*generated, passage) if t]
-        retrieved = [hit.record.text for hit in self._dense.search_vector(user_id, q, _FEEDBACK_DOCS)]
-        if not candidates or not retrieved:
-            return candidates
-        # mutual verification: generated texts that agree with what retrieval found are trusted most
-        agreement = self.store.encoder.encode(candidates) @ self.store.encoder.encode(retrieved).T
-        order = np.argsort(-agreement.mean(axis=1), kind="stable")[:_MILL_KEEP]
-        return [candidates[i] for i in order]
+    def _mill(self, asks: list[tuple[str, str]], vectors: np.ndarray) -> list[list[str]]:
+        prompts = []
+        for _, query in asks:
+            prompts += [
+                _ask(
+                    f"Break this question into {self.n} simpler sub-questions and answer each in one "
+                    'sentence. Reply with a JSON list of strings, each "sub-question: answer".\n'
+                    f"Question: {query}"
+                ),
+                _passage_prompt(query),
+            ]
+        out = self._generate(prompts)
+        kept = []
+        for i, ((user_id, _), q) in enumerate(zip(asks, vectors, strict=True)):
+            generated = extract_string_list(out[2 * i][0], limit=self.n)
+            candidates = [t for t in (*generated, out[2 * i + 1][0]) if t]
+            retrieved = [hit.record.text for hit in self._dense.search_vector(user_id, q, _FEEDBACK_DOCS)]
+            if not candidates or not retrieved:
+                kept.append(candidates)
+                continue
+            # mutual verification: generated texts that agree with what retrieval found are trusted most
+            agreement = self.store.encoder.encode(candidates) @ self.store.encoder.encode(retrieved).T
+            order = np.argsort(-agreement.mean(axis=1), kind="stable")[:_MILL_KEEP]
+            kept.append([candidates[j] for j in order])
+        return kept

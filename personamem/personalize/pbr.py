@@ -21,6 +21,7 @@ import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -37,6 +38,7 @@ __all__ = ["PBR", "PBRFallbackWarning", "PseudoFeedback", "UserAnchor", "fuse"]
 PROMPT_VERSION = "1"  # part of the cache key: changing a prompt must not reuse old outputs
 _RECORD_CHARS = 600  # one long session should not crowd the others out of H_q
 _GENERATION_TOKENS = 256
+_REQUESTS_PER_CALL = 16  # (user, query) pairs per batched LLM call: a failure loses only these
 
 
 class PBRFallbackWarning(UserWarning):
@@ -124,7 +126,7 @@ class PBR:
         encoder = self.store.encoder
         q = encoder.encode([query])[0]
         anchor = self.anchor.anchor(user_id) if self.anchor is not None else None
-        feedback = self.feedback(user_id, query, q) if self.llm is not None else None
+        feedback = self.feedback([(user_id, query)], q[None])[0] if self.llm is not None else None
         utterances = reasoning = None
         if feedback is not None:
             texts = [*feedback.utterances, *([feedback.reasoning] if feedback.reasoning else [])]
@@ -133,39 +135,73 @@ class PBR:
             reasoning = vectors[-1] if feedback.reasoning else None
         return fuse(q, anchor, utterances, reasoning)
 
-    def feedback(self, user_id: str, query: str, query_vector: np.ndarray) -> PseudoFeedback | None:
-        """P-PRF for (user, query), from the cache or the LLM; None (with a warning) if unusable."""
-        assert self.llm is not None
-        history = [hit.record for hit in self._dense.search_vector(user_id, query_vector, self.k1)]
-        key = _cache_key(query, self.llm.name, self.seed, self.m, self.temperature, [r.id for r in history])
-        try:
-            raw = self.store.derived(user_id, "pbr-prf", key, lambda: self._ask(history, query))
-        except LLMError as exc:
-            warnings.warn(
-                f"PBR: the LLM failed ({exc}); searching without P-PRF", PBRFallbackWarning, stacklevel=3
-            )
-            return None
-        feedback = PseudoFeedback(tuple(raw["utterances"]), raw["reasoning"])
-        if not feedback.utterances and not feedback.reasoning:
-            warnings.warn(
-                f"PBR: no usable pseudo feedback for {query!r}; searching without P-PRF",
-                PBRFallbackWarning,
-                stacklevel=3,
-            )
-            return None
-        return feedback
+    def prepare(self, requests: Sequence[tuple[str, str]]) -> None:
+        """Fill the P-PRF cache for many (user id, query) pairs with batched LLM calls."""
+        if self.llm is not None and requests:
+            self.feedback(requests, self.store.encoder.encode([query for _, query in requests]))
 
-    def _ask(self, history: Sequence[Record], query: str) -> dict[str, Any]:
-        """One batched LLM call with both prompts; parsed leniently into JSON for the cache."""
+    def feedback(
+        self, requests: Sequence[tuple[str, str]], query_vectors: np.ndarray
+    ) -> list[PseudoFeedback | None]:
+        """P-PRF per (user id, query), from the cache or batched LLM calls.
+
+        None (with a warning) where the LLM failed or nothing usable came back.
+        """
         assert self.llm is not None
-        prompts = [self._utterance_prompt(history, query), self._reasoning_prompt(history, query)]
-        utterances, reasoning = self.llm.generate(
+        llm = self.llm
+        asks = [
+            ([hit.record for hit in self._dense.search_vector(user_id, vector, self.k1)], query)
+            for (user_id, query), vector in zip(requests, query_vectors, strict=True)
+        ]
+        keys = [
+            (
+                user_id,
+                _cache_key(query, llm.name, self.seed, self.m, self.temperature, [r.id for r in history]),
+            )
+            for (user_id, _), (history, query) in zip(requests, asks, strict=True)
+        ]
+        found: list[PseudoFeedback | None] = []
+        for start in range(0, len(requests), _REQUESTS_PER_CALL):
+            chunk = requests[start : start + _REQUESTS_PER_CALL]
+            try:
+                raw = self.store.derived_many(
+                    "pbr-prf",
+                    keys[start : start + len(chunk)],
+                    partial(self._ask, asks[start : start + len(chunk)]),
+                )
+            except LLMError as exc:
+                warnings.warn(
+                    f"PBR: the LLM failed ({exc}); searching without P-PRF", PBRFallbackWarning, stacklevel=3
+                )
+                found += [None] * len(chunk)
+                continue
+            for (_, query), value in zip(chunk, raw, strict=True):
+                if value["utterances"] or value["reasoning"]:
+                    found.append(PseudoFeedback(tuple(value["utterances"]), value["reasoning"]))
+                    continue
+                warnings.warn(
+                    f"PBR: no usable pseudo feedback for {query!r}; searching without P-PRF",
+                    PBRFallbackWarning,
+                    stacklevel=3,
+                )
+                found.append(None)
+        return found
+
+    def _ask(self, asks: Sequence[tuple[Sequence[Record], str]], missing: list[int]) -> list[dict[str, Any]]:
+        """Both prompts for each missing (H_q, query) in one batched LLM call, parsed leniently."""
+        assert self.llm is not None
+        asks = [asks[i] for i in missing]
+        prompts = [p for h, q in asks for p in (self._utterance_prompt(h, q), self._reasoning_prompt(h, q))]
+        out = self.llm.generate(
             prompts, max_tokens=_GENERATION_TOKENS, temperature=self.temperature, seed=self.seed
         )
-        return {
-            "utterances": extract_string_list(utterances[0], limit=self.m),
-            "reasoning": reasoning[0].strip(),
-        }
+        return [
+            {
+                "utterances": extract_string_list(out[2 * i][0], limit=self.m),
+                "reasoning": out[2 * i + 1][0].strip(),
+            }
+            for i in range(len(asks))
+        ]
 
     def _history_text(self, history: Sequence[Record], frame: str) -> str:
         assert self.llm is not None

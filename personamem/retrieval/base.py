@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from personamem.records import Record
 
-__all__ = ["Hit", "Retriever", "ranked"]
+__all__ = ["Hit", "Preparable", "Retriever", "ranked"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,15 @@ class Retriever(Protocol):
 
     def search(self, user_id: str, query: str, k: int) -> list[Hit]:
         """The user's top ``k`` records for ``query``, best first."""
+        ...
+
+
+@runtime_checkable
+class Preparable(Protocol):
+    """A retriever (or personalizer) whose per-query work, such as LLM calls, is cheaper in bulk."""
+
+    def prepare(self, requests: Sequence[tuple[str, str]]) -> None:
+        """Do and cache the expensive work for these (user id, query) pairs ahead of ``search``."""
         ...
 
 

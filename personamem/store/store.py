@@ -255,12 +255,27 @@ class Store:
         requests do not pay twice, and ``forget`` erases the cache with the user. Values for unknown
         users or users being forgotten are computed but not kept.
         """
-        cached = self.catalog.get_derived(user_id, namespace, key)
-        if cached is not None:
-            return cached
-        value = compute()
-        self.catalog.put_derived(user_id, namespace, key, value)
-        return value
+        return self.derived_many(namespace, [(user_id, key)], lambda missing: [compute()])[0]
+
+    def derived_many(
+        self,
+        namespace: str,
+        requests: Sequence[tuple[str, str]],
+        compute: Callable[[list[int]], Sequence[Any]],
+    ) -> list[Any]:
+        """:meth:`derived` for many (user id, key) pairs, computing the uncached ones together.
+
+        ``compute(missing)`` gets the positions of the uncached pairs and returns their values in that
+        order, so one batched LLM call fills them.
+        """
+        values = [self.catalog.get_derived(user_id, namespace, key) for user_id, key in requests]
+        missing = [i for i, value in enumerate(values) if value is None]
+        if missing:
+            for i, value in zip(missing, compute(missing), strict=True):
+                user_id, key = requests[i]
+                self.catalog.put_derived(user_id, namespace, key, value)
+                values[i] = value
+        return values
 
     def user_cache(self, build: Callable[[str], Any], *, max_users: int = 256) -> UserCache[Any]:
         """A per-user cache that this store invalidates on writes and empties on ``forget``."""
