@@ -376,12 +376,13 @@ def gpu_comparison(pairs: list[tuple[str, str]]) -> tuple[float, float] | None:
     """Batched vs one-at-a-time tokens/s on the GPU (bf16, as ``from_pretrained`` picks off the CPU)."""
     import torch
 
-    from personamem.llm.hf import TransformersLLM, _converted_default, default_cache_dir
+    from personamem.llm.hf import TransformersLLM
+    from personamem.llm.packaged import default_cache_dir, local_model_path
 
     if not torch.cuda.is_available():
         return None
     log(f"[gpu] {torch.cuda.get_device_name(0)}: loading the default model (bf16)")
-    llm = TransformersLLM.from_pretrained(_converted_default(default_cache_dir()), device="cuda")
+    llm = TransformersLLM.from_pretrained(local_model_path("smollm2", default_cache_dir()), device="cuda")
     llm.loglikelihood(pairs[:16])
     for pair in pairs[:4]:
         llm.loglikelihood([pair])
@@ -408,12 +409,13 @@ def run(args: argparse.Namespace) -> float:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401  (imported before the baseline)
 
-    from personamem.llm.hf import TransformersLLM, _converted_default, default_cache_dir
+    from personamem.llm.hf import TransformersLLM
+    from personamem.llm.packaged import default_cache_dir, local_model_path
     from personamem.llm.tokens import encode_pair
 
     threads = torch.get_num_threads()
     start = time.perf_counter()
-    path = _converted_default(default_cache_dir())  # converts only if this machine has no cache yet
+    path = local_model_path("smollm2", default_cache_dir())  # converts only if this machine has no cache yet
     if (convert_s := time.perf_counter() - start) > 2:
         log(f"[load] the converted cache was missing; converted in {convert_s:.1f}s before timing the load")
     # the probe's operands exist before the memory baseline, so they are not counted as the backend's

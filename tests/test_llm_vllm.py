@@ -12,11 +12,11 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="vLLM need
 
 
 def test_vllm_scores_match_transformers(llm: TransformersLLM) -> None:
-    from personamem.llm.hf import _converted_default, default_cache_dir
+    from personamem.llm.packaged import default_cache_dir, local_model_path
     from personamem.llm.vllm_backend import VLLMBackend
 
     engine = VLLMBackend(
-        str(_converted_default(default_cache_dir())), dtype="float32", gpu_memory_utilization=0.3
+        str(local_model_path("smollm2", default_cache_dir())), dtype="float32", gpu_memory_utilization=0.3
     )
     requests = [("The capital of France is", " Paris"), ([{"role": "user", "content": "Hi"}], "Hello!")]
     assert list(engine.loglikelihood(requests)) == pytest.approx(list(llm.loglikelihood(requests)), abs=1e-2)

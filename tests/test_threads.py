@@ -1,8 +1,9 @@
 """One PersonaMem shared by many threads: concurrent writers and readers."""
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from personamem import PersonaMem
+from personamem import PersonaMem, SentenceEncoder
 
 
 def test_concurrent_writes_and_searches(mem: PersonaMem) -> None:
@@ -25,3 +26,22 @@ def test_concurrent_writes_and_searches(mem: PersonaMem) -> None:
             future.result()
     assert [mem.count(f"user{u}") for u in range(4)] == [15] * 4
     assert mem.store.check().ok
+
+
+def test_revision_reads_see_other_connections_writes_at_once(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    """The per-thread read-only revision reader never serves a stale snapshot (cache validity)."""
+    with (
+        PersonaMem.open(tmp_path / "s", encoder=encoder) as reader,
+        PersonaMem.open(tmp_path / "s", encoder=encoder) as writer,
+    ):
+        assert reader.store.revision("ana") is None
+        writer.add("ana", "I'm vegan.")
+        first = reader.store.revision("ana")
+        assert first is not None and first == writer.store.revision("ana")
+        writer.add("ana", "I live in Lisbon.")
+        assert reader.store.revision("ana") not in (None, first)
+        with ThreadPoolExecutor(4) as pool:  # each thread reads through its own connection
+            seen = set(pool.map(lambda _: reader.store.revision("ana"), range(8)))
+        assert seen == {writer.store.revision("ana")}

@@ -61,6 +61,8 @@ class EvalConfig(BaseModel):
             the top ``profile_k`` records, and overlap of a generated answer (slow on a CPU).
         profile_k: records in the profile the LLM sees.
         max_questions: evaluate an evenly spaced subset of this many questions (quick looks, tests).
+        llm: the frozen LLM for methods and answers that need one: a packaged model name
+            (:data:`~personamem.llm.packaged.LOCAL_MODELS`) or a local transformers model folder.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -79,6 +81,7 @@ class EvalConfig(BaseModel):
     answers: bool = False
     profile_k: int = Field(default=5, ge=1)
     max_questions: int | None = Field(default=None, ge=1)
+    llm: str = "smollm2"
 
     @model_validator(mode="after")
     def _known_methods(self) -> EvalConfig:
@@ -107,6 +110,8 @@ class EvalConfig(BaseModel):
             args += ["--answers", "--profile-k", str(self.profile_k)]
         if self.max_questions:
             args += ["--max-questions", str(self.max_questions)]
+        if self.llm != "smollm2":
+            args += ["--llm", self.llm]
         args += self._benchmark_options()
         return shlex.join(args)
 
@@ -172,7 +177,7 @@ def run_eval(
         raise ValueError(f"{benchmark.name}: no question can be scored (skipped: {reasons})")
     timings["metric_compile"] = warm_up_metrics()
     needs_llm = config.answers or any(name in NEEDS_LLM for name in config.methods)
-    llm = llm or (TransformersLLM.default() if needs_llm else None)
+    llm = llm or (TransformersLLM.local(config.llm) if needs_llm else None)
     methods: list[Method] = [
         FIRST_STAGE[name] if name in FIRST_STAGE else personalized_method(name, llm)
         for name in config.methods

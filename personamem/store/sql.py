@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import JSON, Column, Engine, UniqueConstraint, event, func, update
@@ -183,6 +186,10 @@ class SqlCatalog:
         if parsed.get_backend_name() == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         SQLModel.metadata.create_all(self.engine)
+        database = parsed.database if parsed.get_backend_name() == "sqlite" else None
+        self._sqlite_file = Path(database).resolve() if database and database != ":memory:" else None
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -196,7 +203,11 @@ class SqlCatalog:
                 raise
 
     def close(self) -> None:
-        """Release pooled connections."""
+        """Release pooled connections and the revision readers."""
+        for reader in self._readers:
+            reader.close()
+        self._readers.clear()
+        self._local = threading.local()
         self.engine.dispose()
 
     # -- store facts ---------------------------------------------------------------------------
@@ -345,13 +356,32 @@ class SqlCatalog:
     def revision(self, user_id: str) -> str | None:
         """The user's current write token, None for an unknown user.
 
-        Read on every per-user cache lookup (BM25, P-Anchor), so it uses a bare connection: an ORM
-        session and its commit cost a third more than the query itself.
+        Read on every per-user cache lookup (BM25, P-Anchor), so it must cost far less than encoding
+        the query. A SQLite file is read through a per-thread read-only connection with a fixed
+        statement (~6 µs, against ~100 µs for a pooled SQLAlchemy connection): outside a transaction
+        each SELECT sees the latest commit, so writes from other processes are never missed.
         """
+        reader = self._revision_reader()
+        if reader is not None:
+            row = reader.execute("SELECT revision FROM users WHERE user_id = ?", (user_id,)).fetchone()
+            return None if row is None else str(row[0])
         with self.engine.connect() as connection:
             return connection.execute(
                 select(UserRow.revision).where(col(UserRow.user_id) == user_id)
             ).scalar_one_or_none()
+
+    def _revision_reader(self) -> sqlite3.Connection | None:
+        if self._sqlite_file is None:
+            return None
+        reader: sqlite3.Connection | None = getattr(self._local, "reader", None)
+        if reader is None:
+            # check_same_thread off only so close() may close it; each thread uses its own
+            reader = sqlite3.connect(
+                f"{self._sqlite_file.as_uri()}?mode=ro", uri=True, check_same_thread=False
+            )
+            self._local.reader = reader
+            self._readers.append(reader)
+        return reader
 
     def users(self) -> list[str]:
         """Users with at least one record, sorted."""
