@@ -1,0 +1,158 @@
+"""PURPLE's record scorer f_θ: a propensity in [0, 1] for each candidate record given the query.
+
+Input are frozen encoder token states. The paper encodes with Contriever, which is not available
+offline here; the store's MiniLM (all-MiniLM-L6-v2) token states stand in. Each record's tokens
+cross-attend to the query's tokens, are mean-pooled into one vector per record, and a Transformer
+encoder over the records (no positional encoding: the candidates are a set, so the scorer is
+permutation-equivariant) lets each record's score depend on the others, e.g. to avoid redundancy.
+An MLP maps each record to a logit and a sigmoid to the propensity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from personamem.encoder import SentenceEncoder
+
+__all__ = ["CandidateStates", "PurpleConfig", "RecordScorer", "collate", "encode_candidates"]
+
+
+class PurpleConfig(BaseModel):
+    """The scorer's shape; saved beside each checkpoint so it can be rebuilt.
+
+    Attributes:
+        dim: width of the encoder's token states (384 for MiniLM).
+        heads: attention heads in the cross-attention and the record Transformer.
+        layers: record Transformer layers. The paper uses 12; 2 trains in minutes on a CPU.
+        mlp_hidden: hidden width of the propensity MLP.
+        dropout: in the record Transformer and the MLP.
+        cross_attention: records attend to the query's tokens (off: an ablation).
+        record_transformer: records attend to each other (off: an ablation).
+        max_record_tokens: token states kept per record (the rest is cut, like the encoder does at 256).
+        max_query_tokens: token states kept for the query.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dim: int = Field(default=384, ge=1)
+    heads: int = Field(default=4, ge=1)
+    layers: int = Field(default=2, ge=0)
+    mlp_hidden: int = Field(default=256, ge=1)
+    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
+    cross_attention: bool = True
+    record_transformer: bool = True
+    max_record_tokens: int = Field(default=128, ge=2)
+    max_query_tokens: int = Field(default=64, ge=2)
+
+
+@dataclass(frozen=True)
+class CandidateStates:
+    """Frozen token states of one query and its candidate records: the scorer's input for one example."""
+
+    query: torch.Tensor  # (query tokens, dim)
+    query_mask: torch.Tensor  # (query tokens,) bool
+    records: torch.Tensor  # (candidates, record tokens, dim)
+    record_mask: torch.Tensor  # (candidates, record tokens) bool
+
+
+def encode_candidates(
+    encoder: SentenceEncoder, query: str, texts: Sequence[str], config: PurpleConfig
+) -> CandidateStates:
+    """Token states of the query and the candidates, cut to the configured lengths, kept in float16.
+
+    float16 halves the memory of a training set's cached states; the scorer computes in float32.
+    """
+    if not texts:
+        raise ValueError("no candidate records to score")
+    q = encoder.encode_tokens([query])
+    r = encoder.encode_tokens(list(texts))
+    return CandidateStates(
+        query=q.states[0, : config.max_query_tokens].half(),
+        query_mask=q.mask[0, : config.max_query_tokens].clone(),
+        records=r.states[:, : config.max_record_tokens].half(),
+        record_mask=r.mask[:, : config.max_record_tokens].clone(),
+    )
+
+
+def collate(batch: Sequence[CandidateStates]) -> dict[str, torch.Tensor]:
+    """Pad a batch of examples to common sizes; ``candidate_mask`` marks the real candidates."""
+    size = len(batch)
+    n = max(b.records.shape[0] for b in batch)
+    t = max(b.records.shape[1] for b in batch)
+    tq = max(b.query.shape[0] for b in batch)
+    dim = batch[0].records.shape[-1]
+    out = {
+        "records": torch.zeros(size, n, t, dim),
+        "record_mask": torch.zeros(size, n, t, dtype=torch.bool),
+        "query": torch.zeros(size, tq, dim),
+        "query_mask": torch.zeros(size, tq, dtype=torch.bool),
+        "candidate_mask": torch.zeros(size, n, dtype=torch.bool),
+    }
+    for i, b in enumerate(batch):
+        bn, bt = b.record_mask.shape
+        out["records"][i, :bn, :bt] = b.records.float()
+        out["record_mask"][i, :bn, :bt] = b.record_mask
+        out["query"][i, : b.query.shape[0]] = b.query.float()
+        out["query_mask"][i, : b.query.shape[0]] = b.query_mask
+        out["candidate_mask"][i, :bn] = True
+    return out
+
+
+class RecordScorer(nn.Module):
+    """f_θ: propensities ``(batch, candidates)`` from :func:`collate`'s tensors."""
+
+    def __init__(self, config: PurpleConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.dim
+        self.cross = (
+            nn.MultiheadAttention(d, config.heads, batch_first=True) if config.cross_attention else None
+        )
+        self.cross_norm = nn.LayerNorm(d) if config.cross_attention else None
+        self.records = (
+            nn.TransformerEncoder(
+                nn.TransformerEncoderLayer(
+                    d, config.heads, dim_feedforward=2 * d, dropout=config.dropout, batch_first=True
+                ),
+                num_layers=config.layers,
+                enable_nested_tensor=False,
+            )
+            if config.record_transformer and config.layers > 0
+            else None
+        )
+        self.head = nn.Sequential(
+            nn.Linear(d, config.mlp_hidden),
+            nn.GELU(),
+            nn.Dropout(config.dropout),
+            nn.Linear(config.mlp_hidden, 1),
+        )
+
+    def forward(
+        self,
+        records: torch.Tensor,
+        record_mask: torch.Tensor,
+        query: torch.Tensor,
+        query_mask: torch.Tensor,
+        candidate_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Propensities in (0, 1); padded candidates get exactly 0."""
+        size, n, t, d = records.shape
+        tokens = records.reshape(size * n, t, d)
+        token_mask = record_mask.reshape(size * n, t)
+        if self.cross is not None and self.cross_norm is not None:
+            q = query.repeat_interleave(n, dim=0)
+            q_pad = ~query_mask.repeat_interleave(n, dim=0)
+            attended, _ = self.cross(tokens, q, q, key_padding_mask=q_pad, need_weights=False)
+            tokens = self.cross_norm(tokens + attended)
+        weights = token_mask.unsqueeze(-1).float()
+        pooled = (tokens * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+        pooled = pooled.reshape(size, n, d)
+        if self.records is not None:
+            pooled = self.records(pooled, src_key_padding_mask=~candidate_mask)
+        propensity = torch.sigmoid(self.head(pooled).squeeze(-1))
+        return propensity * candidate_mask

@@ -1,0 +1,53 @@
+"""PURPLE's reward: the frozen LLM's log-likelihood of the user's true answer given profile and query.
+
+R(P) = log p_LLM(y | P, x), with the profile rendered by the same prompt the harness's answer metrics
+use (:func:`~personamem.eval.answering.profile_prompt`, which also fits it to the model's window).
+Scores are cached by (example, ordered record ids): a policy that is becoming confident samples the
+same profiles again and again, and those need not be rescored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from personamem.eval.answering import profile_prompt
+from personamem.eval.answers import answer_loglikelihood
+from personamem.llm.base import FrozenLLM
+from personamem.purple.data import ProfileExample
+from personamem.records import Record
+
+__all__ = ["LLMReward"]
+
+
+class LLMReward:
+    """Log-likelihood rewards for (example, profile) pairs, scored in one batched call per request.
+
+    Attributes:
+        hits: rewards served from the cache.
+        scored: rewards the LLM computed.
+    """
+
+    def __init__(self, llm: FrozenLLM) -> None:
+        self.llm = llm
+        self._cache: dict[tuple[str, tuple[str, ...]], float] = {}
+        self.hits = 0
+        self.scored = 0
+
+    def __call__(self, requests: Sequence[tuple[ProfileExample, Sequence[Record]]]) -> list[float]:
+        """R for each (example, profile in order)."""
+        keys = [(example.id, tuple(r.id for r in profile)) for example, profile in requests]
+        todo: dict[tuple[str, tuple[str, ...]], tuple[ProfileExample, Sequence[Record]]] = {}
+        for key, request in zip(keys, requests, strict=True):
+            if key not in self._cache:
+                todo.setdefault(key, request)
+        if todo:
+            pending = list(todo.values())
+            scores = answer_loglikelihood(  # the answer exactly as the harness's answer metrics score it
+                self.llm,
+                [profile_prompt(self.llm, profile, example.query) for example, profile in pending],
+                [example.answer for example, _ in pending],
+            )
+            self._cache.update(zip(todo, scores, strict=True))
+        self.scored += len(todo)
+        self.hits += len(keys) - len(todo)
+        return [self._cache[key] for key in keys]

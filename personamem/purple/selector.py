@@ -1,0 +1,48 @@
+"""PURPLE behind the :class:`~personamem.profile.ProfileSelector` seam: top K by learned propensity."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from personamem.encoder import SentenceEncoder
+from personamem.purple.checkpoint import load_checkpoint
+from personamem.purple.model import RecordScorer, collate, encode_candidates
+from personamem.records import Record
+from personamem.retrieval.base import Hit, ranked
+
+__all__ = ["PurpleSelector"]
+
+
+class PurpleSelector:
+    """Orders candidates by the scorer's propensity and keeps the top ``k`` (the paper's inference)."""
+
+    def __init__(self, scorer: RecordScorer, encoder: SentenceEncoder) -> None:
+        self.scorer = scorer.eval()
+        self.encoder = encoder
+
+    @classmethod
+    def load(cls, folder: str | Path, encoder: SentenceEncoder) -> PurpleSelector:
+        """A selector from a checkpoint folder trained on ``encoder``'s token states."""
+        scorer, _ = load_checkpoint(Path(folder), encoder=encoder.name)
+        return cls(scorer, encoder)
+
+    def propensities(self, query: str, candidates: Sequence[Record]) -> list[float]:
+        """f_θ for each candidate, in the candidates' order."""
+        states = encode_candidates(self.encoder, query, [r.text for r in candidates], self.scorer.config)
+        device = next(self.scorer.parameters()).device
+        with torch.inference_mode():
+            batch = {k: v.to(device) for k, v in collate([states]).items()}
+            return self.scorer(**batch)[0].float().cpu().tolist()
+
+    def select(self, user_id: str, query: str, candidates: Sequence[Record], k: int) -> list[Hit]:
+        """The top ``k`` candidates by propensity, best first."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        if not candidates:
+            return []
+        scores = self.propensities(query, candidates)
+        order = sorted(range(len(candidates)), key=lambda i: -scores[i])[:k]
+        return ranked([(candidates[i], scores[i]) for i in order])

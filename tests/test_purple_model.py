@@ -1,0 +1,81 @@
+"""PURPLE's Plackett–Luce policy and record scorer (no LLM: pure probability and shape checks)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from personamem import SentenceEncoder
+from personamem.purple import PurpleConfig, RecordScorer, plackett_luce_log_prob, plackett_luce_sample
+from personamem.purple.model import collate, encode_candidates
+
+WEIGHTS = torch.tensor([0.9, 0.1, 0.5, 0.3, 0.7])
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_probabilities_of_all_k_permutations_sum_to_one(k: int) -> None:
+    orders = torch.tensor(list(itertools.permutations(range(5), k)))
+    probs = plackett_luce_log_prob(WEIGHTS.expand(len(orders), -1), orders).exp()
+    assert float(probs.sum()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_log_prob_by_hand() -> None:
+    # draw 0 (0.9 of 2.5), then 4 (0.7 of the remaining 1.6)
+    expected = math.log(0.9 / 2.5) + math.log(0.7 / 1.6)
+    assert float(plackett_luce_log_prob(WEIGHTS, torch.tensor([0, 4]))) == pytest.approx(expected, rel=1e-5)
+
+
+def test_sampler_frequencies_match_the_probabilities() -> None:
+    draws = plackett_luce_sample(WEIGHTS, 2, 40_000, torch.Generator().manual_seed(0))
+    assert all(len(set(row.tolist())) == 2 for row in draws[:100])  # without replacement
+    counts: dict[tuple[int, ...], int] = {}
+    for row in draws.tolist():
+        counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+    for order in itertools.permutations(range(5), 2):
+        p = float(plackett_luce_log_prob(WEIGHTS, torch.tensor(order)).exp())
+        sd = math.sqrt(p * (1 - p) / len(draws))
+        assert abs(counts.get(order, 0) / len(draws) - p) < 5 * sd + 1e-4, order
+
+
+def test_zero_weight_candidates_are_never_drawn() -> None:
+    weights = torch.tensor([0.5, 0.0, 0.2, 0.0])
+    draws = plackett_luce_sample(weights, 2, 1000, torch.Generator().manual_seed(1))
+    assert set(draws.flatten().tolist()) == {0, 2}
+    with pytest.raises(ValueError, match=r"k must be in 1\.\.2"):
+        plackett_luce_sample(weights, 3, 1)
+
+
+def _batch(encoder: SentenceEncoder, config: PurpleConfig) -> dict[str, torch.Tensor]:
+    texts = ["I'm vegan.", "My sister lives in Porto.", "I run every morning before work.", "I hate olives."]
+    return collate(
+        [
+            encode_candidates(encoder, "what should I cook?", texts, config),
+            encode_candidates(encoder, "where does my sister live?", texts[:3], config),
+        ]
+    )
+
+
+def test_scorer_is_a_permutation_equivariant_propensity(encoder: SentenceEncoder) -> None:
+    config = PurpleConfig(layers=1)
+    torch.manual_seed(0)
+    scorer = RecordScorer(config).eval()
+    batch = _batch(encoder, config)
+    out = scorer(**batch)
+    assert out.shape == (2, 4) and out[1, 3] == 0.0  # the second example has 3 candidates
+    assert bool(((out[0] > 0) & (out[0] < 1)).all())
+    perm = torch.tensor([2, 0, 3, 1])
+    shuffled = {**batch, "records": batch["records"][:1, perm], "record_mask": batch["record_mask"][:1, perm]}
+    shuffled |= {k: batch[k][:1] for k in ("query", "query_mask", "candidate_mask")}
+    assert torch.allclose(scorer(**shuffled)[0], out[0, perm], atol=1e-5)  # no positional encoding
+
+
+def test_ablations_drop_their_modules(encoder: SentenceEncoder) -> None:
+    full = RecordScorer(PurpleConfig(layers=1))
+    bare = RecordScorer(PurpleConfig(layers=1, cross_attention=False, record_transformer=False))
+    assert bare.cross is None and bare.records is None
+    assert sum(p.numel() for p in bare.parameters()) < sum(p.numel() for p in full.parameters())
+    config = PurpleConfig(cross_attention=False, record_transformer=False)
+    assert bare(**_batch(encoder, config)).shape == (2, 4)

@@ -1,0 +1,137 @@
+"""PURPLE training: the REINFORCE step, a bandit with a known best profile, checkpoints, the LLM reward.
+
+The bandit's reward is a plain function of the profile (no LLM), so what is tested is the learning
+rule; the LLM reward is tested on its own with the real SmolLM2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import torch
+
+from personamem import Record, SentenceEncoder
+from personamem.llm import TransformersLLM
+from personamem.purple import PurpleConfig
+from personamem.purple.checkpoint import CheckpointError, load_checkpoint
+from personamem.purple.data import ProfileExample, split_by_user
+from personamem.purple.reward import LLMReward
+from personamem.purple.selector import PurpleSelector
+from personamem.trainers.purple import PurpleTrainConfig, advantages, train_purple
+
+FOOD = ["I'm vegan and cook lentils most nights.", "My favourite dish is a spicy tofu curry."]
+OTHER = [
+    "I take the 8:15 train to work.",
+    "My sister Ana lives in Porto.",
+    "I play the cello on Sundays.",
+    "Our flat has a small balcony.",
+    "I was born in 1990.",
+    "I'm reading a novel about sailors.",
+]
+
+
+def _examples(n: int, user: str = "u") -> list[ProfileExample]:
+    records = [
+        Record(user_id=user, id=f"r{i}", text=t) for i, t in enumerate([*OTHER[:3], *FOOD, *OTHER[3:]])
+    ]
+    queries = ["what should I cook tonight?", "plan my dinner", "a recipe for me?", "what do I like to eat?"]
+    return [
+        ProfileExample(
+            f"{user}-{i}",
+            user,
+            queries[i % len(queries)],
+            "tofu curry",
+            tuple(records[i % 3 :] + records[: i % 3]),
+        )
+        for i in range(n)
+    ]
+
+
+def food_reward(requests: Sequence[tuple[ProfileExample, Sequence[Record]]]) -> list[float]:
+    """A bandit whose best profile is known: +1 per food record, more when it comes first."""
+    return [
+        sum((2.0 if rank == 0 else 1.0) for rank, r in enumerate(p) if r.text in FOOD) for _, p in requests
+    ]
+
+
+def _config(**overrides: object) -> PurpleTrainConfig:
+    base = {"model": PurpleConfig(layers=1, dropout=0.0), "k": 2, "batch_size": 4, "samples": 16, "lr": 3e-3}
+    return PurpleTrainConfig(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+def test_advantages_per_example() -> None:
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 30.0], [1.0, 2.0, 3.0, 4.0]])
+    z = advantages(rewards, "zscore")
+    assert torch.allclose(z.mean(dim=1), torch.zeros(2), atol=1e-6) and float(z[0, 3]) == pytest.approx(
+        1.5, rel=1e-3
+    )
+    rank = advantages(rewards, "rank")
+    assert torch.equal(rank[1], torch.tensor([-1.0, -1 / 3, 1 / 3, 1.0]))
+    clip = advantages(rewards, "clip", clip_nats=5.0)
+    assert float(clip[0, 3]) == 1.0 and float(clip[0, 0]) == pytest.approx(-1.0)  # 30 nats counts as 5
+
+
+def test_one_step_changes_every_trainable_parameter(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    train, validation = _examples(4), _examples(2, "v")
+    train_purple(train, validation, encoder, food_reward, _config(steps=1, validate_every=1), tmp_path)
+    before, _ = load_checkpoint(tmp_path / "last", encoder=encoder.name)
+    train_purple(
+        train, validation, encoder, food_reward, _config(steps=2, validate_every=1), tmp_path, resume=True
+    )
+    after, training = load_checkpoint(tmp_path / "last", encoder=encoder.name)
+    params = dict(before.named_parameters())
+    unchanged = [n for n, p in after.named_parameters() if torch.equal(p, params[n])]
+    assert not unchanged and training["step"] == 2
+
+
+def test_the_policy_learns_a_bandit_with_a_known_best_profile(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    config = _config(steps=60, validate_every=20)
+    validation = _examples(4, "v")
+    result = train_purple(_examples(8), validation, encoder, food_reward, config, tmp_path)
+    selector = PurpleSelector.load(result.best, encoder)
+    for example in validation:
+        picked = selector.select(example.user_id, example.query, example.candidates, 2)
+        assert {h.record.text for h in picked} == set(FOOD)
+    assert result.best_validation == pytest.approx(3.0)  # both food records, one of them first
+
+
+def test_resume_continues_from_the_last_checkpoint(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    train, validation = _examples(4), _examples(2, "v")
+    train_purple(train, validation, encoder, food_reward, _config(steps=2, validate_every=2), tmp_path)
+    result = train_purple(
+        train, validation, encoder, food_reward, _config(steps=4, validate_every=2), tmp_path, resume=True
+    )
+    steps = [row["step"] for row in result.history if "loss" in row]
+    assert steps == [1, 2, 3, 4] and result.profiles_rewarded == 2 * 4 * 16  # only the new steps
+
+
+def test_checkpoint_for_another_encoder_is_refused(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    train_purple(_examples(2), _examples(1, "v"), encoder, food_reward, _config(steps=1), tmp_path)
+    with pytest.raises(CheckpointError, match="trained on token states of encoder"):
+        load_checkpoint(tmp_path / "best", encoder="another-encoder")
+    with pytest.raises(CheckpointError, match="not a PURPLE checkpoint"):
+        load_checkpoint(tmp_path / "nothing")
+
+
+def test_split_by_user_holds_out_whole_users() -> None:
+    examples = [e for user in "abcde" for e in _examples(2, user)]
+    train, validation, test = split_by_user(examples, validation=1, test=2, seed=3)
+    users = [{e.user_id for e in part} for part in (train, validation, test)]
+    assert [len(u) for u in users] == [2, 1, 2] and not (users[0] & users[1]) and not (users[0] & users[2])
+    with pytest.raises(ValueError, match="2 users cannot give"):
+        split_by_user(examples[:4], validation=1, test=1)
+
+
+def test_llm_reward_prefers_the_profile_with_the_answer_and_caches(llm: TransformersLLM) -> None:
+    example = _examples(1)[0]
+    food = [r for r in example.candidates if r.text in FOOD]
+    other = [r for r in example.candidates if r.text not in FOOD][:2]
+    reward = LLMReward(llm)
+    with_answer, without = reward([(example, food), (example, other)])
+    assert with_answer > without
+    assert reward([(example, food), (example, food)]) == [with_answer, with_answer]
+    assert (reward.scored, reward.hits) == (2, 2)
