@@ -13,10 +13,10 @@ from typing import Annotated
 
 import typer
 from rich import box
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from personamem.cli_train import train_app
+from personamem.console import err, out, progress_bar
 from personamem.errors import PersonaMemError
 from personamem.eval.evaluate import BenchmarkName
 from personamem.memory import PersonaMem, SearchMethod
@@ -31,8 +31,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+app.add_typer(train_app, name="train")
 
 
 def default_store() -> Path:
@@ -100,12 +99,6 @@ def _global(
     ctx.obj = StoreOptions(store or default_store(), sql_url, chroma_url)
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
-    )
-
-
 def _load(path: Path, fmt: IngestFormat, user: str | None, noise: float, user_prefix: str) -> list[Record]:
     if fmt is IngestFormat.JSONL:
         from personamem.ingest.jsonl import read_jsonl
@@ -137,7 +130,7 @@ def ingest(
 ) -> None:
     """Store records from a file; everything is validated before anything is written."""
     records = _load(path, fmt, user, noise, user_prefix)
-    with ctx.obj.open() as mem, _progress() as bar:
+    with ctx.obj.open() as mem, progress_bar() as bar:
         task = bar.add_task(f"ingesting {path.name}", total=len(records))
         advance: Callable[[int], None] = lambda n: bar.advance(task, n)  # noqa: E731
         mem.add_many(records, progress=advance)
@@ -280,7 +273,7 @@ def eval_(
             for e in exc.errors()
         )
         raise typer.BadParameter(problems) from None
-    with _progress() as progress:
+    with progress_bar() as progress:
         report = run_eval(
             config,
             cache_dir=default_cache_dir() / "eval-vectors",
@@ -360,7 +353,7 @@ def eval_rewriting(
         for s in (strategy or list(RewriteStrategy))
         for k in counts
     ]
-    with _progress() as progress:
+    with progress_bar() as progress:
         runs, samples = evaluate_rewriting(
             TransformersLLM.local(llm),
             default_encoder(),

@@ -6,6 +6,7 @@ rule; the LLM reward is tested on its own with the real SmolLM2.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from personamem import Record, SentenceEncoder
+from personamem.cli import main
 from personamem.llm import TransformersLLM
 from personamem.purple import PurpleConfig
 from personamem.purple.checkpoint import CheckpointError, load_checkpoint
@@ -20,6 +22,7 @@ from personamem.purple.data import ProfileExample, split_by_user
 from personamem.purple.reward import LLMReward
 from personamem.purple.selector import PurpleSelector
 from personamem.trainers.purple import PurpleTrainConfig, advantages, train_purple
+from tests.conftest import DATA, need_data
 
 FOOD = ["I'm vegan and cook lentils most nights.", "My favourite dish is a spicy tofu curry."]
 OTHER = [
@@ -135,3 +138,34 @@ def test_llm_reward_prefers_the_profile_with_the_answer_and_caches(llm: Transfor
     assert with_answer > without
     assert reward([(example, food), (example, food)]) == [with_answer, with_answer]
     assert (reward.scored, reward.hits) == (2, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")  # most sessions exceed 256 tokens
+def test_train_command_holds_out_users_and_writes_a_checkpoint(
+    tmp_path: Path, encoder: SentenceEncoder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "purple"
+    argv = ["train", "purple", "--benchmark", "personabench", "--data", str(need_data(DATA / "personabench"))]
+    argv += ["--out", str(out), "--steps", "2", "--batch-size", "2", "--samples", "2", "--candidates", "4"]
+    argv += [
+        "--k",
+        "2",
+        "--layers",
+        "1",
+        "--max-train",
+        "4",
+        "--max-validation",
+        "2",
+        "--validate-every",
+        "1",
+    ]
+    assert main(argv) == 0
+    split = json.loads((out / "split.json").read_text(encoding="utf-8"))
+    assert split["test_users"] and not set(split["test_users"]) & set(split["train_users"])
+    assert not set(split["validation_users"]) & set(split["train_users"])
+    assert (out / "best" / "model.safetensors").is_file() and (
+        out / "last" / "optimizer.safetensors"
+    ).is_file()
+    assert "best step, validation reward" in capsys.readouterr().out
+    assert main([*argv, "--advantage", "median"]) == 2  # a bad option names itself, nothing is trained
