@@ -202,7 +202,8 @@ def eval_(
         typer.Option(
             help=(
                 "Method to run (repeatable): dense, bm25, hybrid, pbr, pbr-no-anchor, pbr-no-prf, "
-                "hyde, q2t, cot, thinkqe, mill. [default: dense]"
+                "hyde, q2t, cot, thinkqe, mill; profile selection over hybrid's top 20: random5, "
+                "earliest5, listwise, purple:<checkpoint folder>. [default: dense]"
             )
         ),
     ] = None,
@@ -237,6 +238,9 @@ def eval_(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
     llm: Annotated[str, typer.Option(help=_LLM_HELP)] = "smollm2",
+    held_out: Annotated[
+        Path | None, typer.Option(help="A split.json from 'train purple': evaluate only its test users.")
+    ] = None,
 ) -> None:
     """Score retrieval methods on a benchmark: mean ± std over seeds, paired t-tests, a written report."""
     from pydantic import ValidationError
@@ -264,6 +268,7 @@ def eval_(
                 "profile_k": profile_k,
                 "max_questions": max_questions,
                 "llm": llm,
+                "held_out": held_out,
             }
         )
     except ValidationError as exc:

@@ -8,16 +8,20 @@ selector also works on documents that came from another framework's retriever.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import random
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from personamem.encoder import Encoder
 from personamem.records import Record
-from personamem.retrieval.base import Hit, ranked
+from personamem.retrieval.base import Hit, Retriever, ranked
 
-__all__ = ["ProfileSelector", "RelevanceSelector"]
+__all__ = ["EarliestSelector", "ProfileRetriever", "ProfileSelector", "RandomSelector", "RelevanceSelector"]
 
 
 @runtime_checkable
@@ -45,3 +49,70 @@ class RelevanceSelector:
         scores = vectors[1:] @ vectors[0]
         order = np.argsort(-scores, kind="stable")[:k]
         return ranked([(candidates[i], float(scores[i])) for i in order])
+
+
+class RandomSelector:
+    """``k`` candidates drawn uniformly, in random order (a floor for learned selection).
+
+    The draw depends on the seed, the user and the query only, so a question gets the same profile
+    however often it is asked.
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def select(self, user_id: str, query: str, candidates: Sequence[Record], k: int) -> list[Hit]:
+        """A seeded sample of the candidates."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        digest = hashlib.sha256(json.dumps([self.seed, user_id, query]).encode()).digest()
+        picked = random.Random(digest).sample(range(len(candidates)), min(k, len(candidates)))
+        return ranked([(candidates[i], 0.0) for i in picked])
+
+
+class EarliestSelector:
+    """The ``k`` earliest candidates in the user's history (by timestamp, then record order).
+
+    Candidates without a timestamp come after those with one, in the order given.
+    """
+
+    def select(self, user_id: str, query: str, candidates: Sequence[Record], k: int) -> list[Hit]:
+        """The oldest candidates first."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        order = sorted(
+            range(len(candidates)),
+            key=lambda i: (candidates[i].timestamp is None, candidates[i].timestamp or datetime.min, i),
+        )
+        return ranked([(candidates[i], 0.0) for i in order[:k]])
+
+
+class ProfileRetriever:
+    """A first stage's top candidates, re-ordered so the selector's profile comes first.
+
+    The profile (the selector's ``profile_k`` picks, in its order) is followed by the other candidates
+    in first-stage order, so retrieval metrics stay defined and the top ``profile_k`` is exactly what
+    the LLM would see.
+    """
+
+    def __init__(
+        self, first_stage: Retriever, selector: ProfileSelector, *, candidates: int = 20, profile_k: int = 5
+    ):
+        if candidates < profile_k:
+            raise ValueError(f"candidates ({candidates}) must be at least profile_k ({profile_k})")
+        self.first_stage = first_stage
+        self.selector = selector
+        self.candidates = candidates
+        self.profile_k = profile_k
+
+    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
+        """The profile, then the remaining candidates, cut to ``k``."""
+        pool = [hit.record for hit in self.first_stage.search(user_id, query, self.candidates)]
+        if not pool:
+            return []
+        profile = self.selector.select(user_id, query, pool, min(self.profile_k, len(pool)))
+        chosen = {hit.record.id for hit in profile}
+        if not chosen <= {record.id for record in pool}:
+            raise ValueError("the selector returned a record that was not among the candidates")
+        rest = [(record, 0.0) for record in pool if record.id not in chosen]
+        return ranked([(hit.record, hit.score) for hit in profile] + rest)[:k]

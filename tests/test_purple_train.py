@@ -169,3 +169,29 @@ def test_train_command_holds_out_users_and_writes_a_checkpoint(
     ).is_file()
     assert "best step, validation reward" in capsys.readouterr().out
     assert main([*argv, "--advantage", "median"]) == 2  # a bad option names itself, nothing is trained
+
+
+def test_profile_methods_run_through_the_harness(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    from personamem.eval.benchmark import Benchmark, Question
+    from personamem.eval.methods import profile_method
+    from personamem.eval.runner import evaluate_method
+    from personamem.store import Store
+
+    examples = _examples(1)
+    train_purple(examples, _examples(1, "v"), encoder, food_reward, _config(steps=1), tmp_path / "ckpt")
+    records = list(examples[0].candidates)
+    bench = Benchmark(
+        "toy", records, [Question(id="q", user_id="u", text="what should I cook?", relevant={"r3": 1})]
+    )
+    store = Store.open(tmp_path / "store", encoder=encoder)
+    store.add_many(records)
+    try:
+        for name in ("random5", "earliest5", f"purple:{tmp_path / 'ckpt' / 'best'}"):
+            run = evaluate_method(profile_method(name, None), bench, store, seeds=[0, 1], depth=10)
+            ranking = run.rankings[run.seeds[0]]["q"]
+            assert sorted(ranking) == sorted(r.id for r in records)  # the profile first, then the rest
+            assert run.stochastic == (name == "random5")
+    finally:
+        store.close()
+    with pytest.raises(ValueError, match="needs a frozen LLM"):
+        profile_method("listwise", None)

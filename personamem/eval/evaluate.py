@@ -23,7 +23,16 @@ from rich.progress import Progress
 from personamem.encoder import Encoder, default_encoder
 from personamem.errors import MissingExtraError
 from personamem.eval.benchmark import Benchmark
-from personamem.eval.methods import FIRST_STAGE, NEEDS_LLM, PERSONALIZED, Method, personalized_method
+from personamem.eval.methods import (
+    FIRST_STAGE,
+    NEEDS_LLM,
+    PERSONALIZED,
+    PROFILE,
+    Method,
+    is_profile_method,
+    personalized_method,
+    profile_method,
+)
 from personamem.eval.report import Report
 from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
 from personamem.ingest.personabench import Render
@@ -63,6 +72,8 @@ class EvalConfig(BaseModel):
         max_questions: evaluate an evenly spaced subset of this many questions (quick looks, tests).
         llm: the frozen LLM for methods and answers that need one: a packaged model name
             (:data:`~personamem.llm.packaged.LOCAL_MODELS`) or a local transformers model folder.
+        held_out: a ``split.json`` from ``personamem train purple``: evaluate only its test users,
+            whom the checkpoint never saw.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -82,14 +93,18 @@ class EvalConfig(BaseModel):
     profile_k: int = Field(default=5, ge=1)
     max_questions: int | None = Field(default=None, ge=1)
     llm: str = "smollm2"
+    held_out: Path | None = None
 
     @model_validator(mode="after")
     def _known_methods(self) -> EvalConfig:
-        unknown = [m for m in self.methods if m not in FIRST_STAGE and m not in PERSONALIZED]
+        unknown = [
+            m
+            for m in self.methods
+            if m not in FIRST_STAGE and m not in PERSONALIZED and not is_profile_method(m)
+        ]
         if unknown:
-            raise ValueError(
-                f"unknown method(s) {unknown}; choose from: {', '.join([*FIRST_STAGE, *PERSONALIZED])}"
-            )
+            choices = ", ".join([*FIRST_STAGE, *PERSONALIZED, *PROFILE, "purple:<checkpoint folder>"])
+            raise ValueError(f"unknown method(s) {unknown}; choose from: {choices}")
         if not self.methods:
             raise ValueError("give at least one method")
         if self.baseline is not None and self.baseline not in self.methods:
@@ -112,6 +127,8 @@ class EvalConfig(BaseModel):
             args += ["--max-questions", str(self.max_questions)]
         if self.llm != "smollm2":
             args += ["--llm", self.llm]
+        if self.held_out:
+            args += ["--held-out", str(self.held_out)]
         args += self._benchmark_options()
         return shlex.join(args)
 
@@ -167,6 +184,8 @@ def run_eval(
     timings: dict[str, float] = {}
     start = time.perf_counter()
     benchmark = load_benchmark(config)
+    if config.held_out:
+        benchmark = _held_out(benchmark, config.held_out)
     if config.max_questions and config.max_questions < len(benchmark.questions):
         total = len(benchmark.questions)
         picked = [benchmark.questions[i * total // config.max_questions] for i in range(config.max_questions)]
@@ -176,10 +195,14 @@ def run_eval(
         reasons = dict(benchmark.skip_reasons())
         raise ValueError(f"{benchmark.name}: no question can be scored (skipped: {reasons})")
     timings["metric_compile"] = warm_up_metrics()
-    needs_llm = config.answers or any(name in NEEDS_LLM for name in config.methods)
+    needs_llm = config.answers or any(name in NEEDS_LLM or name == "listwise" for name in config.methods)
     llm = llm or (TransformersLLM.local(config.llm) if needs_llm else None)
     methods: list[Method] = [
-        FIRST_STAGE[name] if name in FIRST_STAGE else personalized_method(name, llm)
+        FIRST_STAGE[name]
+        if name in FIRST_STAGE
+        else profile_method(name, llm)
+        if is_profile_method(name)
+        else personalized_method(name, llm)
         for name in config.methods
     ]
     encoder = encoder or default_encoder()
@@ -209,6 +232,15 @@ def run_eval(
         finally:
             store.close()
     return Report(benchmark, runs, baseline=config.baseline, command=config.command(), timings=timings)
+
+
+def _held_out(benchmark: Benchmark, split_file: Path) -> Benchmark:
+    """Only the questions of the split's test users (the corpus stays whole: users are separate)."""
+    try:
+        users = set(json.loads(split_file.read_text(encoding="utf-8"))["test_users"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{split_file}: not a split.json with test_users ({exc})") from None
+    return dataclasses.replace(benchmark, questions=[q for q in benchmark.questions if q.user_id in users])
 
 
 def _store_name(benchmark: Benchmark, encoder: Encoder) -> str:

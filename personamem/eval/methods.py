@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from personamem.listwise import ListwiseSelector
 from personamem.llm import FrozenLLM
 from personamem.personalize import EXPANSIONS, PBR, LLMExpansion, PAnchor, PersonalizedRetriever
+from personamem.profile import EarliestSelector, ProfileRetriever, ProfileSelector, RandomSelector
 from personamem.retrieval import BM25Retriever, DenseRetriever, HybridRetriever, Retriever
 from personamem.store import Store
 
@@ -24,8 +26,11 @@ __all__ = [
     "HYBRID",
     "NEEDS_LLM",
     "PERSONALIZED",
+    "PROFILE",
     "Method",
+    "is_profile_method",
     "personalized_method",
+    "profile_method",
 ]
 
 
@@ -79,3 +84,51 @@ def personalized_method(name: str, llm: FrozenLLM | None) -> Method:
         return PersonalizedRetriever(store, LLMExpansion(store, llm, name, seed=seed))  # type: ignore[arg-type]
 
     return Method(name, build, stochastic=name in NEEDS_LLM)
+
+
+PROFILE = ("random5", "earliest5", "listwise")
+"""Profile selectors over the hybrid first stage's top 20, as PURPLE's baselines; ``purple:<checkpoint
+folder>`` is PURPLE itself. Each puts its 5-record profile first (what ``--answers`` scores)."""
+
+_CANDIDATES, _PROFILE_K = 20, 5
+
+
+def is_profile_method(name: str) -> bool:
+    """Whether ``name`` is one of :data:`PROFILE` or ``purple:<folder>``."""
+    return name in PROFILE or (name.startswith("purple:") and len(name) > len("purple:"))
+
+
+def profile_method(name: str, llm: FrozenLLM | None) -> Method:
+    """The profile-selection method called ``name`` (see :data:`PROFILE`).
+
+    Raises:
+        ValueError: an unknown name, or ``listwise`` without an LLM.
+    """
+    if not is_profile_method(name):
+        raise ValueError(
+            f"unknown profile method {name!r}; choose from {PROFILE} or purple:<checkpoint folder>"
+        )
+    if name == "listwise" and llm is None:
+        raise ValueError("method 'listwise' needs a frozen LLM")
+
+    def build(store: Store, seed: int) -> Retriever:
+        selector: ProfileSelector
+        if name == "random5":
+            selector = RandomSelector(seed)
+        elif name == "earliest5":
+            selector = EarliestSelector()
+        elif name == "listwise":
+            assert llm is not None
+            selector = ListwiseSelector(llm)
+        else:
+            from personamem.encoder import SentenceEncoder
+            from personamem.purple.selector import PurpleSelector
+
+            if not isinstance(store.encoder, SentenceEncoder):
+                raise ValueError("PURPLE needs the encoder's token states (a SentenceEncoder store)")
+            selector = PurpleSelector.load(name.removeprefix("purple:"), store.encoder)
+        return ProfileRetriever(
+            HYBRID.build(store, seed), selector, candidates=_CANDIDATES, profile_k=_PROFILE_K
+        )
+
+    return Method(name, build, stochastic=name == "random5")

@@ -1,0 +1,92 @@
+"""A listwise LLM reranker as a profile selector (RankGPT-style, written from its description).
+
+The frozen LLM sees the numbered candidates and the question and answers with an order such as
+``[3] > [1] > [2]``. It is PURPLE's strongest untrained baseline and the yardstick for its speed:
+one generation per query over all candidates, against PURPLE's single forward pass.
+Numbers the model leaves out keep their first-stage order after the ones it ranked; an answer with
+no usable number, or a failing backend, gives the first-stage order with a warning.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+
+from personamem.llm.base import FrozenLLM, LLMError
+from personamem.llm.budget import fit_to_budget
+from personamem.records import Record
+from personamem.retrieval.base import Hit, ranked
+
+__all__ = ["ListwiseFallbackWarning", "ListwiseSelector", "parse_ranking"]
+
+_NUMBER = re.compile(r"\d+")
+
+
+class ListwiseFallbackWarning(UserWarning):
+    """The LLM gave no usable ranking, so the candidates kept their first-stage order."""
+
+
+def parse_ranking(text: str, n: int) -> list[int]:
+    """0-based candidate indices in the order the answer names them (1-based numbers), deduplicated."""
+    order: list[int] = []
+    for match in _NUMBER.finditer(text):
+        index = int(match.group()) - 1
+        if 0 <= index < n and index not in order:
+            order.append(index)
+    return order
+
+
+class ListwiseSelector:
+    """Asks the LLM to order the candidates by usefulness for the question; keeps the first ``k``.
+
+    Args:
+        llm: the frozen LLM (greedy decoding).
+        record_chars: characters of each record shown (long sessions are cut).
+        max_tokens: tokens generated for the ranking.
+    """
+
+    def __init__(self, llm: FrozenLLM, *, record_chars: int = 300, max_tokens: int = 96) -> None:
+        self.llm = llm
+        self.record_chars = record_chars
+        self.max_tokens = max_tokens
+
+    def select(self, user_id: str, query: str, candidates: Sequence[Record], k: int) -> list[Hit]:
+        """The LLM's top ``k``, best first."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        if not candidates:
+            return []
+        order = self._rank(query, candidates)
+        return ranked([(candidates[i], float(len(candidates) - rank)) for rank, i in enumerate(order[:k])])
+
+    def _rank(self, query: str, candidates: Sequence[Record]) -> list[int]:
+        head = "Below are numbered notes about one user."
+        ask = (
+            f"Question: {query}\nRank the notes by how useful they are for answering the question. "
+            "Reply only with the numbers, most useful first, like: [2] > [1] > [3]"
+        )
+        budget = self.llm.context_window - self.max_tokens - self.llm.count_tokens(f"{head}\n{ask}") - 32
+        shown = [f"[{i + 1}] {self._cut(r.text)}" for i, r in enumerate(candidates)]
+        fitted = fit_to_budget(shown, max(0, budget), self.llm.count_tokens, render=lambda t: t)
+        prompt = [{"role": "user", "content": f"{head}\n{fitted.text}\n\n{ask}"}]
+        try:
+            text = self.llm.generate([prompt], max_tokens=self.max_tokens, temperature=0.0)[0][0]
+        except LLMError as exc:
+            warnings.warn(
+                f"listwise rerank: the LLM failed ({exc}); keeping the first-stage order",
+                ListwiseFallbackWarning,
+                stacklevel=3,
+            )
+            return list(range(len(candidates)))
+        order = parse_ranking(text, len(fitted.kept))
+        if not order:
+            warnings.warn(
+                f"listwise rerank: no ranking in {text[:80]!r}; keeping the first-stage order",
+                ListwiseFallbackWarning,
+                stacklevel=3,
+            )
+        return order + [i for i in range(len(candidates)) if i not in order]
+
+    def _cut(self, text: str) -> str:
+        return text if len(text) <= self.record_chars else text[: self.record_chars] + " …"
