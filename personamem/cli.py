@@ -15,6 +15,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from personamem.cli_analyze import analyze_app
 from personamem.cli_train import train_app
 from personamem.console import err, out, progress_bar
 from personamem.errors import PersonaMemError
@@ -32,6 +33,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(train_app, name="train")
+app.add_typer(analyze_app, name="analyze")
 
 
 def default_store() -> Path:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -64,17 +63,13 @@ def purple(
 
     from personamem.encoder import default_encoder
     from personamem.eval.evaluate import EvalConfig, load_benchmark
-    from personamem.eval.methods import FIRST_STAGE
-    from personamem.eval.runner import build_store
     from personamem.llm import TransformersLLM
     from personamem.llm.packaged import default_cache_dir
     from personamem.purple import PurpleConfig
-    from personamem.purple.data import build_examples, split_by_user
+    from personamem.purple.data import examples_from_benchmark, split_by_user
     from personamem.purple.reward import LLMReward
     from personamem.trainers.purple import PurpleTrainConfig, train_purple
 
-    if first_stage not in FIRST_STAGE:
-        raise typer.BadParameter(f"--first-stage must be one of {list(FIRST_STAGE)}, got {first_stage!r}")
     try:
         config = PurpleTrainConfig(
             model=PurpleConfig(
@@ -96,20 +91,18 @@ def purple(
         ) from None
     bench = load_benchmark(EvalConfig(benchmark=benchmark, data=data, noise=noise))
     encoder = default_encoder()
-    with tempfile.TemporaryDirectory(prefix="personamem-train-") as tmp, progress_bar() as progress:
-        store = build_store(
-            bench,
-            Path(tmp) / "store",
-            encoder,
-            cache_dir=default_cache_dir() / "eval-vectors",
-            progress=progress,
-        )
+    with progress_bar() as progress:
         try:
-            examples = build_examples(
-                bench, FIRST_STAGE[first_stage].build(store, seed), candidates=candidates
+            examples = examples_from_benchmark(
+                bench,
+                encoder,
+                first_stage=first_stage,
+                candidates=candidates,
+                cache_dir=default_cache_dir() / "eval-vectors",
+                progress=progress,
             )
-        finally:
-            store.close()
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
         train, validation, test = split_by_user(
             examples, validation=validation_users, test=test_users, seed=seed
         )

@@ -21,6 +21,7 @@ from personamem.purple.checkpoint import CheckpointError, load_checkpoint
 from personamem.purple.data import ProfileExample, split_by_user
 from personamem.purple.reward import LLMReward
 from personamem.purple.selector import PurpleSelector
+from personamem.purple.utility import pearson, record_utility
 from personamem.trainers.purple import PurpleTrainConfig, advantages, train_purple
 from tests.conftest import DATA, need_data
 
@@ -195,3 +196,41 @@ def test_profile_methods_run_through_the_harness(tmp_path: Path, encoder: Senten
         store.close()
     with pytest.raises(ValueError, match="needs a frozen LLM"):
         profile_method("listwise", None)
+
+
+def test_utility_of_the_record_holding_the_answer_is_highest(
+    llm: TransformersLLM, encoder: SentenceEncoder
+) -> None:
+    records = tuple(
+        Record(user_id="u", id=str(i), text=t)
+        for i, t in enumerate(
+            ["I play the cello.", "I'm vegan, no animal products.", "My sister lives in Porto."]
+        )
+    )
+    example = ProfileExample("q", "u", "What diet do I follow?", "Vegan.", records)
+    points = record_utility(llm, encoder, [example])
+    best = max(points, key=lambda p: p.utility)
+    assert best.record_id == "1" and best.utility > 1.0
+    assert all(-1.0 <= p.relevance <= 1.0 for p in points)
+    r, p = pearson(points)
+    assert -1.0 <= r <= 1.0 and 0.0 <= p <= 1.0
+    with pytest.raises(ValueError, match="at least 3 points"):
+        pearson(points[:2])
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")
+def test_analyze_utility_command(
+    tmp_path: Path, encoder: SentenceEncoder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = need_data(DATA / "personabench")
+    argv = ["analyze", "utility", "--benchmark", "personabench", "--data", str(data), "--out", str(tmp_path)]
+    assert main([*argv, "--user", "nobody"]) == 2
+    assert "has no answered questions" in capsys.readouterr().err
+    from personamem.eval.benchmarks.personabench import load_personabench_benchmark
+
+    first = next(q.user_id for q in load_personabench_benchmark(data).questions if q.answer)
+    assert main([*argv, "--user", first, "--questions", "2", "--candidates", "3"]) == 0
+    written = json.loads((tmp_path / "utility.json").read_text(encoding="utf-8"))
+    assert len(written["points"]) == 6 and (tmp_path / "utility.png").stat().st_size > 0
+    assert "Pearson r" in capsys.readouterr().out

@@ -9,14 +9,19 @@ training.
 from __future__ import annotations
 
 import random
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from rich.progress import Progress
+
+from personamem.encoder import Encoder
 from personamem.eval.benchmark import Benchmark
 from personamem.records import Record
 from personamem.retrieval.base import Retriever
 
-__all__ = ["ProfileExample", "build_examples", "split_by_user"]
+__all__ = ["ProfileExample", "build_examples", "examples_from_benchmark", "split_by_user"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,33 @@ def build_examples(
                 )
             )
     return examples
+
+
+def examples_from_benchmark(
+    benchmark: Benchmark,
+    encoder: Encoder,
+    *,
+    first_stage: str = "hybrid",
+    candidates: int = 20,
+    cache_dir: Path | None = None,
+    progress: Progress | None = None,
+) -> list[ProfileExample]:
+    """:func:`build_examples` over a temporary store holding the benchmark's corpus.
+
+    Raises:
+        ValueError: an unknown first stage.
+    """
+    from personamem.eval.methods import FIRST_STAGE
+    from personamem.eval.runner import build_store
+
+    if first_stage not in FIRST_STAGE:
+        raise ValueError(f"first stage must be one of {list(FIRST_STAGE)}, got {first_stage!r}")
+    with tempfile.TemporaryDirectory(prefix="personamem-examples-") as tmp:
+        store = build_store(benchmark, Path(tmp) / "store", encoder, cache_dir=cache_dir, progress=progress)
+        try:
+            return build_examples(benchmark, FIRST_STAGE[first_stage].build(store, 0), candidates=candidates)
+        finally:
+            store.close()
 
 
 def split_by_user(

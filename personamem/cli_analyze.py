@@ -1,0 +1,83 @@
+"""``personamem analyze``: look at how a user's records actually help the frozen LLM."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from personamem.console import out, progress_bar
+from personamem.eval.evaluate import BenchmarkName
+
+__all__ = ["analyze_app"]
+
+analyze_app = typer.Typer(help="Analyses of a user's memory against the frozen LLM.", no_args_is_help=True)
+
+
+@analyze_app.command("utility")
+def utility(
+    user: Annotated[
+        str, typer.Option(help="The benchmark user (a LoCoMo conversation, a PersonaBench person).")
+    ],
+    benchmark: Annotated[BenchmarkName, typer.Option(help="QA benchmark with the user's history.")],
+    data: Annotated[Path, typer.Option(help="The benchmark folder in its upstream layout.")],
+    questions: Annotated[int, typer.Option(min=1, help="The user's first N answered questions.")] = 20,
+    candidates: Annotated[
+        int, typer.Option(min=1, help="Candidates per question from the first stage.")
+    ] = 20,
+    first_stage: Annotated[str, typer.Option(help="dense, bm25 or hybrid.")] = "hybrid",
+    noise: Annotated[float, typer.Option(help="PersonaBench distractor level.")] = 0.0,
+    llm: Annotated[str, typer.Option(help="smollm2, qwen2.5-coder-0.5b or a model folder.")] = "smollm2",
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for utility.json and utility.png.")] = Path(
+        "personamem-analysis"
+    ),
+) -> None:
+    """Relevance (cosine) vs. utility (Δ answer log-likelihood) of each candidate record, with Pearson r."""
+    import dataclasses
+
+    from personamem.encoder import default_encoder
+    from personamem.eval.evaluate import EvalConfig, load_benchmark
+    from personamem.llm import TransformersLLM
+    from personamem.llm.packaged import default_cache_dir
+    from personamem.purple.data import examples_from_benchmark
+    from personamem.purple.utility import pearson, plot_utility, record_utility
+
+    bench = load_benchmark(EvalConfig(benchmark=benchmark, data=data, noise=noise))
+    mine = [q for q in bench.questions if q.user_id == user and q.answer and q.answer.strip()][:questions]
+    if not mine:
+        known = ", ".join(sorted(bench.users())[:10])
+        raise typer.BadParameter(
+            f"user {user!r} has no answered questions in {bench.name} (users: {known}, …)"
+        )
+    encoder = default_encoder()
+    with progress_bar() as progress:
+        examples = examples_from_benchmark(
+            dataclasses.replace(bench, questions=mine),
+            encoder,
+            first_stage=first_stage,
+            candidates=candidates,
+            cache_dir=default_cache_dir() / "eval-vectors",
+            progress=progress,
+        )
+        task = progress.add_task("scoring records one at a time", total=len(examples))
+        model = TransformersLLM.local(llm)
+        points = []
+        for example in examples:
+            points += record_utility(model, encoder, [example])
+            progress.advance(task)
+    r, p = pearson(points)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    title = f"{bench.name}, user {user}: {len(examples)} questions, Pearson r = {r:.3f}"
+    plot = plot_utility(points, out_dir / "utility.png", title)
+    summary = {"user": user, "benchmark": bench.name, "llm": model.name, "pearson_r": r, "p": p}
+    (out_dir / "utility.json").write_text(
+        json.dumps({**summary, "points": [asdict(x) for x in points]}, indent=2) + "\n", encoding="utf-8"
+    )
+    helpful = sum(x.utility > 1.0 for x in points)
+    out.print(
+        f"{len(points)} (question, record) pairs: Pearson r = {r:.3f} (p = {p:.3g}); "
+        f"{helpful} records raise the answer's log-likelihood by more than 1 nat. Plot: {plot}"
+    )

@@ -1,0 +1,78 @@
+"""Relevance versus utility of a user's records: PURPLE's motivation study, on the user's own data.
+
+For each candidate record of a question, relevance is the encoder's cosine between question and
+record, and utility is how much the record alone raises the frozen LLM's log-likelihood of the true
+answer: log p(y | {record}, x) − log p(y | {}, x). If the two were the same thing, ranking by
+similarity would already give the best profile; a weak correlation is the case for learning it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from personamem.encoder import Encoder
+from personamem.eval.answering import profile_prompt
+from personamem.eval.answers import answer_loglikelihood
+from personamem.llm.base import FrozenLLM
+from personamem.purple.data import ProfileExample
+from personamem.records import Record
+
+__all__ = ["UtilityPoint", "pearson", "plot_utility", "record_utility"]
+
+
+@dataclass(frozen=True)
+class UtilityPoint:
+    """One (question, candidate record): its cosine to the question and its Δ log-likelihood in nats."""
+
+    question_id: str
+    record_id: str
+    relevance: float
+    utility: float
+
+
+def record_utility(
+    llm: FrozenLLM, encoder: Encoder, examples: Sequence[ProfileExample]
+) -> list[UtilityPoint]:
+    """Relevance and utility of every candidate of every example (one batched LLM call per example)."""
+    points = []
+    for example in examples:
+        vectors = encoder.encode([example.query, *(r.text for r in example.candidates)])
+        relevance = vectors[1:] @ vectors[0]
+        profiles: list[list[Record]] = [[], *([record] for record in example.candidates)]
+        scores = answer_loglikelihood(
+            llm, [profile_prompt(llm, p, example.query) for p in profiles], [example.answer] * len(profiles)
+        )
+        base = scores[0]
+        points += [
+            UtilityPoint(example.id, record.id, float(rel), float(score - base))
+            for record, rel, score in zip(example.candidates, relevance, scores[1:], strict=True)
+        ]
+    return points
+
+
+def pearson(points: Sequence[UtilityPoint]) -> tuple[float, float]:
+    """Pearson r between relevance and utility, and its two-sided p-value (scipy)."""
+    from scipy.stats import pearsonr
+
+    if len(points) < 3:
+        raise ValueError(f"need at least 3 points for a correlation, got {len(points)}")
+    result = pearsonr([p.relevance for p in points], [p.utility for p in points])
+    return float(result.statistic), float(result.pvalue)
+
+
+def plot_utility(points: Sequence[UtilityPoint], path: Path, title: str) -> Path:
+    """A scatter plot of utility against relevance, saved as PNG."""
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+
+    figure = Figure(figsize=(6, 4.5))
+    ax = figure.subplots()
+    ax.scatter([p.relevance for p in points], [p.utility for p in points], s=10, alpha=0.5)
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("relevance: cosine(question, record)")
+    ax.set_ylabel("utility: Δ log p(answer) with the record alone (nats)")
+    ax.set_title(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    return path
