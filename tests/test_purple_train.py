@@ -139,6 +139,12 @@ def test_llm_reward_prefers_the_profile_with_the_answer_and_caches(llm: Transfor
     assert with_answer > without
     assert reward([(example, food), (example, food)]) == [with_answer, with_answer]
     assert (reward.scored, reward.hits) == (2, 2)
+    uncached = LLMReward(llm, cache=False)
+    again = uncached([(example, food), (example, food)])
+    assert again == pytest.approx([with_answer, with_answer], abs=1e-3) and (
+        uncached.scored,
+        uncached.hits,
+    ) == (2, 0)
 
 
 @pytest.mark.slow

@@ -1,0 +1,117 @@
+"""PURPLE's cost: reranking 20 candidates against a listwise LLM rerank, and training throughput.
+
+1. Rerank: one user's 20 candidate records (seeded synthetic sentences) and a question. PURPLE's
+   ``PurpleSelector.select`` (token states of the query and the 20 records from the frozen encoder,
+   one scorer forward pass; a 2-layer scorer, untrained weights cost the same) against
+   ``ListwiseSelector.select`` with the local LLM (one greedy generation over the numbered list).
+   Both run ``--iters`` times alternately on the same inputs; the ratio of medians is the result.
+2. Training throughput: ``--steps`` REINFORCE steps of B x M sampled profiles rewarded by the LLM,
+   once with the reward cache and once without, from the same seed: profiles rewarded per second.
+
+Gate: p50(listwise) / p50(PURPLE) >= 50. The last stdout line is
+``purple_vs_listwise_speedup: R (target >= 50)``; the exit status is 1 when the target is missed.
+
+    python bench/purple_rerank.py [--iters 5] [--steps 4] [--batch-size 4] [--samples 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+# bench/ is the script's folder on sys.path: the ingest benchmark's sentences, the read path's queries
+from ingest import log, realistic_text
+from read_path import QUERIES
+
+TARGET_SPEEDUP = 50.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--iters", type=int, default=5, help="timed reranks per method")
+    parser.add_argument("--steps", type=int, default=4, help="training steps per throughput run")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    import torch
+
+    from personamem import Record
+    from personamem.encoder import default_encoder
+    from personamem.listwise import ListwiseFallbackWarning, ListwiseSelector
+    from personamem.llm import TransformersLLM
+    from personamem.purple import PurpleConfig, RecordScorer
+    from personamem.purple.data import ProfileExample
+    from personamem.purple.reward import LLMReward
+    from personamem.purple.selector import PurpleSelector
+    from personamem.trainers.purple import PurpleTrainConfig, train_purple
+
+    warnings.simplefilter(
+        "ignore", ListwiseFallbackWarning
+    )  # a weak model's ranking is not timed for quality
+    rng = random.Random(args.seed)
+    log("[setup] loading the encoder and the LLM")
+    encoder = default_encoder()
+    llm = TransformersLLM.default()
+    candidates = [Record(user_id="alice", id=f"m{i:02d}", text=realistic_text(rng)) for i in range(20)]
+    query = QUERIES[0]
+    torch.manual_seed(args.seed)
+    purple = PurpleSelector(RecordScorer(PurpleConfig()), encoder)
+    listwise = ListwiseSelector(llm)
+    purple.select("alice", query, candidates, 5)  # warm up both paths
+    listwise.select("alice", query, candidates, 5)
+
+    log(f"[time] rerank of 20 candidates, {args.iters} alternating iterations")
+    times: dict[str, list[float]] = {"purple": [], "listwise": []}
+    for i in range(args.iters):
+        for name in ("purple", "listwise") if i % 2 == 0 else ("listwise", "purple"):
+            selector = purple if name == "purple" else listwise
+            start = time.perf_counter()
+            selector.select("alice", query, candidates, 5)
+            times[name].append(time.perf_counter() - start)
+    p50 = {name: statistics.median(samples) for name, samples in times.items()}
+    speedup = p50["listwise"] / p50["purple"]
+
+    log(f"[time] training throughput: {args.steps} steps of {args.batch_size} x {args.samples} profiles")
+    examples = [
+        ProfileExample(f"e{i}", "alice", QUERIES[i % len(QUERIES)], "Yes.", tuple(rng.sample(candidates, 20)))
+        for i in range(8)
+    ]
+    config = PurpleTrainConfig(
+        model=PurpleConfig(),
+        batch_size=args.batch_size,
+        samples=args.samples,
+        steps=args.steps,
+        validate_every=args.steps,
+        seed=args.seed,
+    )
+    throughput = {}
+    for cached in (True, False):
+        reward = LLMReward(llm, cache=cached)
+        with tempfile.TemporaryDirectory(prefix="personamem-bench-purple-") as tmp:
+            result = train_purple(examples[:6], examples[6:], encoder, reward, config, Path(tmp))
+        throughput[cached] = (result.profiles_rewarded / result.seconds, reward.scored, reward.hits)
+
+    print(f"rerank of 20 candidates, {args.iters} iterations       p50 ms")
+    for name, value in p50.items():
+        print(f"{name:<42} {value * 1e3:9.1f}")
+    print(f"training, {args.steps} steps of {args.batch_size} x {args.samples} profiles (K=5 of 20):")
+    for cached, (rate, scored, hits) in throughput.items():
+        label = "with the reward cache" if cached else "without the reward cache"
+        print(f"  {label:<28} {rate:6.2f} profiles/s ({scored} LLM-scored, {hits} cache hits)")
+    print(f"cache speed-up on training throughput: {throughput[True][0] / throughput[False][0]:.2f}x")
+    print(f"purple_vs_listwise_speedup: {speedup:.1f} (target >= {TARGET_SPEEDUP:.0f})")
+    return 0 if speedup >= TARGET_SPEEDUP else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
