@@ -340,7 +340,6 @@ def eval_rewriting(
 ) -> None:
     """Score query rewriting with the user's PTKB (None/All/STR/SAR) on iKAT: mean ± std over seeds."""
     import shlex
-    import sys
 
     from personamem.encoder import default_encoder
     from personamem.llm import TransformersLLM
@@ -355,11 +354,18 @@ def eval_rewriting(
     if counts[-1] > 0:
         train, train_statements = load_ikat_turns(data, split=shots_split)
         examples = make_demonstrations(train, train_statements)
+    strategies = [s.value for s in strategy or list(RewriteStrategy)]
     configs = [
-        RewriteConfig(strategy=s.value, shots=k, temperature=temperature)  # type: ignore[arg-type]
-        for s in (strategy or list(RewriteStrategy))
+        RewriteConfig(strategy=s, shots=k, temperature=temperature)  # type: ignore[arg-type]
+        for s in strategies
         for k in counts
     ]
+    command = ["personamem", "eval-rewriting", "--data", str(data), "--split", split, "--seeds", str(seeds)]
+    command += [arg for s in strategies for arg in ("--strategy", s)]
+    command += [arg for k in counts for arg in ("--shots", str(k))]
+    command += ["--shots-split", shots_split] if counts[-1] > 0 else []
+    command += ["--max-turns", str(max_turns)] if max_turns else []
+    command += ["--temperature", str(temperature), "--llm", llm]
     with progress_bar() as progress:
         runs, samples = evaluate_rewriting(
             TransformersLLM.local(llm),
@@ -371,7 +377,7 @@ def eval_rewriting(
             examples=examples,
             progress=progress,
         )
-    report = RewriteReport(runs, samples, turns, command=shlex.join(["personamem", *sys.argv[1:]]))
+    report = RewriteReport(runs, samples, turns, command=shlex.join(command))
     written = report.write(out_dir)
     out.print(report.to_markdown(examples=0))
     out.print(f"report: {written[1]}")
