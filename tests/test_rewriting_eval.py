@@ -46,6 +46,7 @@ def test_settings_are_scored_per_seed_against_the_utterance_floor(
         ("sar-0shot", "rouge_l"),
         ("sar-0shot", "cosine"),
     ]
+    assert "Example rewrites" not in report.to_markdown(examples=0)
     text = report.to_markdown()
     assert "| sar-0shot | 3 |" in text and "“Where can I eat tonight?” → “Where can I eat vegetarian" in text
     json_path, md_path = report.write(tmp_path / "out")

@@ -143,6 +143,8 @@ class RewriteReport:
         for c in self.comparisons():
             p = "identical" if math.isnan(c.p) else f"{c.p:.3g}"
             lines.append(f"| {c.method} | {c.metric} | {c.difference:+.4f} | {p} |")
+        if not examples:
+            return "\n".join(lines)
         lines += ["", "## Example rewrites (first seed)", ""]
         for name, rewrites in self.samples.items():
             lines.append(f"**{name}**")
