@@ -23,14 +23,13 @@ import hashlib
 import json
 import warnings
 from collections.abc import Sequence
-from functools import partial
 from typing import Literal
 
 import numpy as np
 
-from personamem.llm import FrozenLLM, LLMError, Message
+from personamem.llm import FrozenLLM, Message
 from personamem.llm.parsing import extract_string_list
-from personamem.personalize.pbr import PBRFallbackWarning
+from personamem.personalize.pbr import PBRFallbackWarning, cached_llm_outputs
 from personamem.retrieval.dense import DenseRetriever
 from personamem.store import Store
 
@@ -42,7 +41,6 @@ PROMPT_VERSION = "2"  # 2: MILL shares HyDE's passage prompt
 _TOKENS = 160
 _FEEDBACK_DOCS = 3  # the user's records shown to ThinkQE's second round and used by MILL's check
 _MILL_KEEP = 2
-_REQUESTS_PER_CALL = 16  # queries per batched LLM call: a failure loses only these
 
 
 def _ask(content: str) -> list[Message]:
@@ -104,31 +102,20 @@ class LLMExpansion:
 
         None (with a warning) where the LLM failed or gave nothing usable.
         """
-        found: list[list[str] | None] = []
-        for start in range(0, len(requests), _REQUESTS_PER_CALL):
-            chunk = requests[start : start + _REQUESTS_PER_CALL]
-            keys = [(user_id, self._cache_key(query)) for user_id, query in chunk]
-            try:
-                texts = self.store.derived_many(
-                    f"expansion-{self.kind}",
-                    keys,
-                    partial(self._expand, chunk, query_vectors[start : start + len(chunk)]),
-                )
-            except LLMError as exc:
+        texts = cached_llm_outputs(
+            self.store,
+            f"expansion-{self.kind}",
+            [(user_id, self._cache_key(query)) for user_id, query in requests],
+            lambda missing: self._expand([requests[i] for i in missing], query_vectors[missing]),
+            who=self.kind,
+            fallback="searching with the query",
+        )
+        for (_, query), expansion in zip(requests, texts, strict=True):
+            if expansion is not None and not expansion:
                 warnings.warn(
-                    f"{self.kind}: the LLM failed ({exc}); searching with the query",
-                    PBRFallbackWarning,
-                    stacklevel=3,
+                    f"{self.kind}: no usable expansion for {query!r}", PBRFallbackWarning, stacklevel=3
                 )
-                found += [None] * len(chunk)
-                continue
-            for (_, query), expansion in zip(chunk, texts, strict=True):
-                if not expansion:
-                    warnings.warn(
-                        f"{self.kind}: no usable expansion for {query!r}", PBRFallbackWarning, stacklevel=3
-                    )
-                found.append(expansion or None)
-        return found
+        return [expansion or None for expansion in texts]
 
     def _cache_key(self, query: str) -> str:
         payload = [PROMPT_VERSION, self.kind, query, self.llm.name, self.seed, self.n, self.temperature]
@@ -140,11 +127,8 @@ class LLMExpansion:
         )
         return [[t.strip() for t in texts] for texts in out]
 
-    def _expand(
-        self, requests: Sequence[tuple[str, str]], query_vectors: np.ndarray, missing: list[int]
-    ) -> list[list[str]]:
-        """The expansion texts for each missing (user id, query), with one batched LLM call per round."""
-        asks, vectors = [requests[i] for i in missing], query_vectors[missing]
+    def _expand(self, asks: list[tuple[str, str]], vectors: np.ndarray) -> list[list[str]]:
+        """The expansion texts for each (user id, query), with one batched LLM call per round."""
         queries = [query for _, query in asks]
         if self.kind == "hyde":
             return [

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -33,7 +33,7 @@ from personamem.records import Record
 from personamem.retrieval.dense import DenseRetriever
 from personamem.store import Store
 
-__all__ = ["PBR", "PBRFallbackWarning", "PseudoFeedback", "UserAnchor", "fuse"]
+__all__ = ["PBR", "PBRFallbackWarning", "PseudoFeedback", "UserAnchor", "cached_llm_outputs", "fuse"]
 
 PROMPT_VERSION = "1"  # part of the cache key: changing a prompt must not reuse old outputs
 _RECORD_CHARS = 600  # one long session should not crowd the others out of H_q
@@ -43,6 +43,37 @@ _REQUESTS_PER_CALL = 16  # (user, query) pairs per batched LLM call: a failure l
 
 class PBRFallbackWarning(UserWarning):
     """P-PRF produced nothing usable for a query; PBR searched without it."""
+
+
+def cached_llm_outputs(
+    store: Store,
+    namespace: str,
+    keys: Sequence[tuple[str, str]],
+    compute: Callable[[list[int]], Sequence[Any]],
+    *,
+    who: str,
+    fallback: str,
+) -> list[Any | None]:
+    """Cached LLM outputs per (user id, key), the misses computed in batches of a few requests.
+
+    ``compute`` gets positions in ``keys`` and returns their outputs (one batched LLM call). A batch
+    whose call fails gives None for each of its requests, with a :class:`PBRFallbackWarning` naming
+    ``who`` and the ``fallback``; the other batches are kept, so one failure loses at most a batch.
+    """
+    found: list[Any | None] = []
+    for start in range(0, len(keys), _REQUESTS_PER_CALL):
+        chunk = keys[start : start + _REQUESTS_PER_CALL]
+        try:
+            found += store.derived_many(namespace, chunk, partial(_shifted, compute, start))
+        except LLMError as exc:
+            warnings.warn(f"{who}: the LLM failed ({exc}); {fallback}", PBRFallbackWarning, stacklevel=4)
+            found += [None] * len(chunk)
+    return found
+
+
+def _shifted(compute: Callable[[list[int]], Sequence[Any]], offset: int, missing: list[int]) -> Sequence[Any]:
+    """``compute`` for a batch's positions, which start at ``offset`` in the full request list."""
+    return compute([offset + i for i in missing])
 
 
 class UserAnchor(Protocol):
@@ -160,37 +191,31 @@ class PBR:
             )
             for (user_id, _), (history, query) in zip(requests, asks, strict=True)
         ]
+        raw = cached_llm_outputs(
+            self.store,
+            "pbr-prf",
+            keys,
+            lambda missing: self._ask([asks[i] for i in missing]),
+            who="PBR",
+            fallback="searching without P-PRF",
+        )
         found: list[PseudoFeedback | None] = []
-        for start in range(0, len(requests), _REQUESTS_PER_CALL):
-            chunk = requests[start : start + _REQUESTS_PER_CALL]
-            try:
-                raw = self.store.derived_many(
-                    "pbr-prf",
-                    keys[start : start + len(chunk)],
-                    partial(self._ask, asks[start : start + len(chunk)]),
-                )
-            except LLMError as exc:
-                warnings.warn(
-                    f"PBR: the LLM failed ({exc}); searching without P-PRF", PBRFallbackWarning, stacklevel=3
-                )
-                found += [None] * len(chunk)
+        for (_, query), value in zip(requests, raw, strict=True):
+            if value is not None and (value["utterances"] or value["reasoning"]):
+                found.append(PseudoFeedback(tuple(value["utterances"]), value["reasoning"]))
                 continue
-            for (_, query), value in zip(chunk, raw, strict=True):
-                if value["utterances"] or value["reasoning"]:
-                    found.append(PseudoFeedback(tuple(value["utterances"]), value["reasoning"]))
-                    continue
+            if value is not None:
                 warnings.warn(
                     f"PBR: no usable pseudo feedback for {query!r}; searching without P-PRF",
                     PBRFallbackWarning,
                     stacklevel=3,
                 )
-                found.append(None)
+            found.append(None)
         return found
 
-    def _ask(self, asks: Sequence[tuple[Sequence[Record], str]], missing: list[int]) -> list[dict[str, Any]]:
-        """Both prompts for each missing (H_q, query) in one batched LLM call, parsed leniently."""
+    def _ask(self, asks: Sequence[tuple[Sequence[Record], str]]) -> list[dict[str, Any]]:
+        """Both prompts for each (H_q, query) in one batched LLM call, parsed leniently."""
         assert self.llm is not None
-        asks = [asks[i] for i in missing]
         prompts = [p for h, q in asks for p in (self._utterance_prompt(h, q), self._reasoning_prompt(h, q))]
         out = self.llm.generate(
             prompts, max_tokens=_GENERATION_TOKENS, temperature=self.temperature, seed=self.seed
