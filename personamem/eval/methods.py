@@ -28,7 +28,9 @@ __all__ = [
     "PERSONALIZED",
     "PROFILE",
     "Method",
+    "is_method",
     "is_profile_method",
+    "method_named",
     "personalized_method",
     "profile_method",
 ]
@@ -59,8 +61,9 @@ PERSONALIZED = ("pbr", "pbr-no-anchor", "pbr-no-prf", *EXPANSIONS)
 """Query-personalizing methods: PBR, its ablations (without P-Anchor; without P-PRF = P-Anchor only)
 and the LLM expansion baselines. Without both PBR parts it is ``dense`` (the paper's Base)."""
 
-NEEDS_LLM = frozenset(PERSONALIZED) - {"pbr-no-prf"}
-"""Methods that call the frozen LLM (so are stochastic across seeds)."""
+NEEDS_LLM = (frozenset(PERSONALIZED) - {"pbr-no-prf"}) | {"listwise"}
+"""Methods that call the frozen LLM. The personalizing ones sample, so they are stochastic across
+seeds; ``listwise`` decodes greedily."""
 
 
 def personalized_method(name: str, llm: FrozenLLM | None) -> Method:
@@ -108,8 +111,8 @@ def profile_method(name: str, llm: FrozenLLM | None) -> Method:
         raise ValueError(
             f"unknown profile method {name!r}; choose from {PROFILE} or purple:<checkpoint folder>"
         )
-    if name == "listwise" and llm is None:
-        raise ValueError("method 'listwise' needs a frozen LLM")
+    if name in NEEDS_LLM and llm is None:
+        raise ValueError(f"method {name!r} needs a frozen LLM")
 
     def build(store: Store, seed: int) -> Retriever:
         selector: ProfileSelector
@@ -132,3 +135,19 @@ def profile_method(name: str, llm: FrozenLLM | None) -> Method:
         )
 
     return Method(name, build, stochastic=name == "random5")
+
+
+def is_method(name: str) -> bool:
+    """Whether ``name`` is a method :func:`method_named` can build."""
+    return name in FIRST_STAGE or name in PERSONALIZED or is_profile_method(name)
+
+
+def method_named(name: str, llm: FrozenLLM | None) -> Method:
+    """The method called ``name``: a first stage, a personalizer or a profile selector.
+
+    Raises:
+        ValueError: an unknown name, or a method that needs an LLM given none.
+    """
+    if name in FIRST_STAGE:
+        return FIRST_STAGE[name]
+    return profile_method(name, llm) if is_profile_method(name) else personalized_method(name, llm)
