@@ -250,6 +250,7 @@ def eval_(
     from personamem.eval.evaluate import EvalConfig, run_eval
     from personamem.eval.report import metric_label
     from personamem.eval.stats import summarize
+    from personamem.eval.vectors import default_vector_cache
     from personamem.llm.packaged import default_cache_dir
 
     try:
@@ -283,7 +284,7 @@ def eval_(
     with progress_bar() as progress:
         report = run_eval(
             config,
-            cache_dir=default_cache_dir() / "eval-vectors",
+            cache_dir=default_vector_cache(),
             store_dir=default_cache_dir() / "eval-stores",
             progress=progress,
         )
@@ -342,13 +343,13 @@ def eval_rewriting(
     import shlex
 
     from personamem.encoder import default_encoder
+    from personamem.eval.benchmark import evenly_spaced
     from personamem.llm import TransformersLLM
     from personamem.rewriting import RewriteConfig, load_ikat_turns, make_demonstrations
     from personamem.rewriting.evaluate import RewriteReport, evaluate_rewriting
 
     turns, statements = load_ikat_turns(data, split=split)
-    if max_turns and max_turns < len(turns):
-        turns = [turns[i * len(turns) // max_turns] for i in range(max_turns)]
+    turns = evenly_spaced(turns, max_turns)
     counts = sorted(set(shots or [0]))
     examples = []
     if counts[-1] > 0:

@@ -40,8 +40,8 @@ def utility(
 
     from personamem.encoder import default_encoder
     from personamem.eval.evaluate import EvalConfig, load_benchmark
+    from personamem.eval.vectors import default_vector_cache
     from personamem.llm import TransformersLLM
-    from personamem.llm.packaged import default_cache_dir
     from personamem.purple.data import examples_from_benchmark
     from personamem.purple.utility import pearson, plot_utility, record_utility
 
@@ -59,7 +59,7 @@ def utility(
             encoder,
             first_stage=first_stage,
             candidates=candidates,
-            cache_dir=default_cache_dir() / "eval-vectors",
+            cache_dir=default_vector_cache(),
             progress=progress,
         )
         task = progress.add_task("scoring records one at a time", total=len(examples))

@@ -63,8 +63,8 @@ def purple(
 
     from personamem.encoder import default_encoder
     from personamem.eval.evaluate import EvalConfig, load_benchmark
+    from personamem.eval.vectors import default_vector_cache
     from personamem.llm import TransformersLLM
-    from personamem.llm.packaged import default_cache_dir
     from personamem.purple import PurpleConfig
     from personamem.purple.data import examples_from_benchmark, split_by_user
     from personamem.purple.reward import LLMReward
@@ -98,7 +98,7 @@ def purple(
                 encoder,
                 first_stage=first_stage,
                 candidates=candidates,
-                cache_dir=default_cache_dir() / "eval-vectors",
+                cache_dir=default_vector_cache(),
                 progress=progress,
             )
         except ValueError as exc:

@@ -8,12 +8,26 @@ because record ids are unique per user only.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from personamem.records import JsonScalar, Record
 
-__all__ = ["Benchmark", "Question", "Skip"]
+__all__ = ["Benchmark", "Question", "Skip", "evenly_spaced"]
+
+T = TypeVar("T")
+
+
+def evenly_spaced(items: Sequence[T], n: int | None) -> list[T]:
+    """``n`` items spread evenly over ``items`` (all of them when ``n`` is None or not smaller).
+
+    A subset of a subset: the picks for ``n`` include those for any ``m`` dividing ``n``, so a quick
+    run on fewer questions reuses the LLM outputs cached by a larger one.
+    """
+    if not n or n >= len(items):
+        return list(items)
+    return [items[i * len(items) // n] for i in range(n)]
 
 
 @dataclass(frozen=True)

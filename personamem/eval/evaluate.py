@@ -22,17 +22,8 @@ from rich.progress import Progress
 
 from personamem.encoder import Encoder, default_encoder
 from personamem.errors import MissingExtraError
-from personamem.eval.benchmark import Benchmark
-from personamem.eval.methods import (
-    FIRST_STAGE,
-    NEEDS_LLM,
-    PERSONALIZED,
-    PROFILE,
-    Method,
-    is_profile_method,
-    personalized_method,
-    profile_method,
-)
+from personamem.eval.benchmark import Benchmark, evenly_spaced
+from personamem.eval.methods import FIRST_STAGE, NEEDS_LLM, PERSONALIZED, PROFILE, is_method, method_named
 from personamem.eval.report import Report
 from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
 from personamem.ingest.personabench import Render
@@ -97,11 +88,7 @@ class EvalConfig(BaseModel):
 
     @model_validator(mode="after")
     def _known_methods(self) -> EvalConfig:
-        unknown = [
-            m
-            for m in self.methods
-            if m not in FIRST_STAGE and m not in PERSONALIZED and not is_profile_method(m)
-        ]
+        unknown = [m for m in self.methods if not is_method(m)]
         if unknown:
             choices = ", ".join([*FIRST_STAGE, *PERSONALIZED, *PROFILE, "purple:<checkpoint folder>"])
             raise ValueError(f"unknown method(s) {unknown}; choose from: {choices}")
@@ -186,25 +173,17 @@ def run_eval(
     benchmark = load_benchmark(config)
     if config.held_out:
         benchmark = _held_out(benchmark, config.held_out)
-    if config.max_questions and config.max_questions < len(benchmark.questions):
-        total = len(benchmark.questions)
-        picked = [benchmark.questions[i * total // config.max_questions] for i in range(config.max_questions)]
-        benchmark = dataclasses.replace(benchmark, questions=picked)
+    benchmark = dataclasses.replace(
+        benchmark, questions=evenly_spaced(benchmark.questions, config.max_questions)
+    )
     timings["load"] = time.perf_counter() - start
     if not benchmark.questions:
         reasons = dict(benchmark.skip_reasons())
         raise ValueError(f"{benchmark.name}: no question can be scored (skipped: {reasons})")
     timings["metric_compile"] = warm_up_metrics()
-    needs_llm = config.answers or any(name in NEEDS_LLM or name == "listwise" for name in config.methods)
+    needs_llm = config.answers or any(name in NEEDS_LLM for name in config.methods)
     llm = llm or (TransformersLLM.local(config.llm) if needs_llm else None)
-    methods: list[Method] = [
-        FIRST_STAGE[name]
-        if name in FIRST_STAGE
-        else profile_method(name, llm)
-        if is_profile_method(name)
-        else personalized_method(name, llm)
-        for name in config.methods
-    ]
+    methods = [method_named(name, llm) for name in config.methods]
     encoder = encoder or default_encoder()
     with contextlib.ExitStack() as stack:
         root = store_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="personamem-eval-")))

@@ -16,7 +16,14 @@ import numpy as np
 
 from personamem.encoder import Encoder
 
-__all__ = ["corpus_vectors"]
+__all__ = ["corpus_vectors", "default_vector_cache"]
+
+
+def default_vector_cache() -> Path:
+    """Where the CLI keeps corpus vectors: ``eval-vectors`` in the user cache (see ``$PERSONAMEM_CACHE``)."""
+    from personamem.llm.packaged import default_cache_dir
+
+    return default_cache_dir() / "eval-vectors"
 
 
 def corpus_vectors(encoder: Encoder, texts: Sequence[str], cache_dir: Path | None) -> np.ndarray:
