@@ -325,7 +325,8 @@ def eval_rewriting(
         typer.Option(help="none, all, str or sar; repeat to compare. [default: all four]"),
     ] = None,
     shots: Annotated[
-        list[int] | None, typer.Option(help="Demonstrations per turn; repeat to compare. [default: 0]")
+        list[int] | None,
+        typer.Option(min=0, help="Demonstrations per turn; repeat to compare. [default: 0]"),
     ] = None,
     seeds: Annotated[int, typer.Option(min=1, help="Runs per setting, seeds 0..N-1.")] = 5,
     split: Annotated[str, typer.Option(help="Topics to rewrite: <split>_topics.json.")] = "2023_test",

@@ -81,3 +81,8 @@ def test_cli_rewrites_ikat_turns_with_the_real_llm(tmp_path: Path, encoder: Sent
     assert set(report["settings"]) == {"utterance", "none-0shot", "sar-0shot"} and report["turns"] == 2
     assert report["settings"]["sar-0shot"]["seeds"] == [0, 1]
     assert "eval-rewriting" in report["command"]
+
+
+def test_cli_refuses_a_negative_shot_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval-rewriting", "--data", str(tmp_path), "--shots", "-1"]) == 2
+    assert "--shots" in capsys.readouterr().err
