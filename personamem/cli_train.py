@@ -54,7 +54,10 @@ def purple(
     llm: Annotated[
         str, typer.Option(help="The frozen LLM: smollm2, qwen2.5-coder-0.5b or a model folder.")
     ] = "smollm2",
-    seed: Annotated[int, typer.Option(help="Seeds the split, the subsets, the weights and the samples.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seeds the training subset, the weights and the samples.")] = 0,
+    split_seed: Annotated[
+        int, typer.Option(help="Seeds which users are held out; keep it fixed to compare training seeds.")
+    ] = 0,
     device: Annotated[str, typer.Option(help="torch device, e.g. cpu or cuda.")] = "cpu",
     resume: Annotated[bool, typer.Option(help="Continue from --out/last.")] = False,
 ) -> None:
@@ -104,7 +107,7 @@ def purple(
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
         train, validation, test = split_by_user(
-            examples, validation=validation_users, test=test_users, seed=seed
+            examples, validation=validation_users, test=test_users, seed=split_seed
         )
         picker = random.Random(seed)
         if max_train and max_train < len(train):
@@ -113,6 +116,7 @@ def purple(
         out_dir.mkdir(parents=True, exist_ok=True)
         split = {
             "benchmark": bench.name,
+            "split_seed": split_seed,
             "first_stage": first_stage,
             "candidates": candidates,
             "train_users": sorted({e.user_id for e in train}),

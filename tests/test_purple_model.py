@@ -11,6 +11,7 @@ import torch
 from personamem import SentenceEncoder
 from personamem.purple import PurpleConfig, RecordScorer, plackett_luce_log_prob, plackett_luce_sample
 from personamem.purple.model import collate, encode_candidates
+from personamem.purple.states import RecordStateCache
 
 WEIGHTS = torch.tensor([0.9, 0.1, 0.5, 0.3, 0.7])
 
@@ -79,3 +80,35 @@ def test_ablations_drop_their_modules(encoder: SentenceEncoder) -> None:
     assert sum(p.numel() for p in bare.parameters()) < sum(p.numel() for p in full.parameters())
     config = PurpleConfig(cross_attention=False, record_transformer=False)
     assert bare(**_batch(encoder, config)).shape == (2, 4)
+
+
+def test_cached_record_states_match_fresh_ones_and_skip_the_encoder(encoder: SentenceEncoder) -> None:
+    config = PurpleConfig(max_record_tokens=6)
+    texts = ["I'm vegan.", "My sister lives in Porto and works at the harbour office.", "I hate olives."]
+    cache = RecordStateCache(encoder, config.max_record_tokens, capacity=3)
+    fresh = encode_candidates(encoder, "what should I cook?", texts, config)
+    cached = encode_candidates(encoder, "what should I cook?", texts, config, cache)
+    assert (cache.hits, cache.misses) == (0, 3)
+    again = encode_candidates(encoder, "where does my sister live?", texts[::-1], config, cache)
+    assert (cache.hits, cache.misses) == (3, 3)  # a new query reuses every record's states
+    assert torch.equal(again.records, cached.records.flip(0)[:, : again.records.shape[1]])
+    assert torch.equal(cached.record_mask, fresh.record_mask[:, : cached.record_mask.shape[1]])
+    assert int(fresh.record_mask[1].sum()) == 6  # the long record is cut to max_record_tokens
+    real = fresh.record_mask[:, : cached.records.shape[1]]
+    assert torch.allclose(
+        cached.records[real].float(), fresh.records[:, : cached.records.shape[1]][real].float(), atol=2e-2
+    )
+
+
+def test_record_state_cache_evicts_the_least_recently_used(encoder: SentenceEncoder) -> None:
+    cache = RecordStateCache(encoder, 8, capacity=2)
+    cache.states(["a", "b"])
+    cache.states(["a"])  # "a" is now the most recent
+    cache.states(["c"])
+    assert len(cache) == 2
+    cache.states(["a", "b"])
+    assert (cache.hits, cache.misses) == (2, 4)  # "a" stayed, "b" was evicted and re-encoded
+    with pytest.raises(ValueError, match="another encoder or token cut"):
+        encode_candidates(encoder, "q", ["a"], PurpleConfig(), cache)
+    with pytest.raises(ValueError, match="capacity"):
+        RecordStateCache(encoder, 8, capacity=0)

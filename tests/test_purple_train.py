@@ -176,6 +176,10 @@ def test_train_command_holds_out_users_and_writes_a_checkpoint(
     ).is_file()
     assert "best step, validation reward" in capsys.readouterr().out
     assert main([*argv, "--advantage", "median"]) == 2  # a bad option names itself, nothing is trained
+    other = tmp_path / "purple-seed-1"
+    assert main([*argv, "--out", str(other), "--seed", "1", "--steps", "1"]) == 0
+    resplit = json.loads((other / "split.json").read_text(encoding="utf-8"))
+    assert resplit["split_seed"] == 0 and resplit["test_users"] == split["test_users"]  # seeds compare
 
 
 def test_profile_methods_run_through_the_harness(tmp_path: Path, encoder: SentenceEncoder) -> None:

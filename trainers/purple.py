@@ -31,6 +31,7 @@ from personamem.purple.checkpoint import load_checkpoint, load_optimizer, save_c
 from personamem.purple.data import ProfileExample
 from personamem.purple.model import CandidateStates, PurpleConfig, RecordScorer, collate, encode_candidates
 from personamem.purple.policy import plackett_luce_log_prob, plackett_luce_sample
+from personamem.purple.states import RecordStateCache
 from personamem.records import Record
 
 __all__ = ["Advantage", "PurpleTrainConfig", "RewardFn", "TrainResult", "advantages", "train_purple"]
@@ -253,12 +254,13 @@ def _encode(
     config: PurpleConfig,
     progress: Progress | None,
 ) -> dict[str, CandidateStates]:
-    """Frozen token states of every example, computed once (float16: ~2 MB per 20-candidate example)."""
+    """Frozen token states of every example, computed once; records shared between examples once."""
     task = progress.add_task("encoding candidates", total=len(examples)) if progress else None
+    cache = RecordStateCache(encoder, config.max_record_tokens, capacity=1_000_000)
     states = {}
     for example in examples:
         states[example.id] = encode_candidates(
-            encoder, example.query, [r.text for r in example.candidates], config
+            encoder, example.query, [r.text for r in example.candidates], config, cache
         )
         if progress is not None and task is not None:
             progress.advance(task)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from personamem.encoder import SentenceEncoder
+from personamem.purple.states import RecordStateCache
 
 __all__ = ["CandidateStates", "PurpleConfig", "RecordScorer", "collate", "encode_candidates"]
 
@@ -61,21 +62,36 @@ class CandidateStates:
 
 
 def encode_candidates(
-    encoder: SentenceEncoder, query: str, texts: Sequence[str], config: PurpleConfig
+    encoder: SentenceEncoder,
+    query: str,
+    texts: Sequence[str],
+    config: PurpleConfig,
+    cache: RecordStateCache | None = None,
 ) -> CandidateStates:
     """Token states of the query and the candidates, cut to the configured lengths, kept in float16.
 
     float16 halves the memory of a training set's cached states; the scorer computes in float32.
+    With a ``cache`` (built for the same encoder and ``max_record_tokens``), only records not seen
+    before are encoded.
     """
     if not texts:
         raise ValueError("no candidate records to score")
     q = encoder.encode_tokens([query])
-    r = encoder.encode_tokens(list(texts))
+    if cache is None:
+        r = encoder.encode_tokens(list(texts))
+        records, record_mask = (
+            r.states[:, : config.max_record_tokens].half(),
+            r.mask[:, : config.max_record_tokens],
+        )
+    else:
+        if cache.encoder is not encoder or cache.max_tokens != config.max_record_tokens:
+            raise ValueError("the record state cache was built for another encoder or token cut")
+        records, record_mask = cache.states(texts)
     return CandidateStates(
         query=q.states[0, : config.max_query_tokens].half(),
         query_mask=q.mask[0, : config.max_query_tokens].clone(),
-        records=r.states[:, : config.max_record_tokens].half(),
-        record_mask=r.mask[:, : config.max_record_tokens].clone(),
+        records=records,
+        record_mask=record_mask.clone(),
     )
 
 

@@ -10,6 +10,7 @@ import torch
 from personamem.encoder import SentenceEncoder
 from personamem.purple.checkpoint import load_checkpoint
 from personamem.purple.model import RecordScorer, collate, encode_candidates
+from personamem.purple.states import RecordStateCache
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 
@@ -17,21 +18,32 @@ __all__ = ["PurpleSelector"]
 
 
 class PurpleSelector:
-    """Orders candidates by the scorer's propensity and keeps the top ``k`` (the paper's inference)."""
+    """Orders candidates by the scorer's propensity and keeps the top ``k`` (the paper's inference).
 
-    def __init__(self, scorer: RecordScorer, encoder: SentenceEncoder) -> None:
+    A user's records come back as candidates for many queries, so their token states are cached
+    (``record_cache`` entries; 0 turns the cache off) and a rerank mostly encodes just the query.
+    """
+
+    def __init__(self, scorer: RecordScorer, encoder: SentenceEncoder, *, record_cache: int = 4096) -> None:
         self.scorer = scorer.eval()
         self.encoder = encoder
+        self.cache = (
+            RecordStateCache(encoder, scorer.config.max_record_tokens, record_cache) if record_cache else None
+        )
 
     @classmethod
-    def load(cls, folder: str | Path, encoder: SentenceEncoder) -> PurpleSelector:
+    def load(
+        cls, folder: str | Path, encoder: SentenceEncoder, *, record_cache: int = 4096
+    ) -> PurpleSelector:
         """A selector from a checkpoint folder trained on ``encoder``'s token states."""
         scorer, _ = load_checkpoint(Path(folder), encoder=encoder.name)
-        return cls(scorer, encoder)
+        return cls(scorer, encoder, record_cache=record_cache)
 
     def propensities(self, query: str, candidates: Sequence[Record]) -> list[float]:
         """f_θ for each candidate, in the candidates' order."""
-        states = encode_candidates(self.encoder, query, [r.text for r in candidates], self.scorer.config)
+        states = encode_candidates(
+            self.encoder, query, [r.text for r in candidates], self.scorer.config, self.cache
+        )
         device = next(self.scorer.parameters()).device
         with torch.inference_mode():
             batch = {k: v.to(device) for k, v in collate([states]).items()}
