@@ -1,3 +1,5 @@
+import logging
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,15 @@ def test_bm25_sees_new_records_at_once(mem: PersonaMem) -> None:
     assert [h.record.text for h in mem.search("u", "bees", method="bm25")] == ["I keep bees on the roof."]
     mem.add("u", "The bees made forty jars of honey.")  # must invalidate the cached index
     assert len(mem.search("u", "bees", method="bm25")) == 2
+
+
+def test_bm25_index_builds_are_silent_under_a_root_handler(
+    mem: PersonaMem, caplog: pytest.LogCaptureFixture
+) -> None:
+    mem.add("u", "I keep bees on the roof.")
+    caplog.handler.setLevel(logging.DEBUG)  # a root handler, as absl (via rouge-score) installs one
+    mem.search("u", "bees", method="bm25")
+    assert not [r for r in caplog.records if r.name.startswith("bm25s")]
 
 
 def test_bm25_with_no_searchable_terms(mem: PersonaMem) -> None:

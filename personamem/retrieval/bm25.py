@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import bm25s
@@ -11,6 +12,10 @@ from personamem.retrieval.base import Hit, ranked
 from personamem.store import Store
 
 __all__ = ["BM25Retriever"]
+
+# bm25s pins its logger to DEBUG on import, so once anything installs a root handler (absl does, via
+# rouge-score) every index build prints a line; the application's logging config decides instead.
+logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 
 def _tokenize(texts: list[str]) -> list[list[str]]:
