@@ -100,6 +100,7 @@ def test_the_policy_learns_a_bandit_with_a_known_best_profile(
     for example in validation:
         picked = selector.select(example.user_id, example.query, example.candidates, 2)
         assert {h.record.text for h in picked} == set(FOOD)
+    assert selector.cache is not None and (selector.cache.hits, selector.cache.misses) == (24, 8)
     assert result.best_validation == pytest.approx(3.0)  # both food records, one of them first
 
 
