@@ -47,9 +47,9 @@ class RecordStateCache:
             found = {k: self._entries[k] for k in keys if k in self._entries}
             for k in found:
                 self._entries.move_to_end(k)
-        missing = list(dict.fromkeys(k for k in keys if k not in found))
-        self.hits += len(keys) - sum(k not in found for k in keys)
-        self.misses += len(missing)
+            missing = list(dict.fromkeys(k for k in keys if k not in found))
+            self.hits += len(keys) - sum(k not in found for k in keys)
+            self.misses += len(missing)
         if missing:
             first = {k: t for k, t in zip(keys, texts, strict=True) if k in missing}
             encoded = self.encoder.encode_tokens([first[k] for k in missing])
