@@ -86,17 +86,18 @@ def test_cached_record_states_match_fresh_ones_and_skip_the_encoder(encoder: Sen
     config = PurpleConfig(max_record_tokens=6)
     texts = ["I'm vegan.", "My sister lives in Porto and works at the harbour office.", "I hate olives."]
     cache = RecordStateCache(encoder, config.max_record_tokens, capacity=3)
-    fresh = encode_candidates(encoder, "what should I cook?", texts, config)
+    fresh = encoder.encode_tokens(texts)  # the encoder's own states, before any cut or cache
+    cut = config.max_record_tokens
     cached = encode_candidates(encoder, "what should I cook?", texts, config, cache)
     assert (cache.hits, cache.misses) == (0, 3)
     again = encode_candidates(encoder, "where does my sister live?", texts[::-1], config, cache)
     assert (cache.hits, cache.misses) == (3, 3)  # a new query reuses every record's states
     assert torch.equal(again.records, cached.records.flip(0)[:, : again.records.shape[1]])
-    assert torch.equal(cached.record_mask, fresh.record_mask[:, : cached.record_mask.shape[1]])
-    assert int(fresh.record_mask[1].sum()) == 6  # the long record is cut to max_record_tokens
-    real = fresh.record_mask[:, : cached.records.shape[1]]
+    assert torch.equal(cached.record_mask, fresh.mask[:, :cut][:, : cached.record_mask.shape[1]])
+    assert int(cached.record_mask[1].sum()) == 6 < int(fresh.mask[1].sum())  # cut to max_record_tokens
+    real = fresh.mask[:, : cached.records.shape[1]]
     assert torch.allclose(
-        cached.records[real].float(), fresh.records[:, : cached.records.shape[1]][real].float(), atol=2e-2
+        cached.records[real].float(), fresh.states[:, : cached.records.shape[1]][real], atol=2e-2
     )
 
 

@@ -72,26 +72,21 @@ def encode_candidates(
 
     float16 halves the memory of a training set's cached states; the scorer computes in float32.
     With a ``cache`` (built for the same encoder and ``max_record_tokens``), only records not seen
-    before are encoded.
+    before are encoded; without one, a cache for this call alone cuts the records the same way.
     """
     if not texts:
         raise ValueError("no candidate records to score")
-    q = encoder.encode_tokens([query])
     if cache is None:
-        r = encoder.encode_tokens(list(texts))
-        records, record_mask = (
-            r.states[:, : config.max_record_tokens].half(),
-            r.mask[:, : config.max_record_tokens],
-        )
-    else:
-        if cache.encoder is not encoder or cache.max_tokens != config.max_record_tokens:
-            raise ValueError("the record state cache was built for another encoder or token cut")
-        records, record_mask = cache.states(texts)
+        cache = RecordStateCache(encoder, config.max_record_tokens, capacity=len(texts))
+    elif cache.encoder is not encoder or cache.max_tokens != config.max_record_tokens:
+        raise ValueError("the record state cache was built for another encoder or token cut")
+    q = encoder.encode_tokens([query])
+    records, record_mask = cache.states(texts)
     return CandidateStates(
         query=q.states[0, : config.max_query_tokens].half(),
         query_mask=q.mask[0, : config.max_query_tokens].clone(),
         records=records,
-        record_mask=record_mask.clone(),
+        record_mask=record_mask,
     )
 
 

@@ -51,8 +51,8 @@ class RecordStateCache:
             self.hits += len(keys) - sum(k not in found for k in keys)
             self.misses += len(missing)
         if missing:
-            first = {k: t for k, t in zip(keys, texts, strict=True) if k in missing}
-            encoded = self.encoder.encode_tokens([first[k] for k in missing])
+            text_of = dict(zip(keys, texts, strict=True))
+            encoded = self.encoder.encode_tokens([text_of[k] for k in missing])
             for i, k in enumerate(missing):
                 n = min(int(encoded.mask[i].sum()), self.max_tokens)
                 found[k] = encoded.states[i, :n].half()
