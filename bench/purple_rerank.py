@@ -49,12 +49,13 @@ def main() -> int:
 
     from personamem import Record
     from personamem.encoder import default_encoder
-    from personamem.listwise import ListwiseFallbackWarning, ListwiseSelector
+    from personamem.errors import ListwiseFallbackWarning
+    from personamem.profile.listwise import ListwiseSelector
     from personamem.llm import TransformersLLM
-    from personamem.purple import PurpleConfig, RecordScorer
-    from personamem.purple.data import ProfileExample
-    from personamem.purple.reward import LLMReward
-    from personamem.purple.selector import PurpleSelector
+    from personamem.profile.purple import PurpleConfig, RecordScorer
+    from personamem.trainers.purple.data import ProfileExample
+    from personamem.trainers.purple.reward import LLMReward
+    from personamem.profile.purple.selector import PurpleSelector
     from personamem.trainers.purple import PurpleTrainConfig, train_purple
 
     warnings.simplefilter(

@@ -42,8 +42,8 @@ def utility(
     from personamem.eval.evaluate import EvalConfig, load_benchmark
     from personamem.eval.vectors import default_vector_cache
     from personamem.llm import TransformersLLM
-    from personamem.purple.data import examples_from_benchmark
-    from personamem.purple.utility import pearson, plot_utility, record_utility
+    from personamem.trainers.purple.data import examples_from_benchmark
+    from personamem.trainers.purple.utility import pearson, plot_utility, record_utility
 
     bench = load_benchmark(EvalConfig(benchmark=benchmark, data=data, noise=noise))
     mine = [q for q in bench.questions if q.user_id == user and q.answer and q.answer.strip()][:questions]

@@ -68,10 +68,10 @@ def purple(
     from personamem.eval.evaluate import EvalConfig, load_benchmark
     from personamem.eval.vectors import default_vector_cache
     from personamem.llm import TransformersLLM
-    from personamem.purple import PurpleConfig
-    from personamem.purple.data import examples_from_benchmark, split_by_user
-    from personamem.purple.reward import LLMReward
+    from personamem.profile.purple import PurpleConfig
     from personamem.trainers.purple import PurpleTrainConfig, train_purple
+    from personamem.trainers.purple.data import examples_from_benchmark, split_by_user
+    from personamem.trainers.purple.reward import LLMReward
 
     try:
         config = PurpleTrainConfig(

@@ -1,10 +1,39 @@
-"""The one exception hierarchy of personamem.
+"""The one exception and warning family of personamem, and how degraded answers are reported.
 
 Every error the library raises on purpose derives from :class:`PersonaMemError`, so callers can catch
-the family with one ``except`` and still tell bad input from a broken backend.
+the family with one ``except`` and still tell bad input from a broken backend. Every warning derives
+from :class:`PersonaMemWarning`; those that say an LLM stage fell back to the stage without it derive
+from :class:`FallbackWarning` and go through :func:`warn_fallback`, so the context call can also list
+them in its result (Python's warning filters are process-global, a result is per call).
 """
 
 from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "FallbackWarning",
+    "IngestError",
+    "InvalidRecordError",
+    "LLMError",
+    "ListwiseFallbackWarning",
+    "MethodError",
+    "MissingExtraError",
+    "PBRFallbackWarning",
+    "PersonaMemError",
+    "PersonaMemWarning",
+    "PipelineFallbackWarning",
+    "RewriteFallbackWarning",
+    "StoreError",
+    "TruncationWarning",
+    "collect_fallbacks",
+    "warn_fallback",
+]
 
 
 class PersonaMemError(Exception):
@@ -32,6 +61,25 @@ class StoreError(PersonaMemError):
     """The SQL database or the vector index failed or disagreed in a way repair could not fix."""
 
 
+class LLMError(PersonaMemError):
+    """A frozen-LLM backend failed to answer (after its retries, or within the pipeline's deadline)."""
+
+
+class CheckpointError(PersonaMemError):
+    """A checkpoint folder is missing, incomplete or made for another encoder."""
+
+
+class MethodError(PersonaMemError, ValueError):
+    """A method or pipeline stage name is unknown, or it needs an LLM and none is configured.
+
+    The message lists the names that would work.
+    """
+
+
+class ConfigError(PersonaMemError, ValueError):
+    """A pipeline or training config (TOML file, keywords, CLI options) has an unknown key or bad value."""
+
+
 class MissingExtraError(PersonaMemError, ImportError):
     """An optional dependency is not installed; the message gives the ``pip install`` command."""
 
@@ -40,5 +88,51 @@ class MissingExtraError(PersonaMemError, ImportError):
         self.extra = extra
 
 
-class TruncationWarning(UserWarning):
+class PersonaMemWarning(UserWarning):
+    """Base class of every warning personamem emits."""
+
+
+class TruncationWarning(PersonaMemWarning):
     """A text was longer than the encoder's window; its dense vector covers only the start."""
+
+
+class FallbackWarning(PersonaMemWarning):
+    """An LLM stage gave nothing usable (failed, timed out, unparseable), so the stage without it ran."""
+
+
+class PBRFallbackWarning(FallbackWarning):
+    """P-PRF (or an expansion baseline) produced nothing usable for a query; search ran without it."""
+
+
+class ListwiseFallbackWarning(FallbackWarning):
+    """The listwise reranker's LLM gave no usable ranking, so the candidates kept their first-stage order."""
+
+
+class RewriteFallbackWarning(FallbackWarning):
+    """A rewriting answer was unusable, so a turn kept its raw utterance and/or an empty selection."""
+
+
+class PipelineFallbackWarning(FallbackWarning):
+    """A pipeline stage failed as a whole and the pipeline ran on without it."""
+
+
+_collected: ContextVar[list[str] | None] = ContextVar("personamem_fallbacks", default=None)
+
+
+def warn_fallback(message: str, category: type[FallbackWarning], *, stacklevel: int = 2) -> None:
+    """Warn that a stage degraded, and note it for the enclosing :func:`collect_fallbacks`, if any."""
+    notes = _collected.get()
+    if notes is not None:
+        notes.append(message)
+    warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
+@contextlib.contextmanager
+def collect_fallbacks() -> Iterator[list[str]]:
+    """Collect the messages of :func:`warn_fallback` calls made in this thread or task meanwhile."""
+    notes: list[str] = []
+    token = _collected.set(notes)
+    try:
+        yield notes
+    finally:
+        _collected.reset(token)

@@ -14,9 +14,9 @@ from personamem.encoder import SentenceEncoder
 from personamem.errors import IngestError
 from personamem.eval import DENSE, BenchmarkName, EvalConfig, build_store, evaluate_method, run_eval
 from personamem.eval.benchmarks.personabench import NO_GOLD, load_personabench_benchmark
-from personamem.eval.methods import personalized_method
 from personamem.eval.metrics import ranx_scores
 from personamem.eval.vectors import corpus_vectors
+from personamem.methods import personalized_method
 from personamem.testing import FakeLLM
 from tests.conftest import DATA, need_data
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from personamem import PersonaMem
+from personamem.errors import PBRFallbackWarning
 from personamem.personalize.expansion import EXPANSIONS, LLMExpansion
-from personamem.personalize.pbr import PBRFallbackWarning
 from personamem.testing import FakeLLM
 
 

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from personamem import PersonaMem, SentenceEncoder
+from personamem.errors import PBRFallbackWarning
 from personamem.llm import TransformersLLM
 from personamem.llm.parsing import extract_json, extract_string_list
 from personamem.personalize import PersonalizedRetriever, QueryPersonalizer
-from personamem.personalize.pbr import PBR, PBRFallbackWarning, fuse
+from personamem.personalize.pbr import PBR, fuse
 from personamem.testing import FakeLLM
 
 GOOD = json.dumps(["I want something without meat", "Vegan places please", "No dairy for me"])

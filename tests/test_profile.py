@@ -7,9 +7,10 @@ from datetime import datetime
 import pytest
 
 from personamem import ProfileSelector, Record, RelevanceSelector, SentenceEncoder
-from personamem.listwise import ListwiseFallbackWarning, ListwiseSelector, parse_ranking
+from personamem.errors import ListwiseFallbackWarning
 from personamem.llm import TransformersLLM
 from personamem.profile import EarliestSelector, ProfileRetriever, RandomSelector
+from personamem.profile.listwise import ListwiseSelector, parse_ranking
 from personamem.retrieval.base import Hit, ranked
 from personamem.testing import FakeLLM
 
@@ -101,7 +102,7 @@ def test_listwise_selector_fills_in_and_falls_back() -> None:
 
 
 @pytest.mark.filterwarnings(
-    "ignore::personamem.listwise.ListwiseFallbackWarning"
+    "ignore::personamem.profile.listwise.ListwiseFallbackWarning"
 )  # a 135M model may not comply
 def test_listwise_selector_with_the_real_llm(llm: TransformersLLM) -> None:
     candidates = _records("I repaired my bike.", "I'm allergic to peanuts.", "I sing in a choir.")

@@ -15,14 +15,15 @@ import torch
 
 from personamem import Record, SentenceEncoder
 from personamem.cli import main
+from personamem.errors import CheckpointError
 from personamem.llm import TransformersLLM
-from personamem.purple import PurpleConfig
-from personamem.purple.checkpoint import CheckpointError, load_checkpoint
-from personamem.purple.data import ProfileExample, split_by_user
-from personamem.purple.reward import LLMReward
-from personamem.purple.selector import PurpleSelector
-from personamem.purple.utility import pearson, record_utility
+from personamem.profile.purple import PurpleConfig
+from personamem.profile.purple.checkpoint import load_checkpoint
+from personamem.profile.purple.selector import PurpleSelector
 from personamem.trainers.purple import PurpleTrainConfig, advantages, train_purple
+from personamem.trainers.purple.data import ProfileExample, split_by_user
+from personamem.trainers.purple.reward import LLMReward
+from personamem.trainers.purple.utility import pearson, record_utility
 from tests.conftest import DATA, need_data
 
 FOOD = ["I'm vegan and cook lentils most nights.", "My favourite dish is a spicy tofu curry."]
@@ -185,8 +186,8 @@ def test_train_command_holds_out_users_and_writes_a_checkpoint(
 
 def test_profile_methods_run_through_the_harness(tmp_path: Path, encoder: SentenceEncoder) -> None:
     from personamem.eval.benchmark import Benchmark, Question
-    from personamem.eval.methods import profile_method
     from personamem.eval.runner import evaluate_method
+    from personamem.methods import profile_method
     from personamem.store import Store
 
     examples = _examples(1)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 import personamem.rewriting
 from personamem import SentenceEncoder
+from personamem.errors import RewriteFallbackWarning
 from personamem.eval.benchmark import Question
 from personamem.eval.benchmarks.ikat import load_ikat_benchmark
 from personamem.llm import TransformersLLM
@@ -19,7 +20,6 @@ from personamem.rewriting import (
     Demonstration,
     Rewrite,
     RewriteConfig,
-    RewriteFallbackWarning,
     load_ikat_turns,
     make_demonstrations,
     parse_answer,

@@ -72,7 +72,7 @@ def test_unknown_or_missing_local_models_are_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::personamem.rewriting.RewriteFallbackWarning")  # SmolLM2 garbles JSON
+@pytest.mark.filterwarnings("ignore::personamem.errors.RewriteFallbackWarning")  # SmolLM2 garbles JSON
 def test_cli_rewrites_ikat_turns_with_the_real_llm(tmp_path: Path, encoder: SentenceEncoder) -> None:
     out = tmp_path / "report"
     args = ["eval-rewriting", "--data", str(need_data(IKAT)), "--strategy", "none", "--strategy", "sar"]

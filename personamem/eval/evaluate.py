@@ -23,11 +23,11 @@ from rich.progress import Progress
 from personamem.encoder import Encoder, default_encoder
 from personamem.errors import MissingExtraError
 from personamem.eval.benchmark import Benchmark, evenly_spaced
-from personamem.eval.methods import FIRST_STAGE, NEEDS_LLM, PERSONALIZED, PROFILE, is_method, method_named
 from personamem.eval.report import Report
 from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
 from personamem.ingest.personabench import Render
 from personamem.llm import FrozenLLM, TransformersLLM
+from personamem.methods import FIRST_STAGE, NEEDS_LLM, PERSONALIZED, PROFILE, is_method, method_named
 
 __all__ = ["BenchmarkName", "EvalConfig", "load_benchmark", "run_eval"]
 
@@ -47,8 +47,8 @@ class EvalConfig(BaseModel):
     Attributes:
         benchmark: which loader reads ``data``.
         data: the benchmark folder in its upstream layout.
-        methods: method names (:data:`~personamem.eval.methods.FIRST_STAGE` and
-            :data:`~personamem.eval.methods.PERSONALIZED`), run in this order.
+        methods: method names (:data:`~personamem.methods.FIRST_STAGE` and
+            :data:`~personamem.methods.PERSONALIZED`), run in this order.
         seeds: seeds 0..seeds-1 for stochastic methods; deterministic ones run once.
         baseline: a method of ``methods`` to t-test the others against.
         depth: how many records each method ranks per question (the deepest recall cutoff).

@@ -17,10 +17,10 @@ from rich.progress import Progress
 from personamem.encoder import Encoder
 from personamem.eval.answering import score_answers
 from personamem.eval.benchmark import Benchmark, Question
-from personamem.eval.methods import Method
 from personamem.eval.metrics import personabench_scores, ranx_scores
 from personamem.eval.vectors import corpus_vectors
 from personamem.llm import FrozenLLM
+from personamem.methods import Method
 from personamem.retrieval import Preparable
 from personamem.store import Store
 

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, overload, runtime_checkable
 
+from personamem.errors import LLMError
+
 __all__ = [
     "FrozenLLM",
     "Generations",
@@ -24,10 +26,6 @@ __all__ = [
 
 Message: TypeAlias = Mapping[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
 Prompt: TypeAlias = str | Sequence[Message]
-
-
-class LLMError(Exception):
-    """A backend failed to answer (after its retries, for remote backends)."""
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,13 @@
 from personamem.personalize.anchor import PAnchor
 from personamem.personalize.base import PersonalizedRetriever, QueryPersonalizer
 from personamem.personalize.expansion import EXPANSIONS, LLMExpansion
-from personamem.personalize.pbr import PBR, PBRFallbackWarning
+from personamem.personalize.pbr import PBR
 
 __all__ = [
     "EXPANSIONS",
     "PBR",
     "LLMExpansion",
     "PAnchor",
-    "PBRFallbackWarning",
     "PersonalizedRetriever",
     "QueryPersonalizer",
 ]

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 
+from personamem.errors import PBRFallbackWarning, warn_fallback
 from personamem.llm import FrozenLLM, Message
 from personamem.llm.parsing import extract_string_list
-from personamem.personalize.pbr import PBRFallbackWarning, cached_llm_outputs
+from personamem.personalize.pbr import cached_llm_outputs
 from personamem.retrieval.dense import DenseRetriever
 from personamem.store import Store
 
@@ -112,7 +112,7 @@ class LLMExpansion:
         )
         for (_, query), expansion in zip(requests, texts, strict=True):
             if expansion is not None and not expansion:
-                warnings.warn(
+                warn_fallback(
                     f"{self.kind}: no usable expansion for {query!r}", PBRFallbackWarning, stacklevel=3
                 )
         return [expansion or None for expansion in texts]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -26,6 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from personamem.errors import PBRFallbackWarning, warn_fallback
 from personamem.llm import FrozenLLM, LLMError, Message
 from personamem.llm.budget import fit_to_budget
 from personamem.llm.parsing import extract_string_list
@@ -33,16 +33,12 @@ from personamem.records import Record
 from personamem.retrieval.dense import DenseRetriever
 from personamem.store import Store
 
-__all__ = ["PBR", "PBRFallbackWarning", "PseudoFeedback", "UserAnchor", "cached_llm_outputs", "fuse"]
+__all__ = ["PBR", "PseudoFeedback", "UserAnchor", "cached_llm_outputs", "fuse"]
 
 PROMPT_VERSION = "1"  # part of the cache key: changing a prompt must not reuse old outputs
 _RECORD_CHARS = 600  # one long session should not crowd the others out of H_q
 _GENERATION_TOKENS = 256
 _REQUESTS_PER_CALL = 16  # (user, query) pairs per batched LLM call: a failure loses only these
-
-
-class PBRFallbackWarning(UserWarning):
-    """P-PRF produced nothing usable for a query; PBR searched without it."""
 
 
 def cached_llm_outputs(
@@ -66,7 +62,7 @@ def cached_llm_outputs(
         try:
             found += store.derived_many(namespace, chunk, partial(_shifted, compute, start))
         except LLMError as exc:
-            warnings.warn(f"{who}: the LLM failed ({exc}); {fallback}", PBRFallbackWarning, stacklevel=4)
+            warn_fallback(f"{who}: the LLM failed ({exc}); {fallback}", PBRFallbackWarning, stacklevel=4)
             found += [None] * len(chunk)
     return found
 
@@ -205,7 +201,7 @@ class PBR:
                 found.append(PseudoFeedback(tuple(value["utterances"]), value["reasoning"]))
                 continue
             if value is not None:
-                warnings.warn(
+                warn_fallback(
                     f"PBR: no usable pseudo feedback for {query!r}; searching without P-PRF",
                     PBRFallbackWarning,
                     stacklevel=3,

@@ -10,7 +10,7 @@ from personamem.rewriting.config import RewriteConfig, Strategy
 from personamem.rewriting.data import load_ikat_turns, statements_by_user
 from personamem.rewriting.metrics import METRICS, score_rewrites, selection_prf
 from personamem.rewriting.parse import ParsedAnswer, parse_answer
-from personamem.rewriting.rewriter import Rewrite, RewriteFallbackWarning, rewrite_turns
+from personamem.rewriting.rewriter import Rewrite, rewrite_turns
 from personamem.rewriting.shots import Demonstration, make_demonstrations, pick_shots
 
 __all__ = [
@@ -19,7 +19,6 @@ __all__ = [
     "ParsedAnswer",
     "Rewrite",
     "RewriteConfig",
-    "RewriteFallbackWarning",
     "Strategy",
     "load_ikat_turns",
     "make_demonstrations",

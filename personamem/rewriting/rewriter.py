@@ -8,10 +8,10 @@ keeps its raw utterance and/or an empty selection, is flagged ``fell_back`` and 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from personamem.errors import RewriteFallbackWarning, warn_fallback
 from personamem.eval.benchmark import Question
 from personamem.llm.base import FrozenLLM, LLMError, Message
 from personamem.rewriting.config import RewriteConfig
@@ -19,15 +19,11 @@ from personamem.rewriting.parse import ParsedAnswer, parse_answer
 from personamem.rewriting.prompts import DemoFacts, rewrite_prompt, select_and_rewrite_prompt, select_prompt
 from personamem.rewriting.shots import Demonstration, pick_shots
 
-__all__ = ["Rewrite", "RewriteFallbackWarning", "rewrite_turns"]
+__all__ = ["Rewrite", "rewrite_turns"]
 
 _SNIPPET = 80  # characters of a bad answer quoted in a warning
 # which statements a rewrite demonstration lists, mirroring what the strategy passes to the rewrite step
 _DEMO_FACTS: dict[str, DemoFacts] = {"str": "gold", "all": "all", "none": "none"}
-
-
-class RewriteFallbackWarning(UserWarning):
-    """A model answer was unusable, so a turn kept its raw utterance and/or an empty selection."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +129,7 @@ def _generate(
             prompts, max_tokens=config.max_tokens, temperature=config.temperature, seed=seed
         )
     except LLMError as exc:
-        warnings.warn(
+        warn_fallback(
             f"the LLM failed on a batch of {len(prompts)} turns ({exc}); for this step each turn falls "
             "back to its raw utterance as the rewrite and/or an empty selection",
             RewriteFallbackWarning,
@@ -159,7 +155,7 @@ def _read(
     }
     unusable = {field: fallback for field, fallback in fallbacks.items() if fallback}
     if unusable:
-        warnings.warn(
+        warn_fallback(
             f"turn {turn.id}: no usable {' or '.join(unusable)} in the answer {text[:_SNIPPET]!r}; "
             f"using {' and '.join(unusable.values())}",
             RewriteFallbackWarning,

@@ -10,21 +10,17 @@ no usable number, or a failing backend, gives the first-stage order with a warni
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Sequence
 
+from personamem.errors import ListwiseFallbackWarning, warn_fallback
 from personamem.llm.base import FrozenLLM, LLMError
 from personamem.llm.budget import fit_to_budget
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 
-__all__ = ["ListwiseFallbackWarning", "ListwiseSelector", "parse_ranking"]
+__all__ = ["ListwiseSelector", "parse_ranking"]
 
 _NUMBER = re.compile(r"\d+")
-
-
-class ListwiseFallbackWarning(UserWarning):
-    """The LLM gave no usable ranking, so the candidates kept their first-stage order."""
 
 
 def parse_ranking(text: str, n: int) -> list[int]:
@@ -73,7 +69,7 @@ class ListwiseSelector:
         try:
             text = self.llm.generate([prompt], max_tokens=self.max_tokens, temperature=0.0)[0][0]
         except LLMError as exc:
-            warnings.warn(
+            warn_fallback(
                 f"listwise rerank: the LLM failed ({exc}); keeping the first-stage order",
                 ListwiseFallbackWarning,
                 stacklevel=3,
@@ -81,7 +77,7 @@ class ListwiseSelector:
             return list(range(len(candidates)))
         order = parse_ranking(text, len(fitted.kept))
         if not order:
-            warnings.warn(
+            warn_fallback(
                 f"listwise rerank: no ranking in {text[:80]!r}; keeping the first-stage order",
                 ListwiseFallbackWarning,
                 stacklevel=3,

@@ -5,7 +5,7 @@ profiles during training (REINFORCE against the frozen LLM's log-likelihood of t
 ``personamem.trainers.purple``) and takes the top K by propensity at inference.
 """
 
-from personamem.purple.model import PurpleConfig, RecordScorer
-from personamem.purple.policy import plackett_luce_log_prob, plackett_luce_sample
+from personamem.profile.purple.model import PurpleConfig, RecordScorer
+from personamem.profile.purple.policy import plackett_luce_log_prob, plackett_luce_sample
 
 __all__ = ["PurpleConfig", "RecordScorer", "plackett_luce_log_prob", "plackett_luce_sample"]

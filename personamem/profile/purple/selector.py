@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 
 from personamem.encoder import SentenceEncoder
-from personamem.purple.checkpoint import load_checkpoint
-from personamem.purple.model import RecordScorer, collate, encode_candidates
-from personamem.purple.states import RecordStateCache
+from personamem.profile.purple.checkpoint import load_checkpoint
+from personamem.profile.purple.model import RecordScorer, collate, encode_candidates
+from personamem.profile.purple.states import RecordStateCache
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 

@@ -2,7 +2,7 @@
 
 Each step takes B training examples, samples M profiles of K records per example from the
 Plackett–Luce policy, rewards each profile with the frozen LLM's log-likelihood of the true answer
-(:class:`~personamem.purple.reward.LLMReward`, or any function of the same shape), turns rewards into
+(:class:`~personamem.trainers.purple.reward.LLMReward`, or any function of the same shape), turns rewards into
 advantages per example and ascends Σ advantage · log π(profile). Every ``validate_every`` steps the
 greedy policy (top K by propensity) is scored on the validation users, and the best checkpoint is kept.
 
@@ -20,60 +20,30 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from rich.progress import Progress
 
 from personamem.encoder import SentenceEncoder
-from personamem.purple.checkpoint import load_checkpoint, load_optimizer, save_checkpoint
-from personamem.purple.data import ProfileExample
-from personamem.purple.model import CandidateStates, PurpleConfig, RecordScorer, collate, encode_candidates
-from personamem.purple.policy import plackett_luce_log_prob, plackett_luce_sample
-from personamem.purple.states import RecordStateCache
+from personamem.profile.purple.checkpoint import load_checkpoint, load_optimizer, save_checkpoint
+from personamem.profile.purple.model import (
+    CandidateStates,
+    PurpleConfig,
+    RecordScorer,
+    collate,
+    encode_candidates,
+)
+from personamem.profile.purple.policy import plackett_luce_log_prob, plackett_luce_sample
+from personamem.profile.purple.states import RecordStateCache
 from personamem.records import Record
+from personamem.trainers.purple.config import Advantage, PurpleTrainConfig
+from personamem.trainers.purple.data import ProfileExample
 
-__all__ = ["Advantage", "PurpleTrainConfig", "RewardFn", "TrainResult", "advantages", "train_purple"]
+__all__ = ["RewardFn", "TrainResult", "advantages", "train_purple"]
 
-Advantage = Literal["zscore", "rank", "clip"]
 RewardFn = Callable[[Sequence[tuple[ProfileExample, Sequence[Record]]]], list[float]]
-"""Rewards for (example, ordered profile) pairs; :class:`~personamem.purple.reward.LLMReward` is one."""
-
-
-class PurpleTrainConfig(BaseModel):
-    """REINFORCE settings (the paper's: B = 16, M = 32, Adam at 1e-4, clipping at 1.0).
-
-    Attributes:
-        model: the scorer's shape.
-        k: profile length K.
-        batch_size: examples per step (B).
-        samples: profiles sampled per example (M).
-        lr: Adam's learning rate.
-        grad_clip: maximum gradient norm.
-        steps: optimizer steps in all (a resumed run continues up to this many).
-        validate_every: steps between validations (and checkpoints).
-        advantage: how rewards become advantages within an example: ``zscore`` (the paper's),
-            ``rank`` or ``clip``.
-        clip_nats: the clip width for ``advantage="clip"``.
-        seed: seeds the example order, the profile samples and the initial weights.
-        device: torch device; on CUDA, bf16 autocast is used where supported.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: PurpleConfig = PurpleConfig()
-    k: int = Field(default=5, ge=1)
-    batch_size: int = Field(default=16, ge=1)
-    samples: int = Field(default=32, ge=2)
-    lr: float = Field(default=1e-4, gt=0)
-    grad_clip: float = Field(default=1.0, gt=0)
-    steps: int = Field(default=100, ge=1)
-    validate_every: int = Field(default=20, ge=1)
-    advantage: Advantage = "zscore"
-    clip_nats: float = Field(default=5.0, gt=0)
-    seed: int = 0
-    device: str = "cpu"
+"""Rewards for (example, ordered profile) pairs; :class:`.reward.LLMReward` is one."""
 
 
 @dataclass

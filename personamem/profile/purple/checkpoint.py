@@ -14,16 +14,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from personamem.errors import PersonaMemError
-from personamem.purple.model import PurpleConfig, RecordScorer
+from personamem.errors import CheckpointError
+from personamem.profile.purple.model import PurpleConfig, RecordScorer
 
-__all__ = ["CheckpointError", "load_checkpoint", "load_optimizer", "save_checkpoint"]
+__all__ = ["load_checkpoint", "load_optimizer", "save_checkpoint"]
 
 FORMAT = 1
-
-
-class CheckpointError(PersonaMemError):
-    """A checkpoint folder is missing, incomplete or made for another encoder."""
 
 
 def save_checkpoint(

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from personamem.eval.answering import profile_prompt
 from personamem.eval.answers import answer_loglikelihood
 from personamem.llm.base import FrozenLLM
-from personamem.purple.data import ProfileExample
 from personamem.records import Record
+from personamem.trainers.purple.data import ProfileExample
 
 __all__ = ["LLMReward"]
 

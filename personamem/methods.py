@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from personamem.listwise import ListwiseSelector
 from personamem.llm import FrozenLLM
 from personamem.personalize import EXPANSIONS, PBR, LLMExpansion, PAnchor, PersonalizedRetriever
 from personamem.profile import EarliestSelector, ProfileRetriever, ProfileSelector, RandomSelector
+from personamem.profile.listwise import ListwiseSelector
 from personamem.retrieval import BM25Retriever, DenseRetriever, HybridRetriever, Retriever
 from personamem.store import Store
 
@@ -125,7 +125,7 @@ def profile_method(name: str, llm: FrozenLLM | None) -> Method:
             selector = ListwiseSelector(llm)
         else:
             from personamem.encoder import SentenceEncoder
-            from personamem.purple.selector import PurpleSelector
+            from personamem.profile.purple.selector import PurpleSelector
 
             if not isinstance(store.encoder, SentenceEncoder):
                 raise ValueError("PURPLE needs the encoder's token states (a SentenceEncoder store)")

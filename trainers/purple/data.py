@@ -73,8 +73,8 @@ def examples_from_benchmark(
     Raises:
         ValueError: an unknown first stage.
     """
-    from personamem.eval.methods import FIRST_STAGE
     from personamem.eval.runner import build_store
+    from personamem.methods import FIRST_STAGE
 
     if first_stage not in FIRST_STAGE:
         raise ValueError(f"first stage must be one of {list(FIRST_STAGE)}, got {first_stage!r}")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from personamem.encoder import SentenceEncoder
-from personamem.purple.states import RecordStateCache
+from personamem.profile.purple.states import RecordStateCache
 
 __all__ = ["CandidateStates", "PurpleConfig", "RecordScorer", "collate", "encode_candidates"]
 
