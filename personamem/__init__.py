@@ -1,18 +1,27 @@
 """personamem: per-user memory for LLM applications.
 
-Store each user's history durably, search it per user, and forget users without a trace.
+Store each user's history durably, search it per user with any method by name, build the context
+an LLM should see for a query, and forget users without a trace.
 """
 
 from personamem.encoder import Encoder, SentenceEncoder, TokenStates, default_encoder
 from personamem.errors import (
+    CheckpointError,
+    ConfigError,
+    FallbackWarning,
     IngestError,
     InvalidRecordError,
+    LLMError,
+    MethodError,
     MissingExtraError,
     PersonaMemError,
+    PersonaMemWarning,
     StoreError,
     TruncationWarning,
 )
-from personamem.memory import PersonaMem, SearchMethod
+from personamem.memory import PersonaMem
+from personamem.personalize import QueryPersonalizer
+from personamem.pipeline import Context, Pipeline, PipelineConfig, load_pipeline
 from personamem.profile import ProfileSelector, RelevanceSelector
 from personamem.records import Record, RecordKind
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetriever, Retriever
@@ -20,26 +29,36 @@ from personamem.store import ConsistencyReport, Store
 
 __all__ = [
     "BM25Retriever",
+    "CheckpointError",
+    "ConfigError",
     "ConsistencyReport",
+    "Context",
     "DenseRetriever",
     "Encoder",
+    "FallbackWarning",
     "Hit",
     "HybridRetriever",
     "IngestError",
     "InvalidRecordError",
+    "LLMError",
+    "MethodError",
     "MissingExtraError",
     "PersonaMem",
     "PersonaMemError",
+    "PersonaMemWarning",
+    "Pipeline",
+    "PipelineConfig",
     "ProfileSelector",
+    "QueryPersonalizer",
     "Record",
     "RecordKind",
     "RelevanceSelector",
     "Retriever",
-    "SearchMethod",
     "SentenceEncoder",
     "Store",
     "StoreError",
     "TokenStates",
     "TruncationWarning",
     "default_encoder",
+    "load_pipeline",
 ]

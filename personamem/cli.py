@@ -18,9 +18,11 @@ from rich.table import Table
 from personamem.cli_analyze import analyze_app
 from personamem.cli_train import train_app
 from personamem.console import err, out, progress_bar
-from personamem.errors import PersonaMemError
+from personamem.errors import CheckpointError, ConfigError, MethodError, PersonaMemError
 from personamem.eval.evaluate import BenchmarkName
-from personamem.memory import PersonaMem, SearchMethod
+from personamem.memory import PersonaMem
+from personamem.methods import method_help
+from personamem.pipeline import PipelineConfig, load_pipeline
 from personamem.records import Record
 
 __all__ = ["app", "main"]
@@ -42,23 +44,37 @@ def default_store() -> Path:
     return Path(base) / "personamem"
 
 
+DEFAULT_CONFIG = Path("personamem.toml")
+"""Read from the working directory when ``--config`` is not given, if it exists."""
+
+
 @dataclass(frozen=True)
 class StoreOptions:
-    """Where the memory lives, from the global options."""
+    """Where the memory lives and which pipeline it runs, from the global options."""
 
     path: Path
     sql_url: str | None
     chroma_url: str | None
+    config: Path | None
 
-    def open(self) -> PersonaMem:
+    def pipeline(self, **overrides: object) -> PipelineConfig:
+        """The ``[pipeline]`` of ``--config`` or ./personamem.toml, with the options given here."""
+        given = {key: value for key, value in overrides.items() if value is not None}
+        path = self.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
+        if path is None:
+            return PipelineConfig.model_validate(given)
+        return load_pipeline(path, **given)
+
+    def open(self, **overrides: object) -> PersonaMem:
         """Open the configured store: a local folder unless a SQL URL is given."""
+        pipeline = self.pipeline(**overrides)
         if self.sql_url:
             if self.chroma_url:
-                return PersonaMem.connect(self.sql_url, chroma_url=self.chroma_url)
-            return PersonaMem.connect(self.sql_url, chroma_path=self.path / "chroma")
+                return PersonaMem.connect(self.sql_url, chroma_url=self.chroma_url, pipeline=pipeline)
+            return PersonaMem.connect(self.sql_url, chroma_path=self.path / "chroma", pipeline=pipeline)
         if self.chroma_url:
             raise typer.BadParameter("--chroma-url needs --sql-url (the SQL side is the source of truth)")
-        return PersonaMem.open(self.path)
+        return PersonaMem.open(self.path, pipeline=pipeline)
 
 
 class RewriteStrategy(StrEnum):
@@ -97,8 +113,15 @@ def _global(
         str | None,
         typer.Option(envvar="PERSONAMEM_CHROMA_URL", help="Chroma server, e.g. http://127.0.0.1:8000"),
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="PERSONAMEM_CONFIG",
+            help="TOML file whose [pipeline] table configures search and context. [default: personamem.toml]",
+        ),
+    ] = None,
 ) -> None:
-    ctx.obj = StoreOptions(store or default_store(), sql_url, chroma_url)
+    ctx.obj = StoreOptions(store or default_store(), sql_url, chroma_url, config)
 
 
 def _load(path: Path, fmt: IngestFormat, user: str | None, noise: float, user_prefix: str) -> list[Record]:
@@ -146,11 +169,14 @@ def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     user: Annotated[str, typer.Option(help="Whose memory to search.")],
     k: Annotated[int, typer.Option("-k", "--k", min=1, help="How many records.")] = 5,
-    method: Annotated[SearchMethod, typer.Option(help="Retrieval method.")] = SearchMethod.DENSE,
+    method: Annotated[str, typer.Option(help=f"Method: {method_help()}.")] = "dense",
+    llm: Annotated[
+        str | None, typer.Option(help="The frozen LLM for LLM methods (see 'eval --help').")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
 ) -> None:
-    """Search one user's memory."""
-    with ctx.obj.open() as mem:
+    """Search one user's memory with any method."""
+    with ctx.obj.open(llm=llm) as mem:
         hits = mem.search(user, query, k=k, method=method)
     if as_json:
         for hit in hits:
@@ -163,6 +189,39 @@ def search(
             str(hit.rank), f"{hit.score:.3f}", hit.record.id, hit.record.kind.value, hit.record.text
         )
     out.print(table)
+
+
+@app.command()
+def context(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="The user's message.")],
+    user: Annotated[str, typer.Option(help="Whose memory.")],
+    budget_tokens: Annotated[
+        int | None, typer.Option(min=0, help="Most tokens of context. [default: the pipeline's, 512]")
+    ] = None,
+    method: Annotated[
+        str | None,
+        typer.Option(help="Run this method's stages over the configured pipeline (see 'search --help')."),
+    ] = None,
+    llm: Annotated[str | None, typer.Option(help="The frozen LLM for LLM stages.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the context as JSON.")] = False,
+) -> None:
+    """The context an LLM should see for a query: the configured pipeline's profile, within a token budget."""
+    with ctx.obj.open(llm=llm) as mem:
+        result = mem.context(user, query, budget_tokens=budget_tokens, pipeline=method)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
+        return
+    out.print(result.text or "(no records)", markup=False, highlight=False)
+    cost = ", ".join(f"{stage} {ms:.0f} ms" for stage, ms in result.timings_ms.items())
+    llm_tokens = result.usage.total_tokens
+    err.print(
+        f"{len(result.hits)} record(s), {result.tokens}/{result.budget_tokens} tokens; {cost}"
+        + (f"; {llm_tokens} LLM tokens" if llm_tokens else ""),
+        highlight=False,
+    )
+    for note in result.warnings:
+        err.print(f"[yellow]warning:[/yellow] {note}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -201,13 +260,7 @@ def eval_(
     data: Annotated[Path, typer.Option(help="The benchmark folder in its upstream layout.")],
     method: Annotated[
         list[str] | None,
-        typer.Option(
-            help=(
-                "Method to run (repeatable): dense, bm25, hybrid, pbr, pbr-no-anchor, pbr-no-prf, "
-                "hyde, q2t, cot, thinkqe, mill; profile selection over hybrid's top 20: random5, "
-                "earliest5, listwise, purple:<checkpoint folder>. [default: dense]"
-            )
-        ),
+        typer.Option(help=f"Method to run (repeatable): {method_help()}. [default: dense]"),
     ] = None,
     seeds: Annotated[
         int, typer.Option(help="Seeds for stochastic methods (deterministic ones run once).")
@@ -452,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     except typer.TyperException as exc:  # usage errors (exit code 2) and other command-line mistakes
         err.print(f"Error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         return exc.exit_code
+    except (MethodError, ConfigError, CheckpointError) as exc:  # the command line named something wrong
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        return 2
     except PersonaMemError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         return 1

@@ -6,7 +6,7 @@ from importlib import resources
 from pathlib import Path
 
 from personamem.ingest.jsonl import read_jsonl
-from personamem.memory import PersonaMem, SearchMethod
+from personamem.memory import PersonaMem
 from personamem.retrieval import Hit
 
 __all__ = ["DEMO_QUERIES", "demo_records_path", "relevant_top_hits", "run_demo"]
@@ -37,9 +37,7 @@ def demo_records_path() -> Path:
     return Path(str(resources.files("personamem") / "data" / "demo.jsonl"))
 
 
-def run_demo(
-    mem: PersonaMem, *, k: int = 2, method: SearchMethod = SearchMethod.DENSE
-) -> dict[str, dict[str, list[Hit]]]:
+def run_demo(mem: PersonaMem, *, k: int = 2, method: str = "dense") -> dict[str, dict[str, list[Hit]]]:
     """Ingest the demo users into ``mem`` and search each demo query for each of them.
 
     Returns:

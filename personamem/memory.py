@@ -5,8 +5,8 @@ One object per process, shared across threads: it owns the store and one retriev
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping
-from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -15,44 +15,61 @@ import numpy as np
 
 from personamem.encoder import Encoder
 from personamem.errors import InvalidRecordError
+from personamem.llm.base import FrozenLLM
+from personamem.methods import check_llm, method_config
+from personamem.pipeline import Context, Pipeline, PipelineConfig, load_pipeline
 from personamem.records import Record, parse_record
-from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetriever, Retriever
+from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
 from personamem.store import Store
 
-__all__ = ["PersonaMem", "SearchMethod"]
-
-
-class SearchMethod(StrEnum):
-    """First-stage retrieval methods."""
-
-    DENSE = "dense"
-    BM25 = "bm25"
-    HYBRID = "hybrid"
+__all__ = ["PersonaMem"]
 
 
 class PersonaMem:
-    """Per-user memory: add what users said or did, search it per user, forget users.
+    """Per-user memory: add what users said or did, search it per user, build their context, forget them.
+
+    Args:
+        store: where the records live.
+        pipeline: the configured pipeline (defaults: no LLM, hybrid, top 5, 512 tokens); a method
+            name given to :meth:`search` or :meth:`context` applies its stages over this config's
+            LLM, deadline, seed and budget.
+        llm: the frozen LLM for LLM stages; without it, ``pipeline.llm`` names one to load when
+            first needed.
 
     Example:
         >>> with PersonaMem.open("~/.personamem") as mem:  # doctest: +SKIP
         ...     mem.add("alice", "I'm vegetarian and allergic to peanuts.", kind="knowledge")
         ...     hits = mem.search("alice", "what should I cook tonight?", k=3)
+        ...     prompt_part = mem.context("alice", "what should I cook tonight?").text
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, *, pipeline: PipelineConfig | None = None, llm: FrozenLLM | None = None
+    ) -> None:
         self.store = store
-        dense = self._dense = DenseRetriever(store)
-        bm25 = BM25Retriever(store)
-        self._retrievers: dict[SearchMethod, Retriever] = {
-            SearchMethod.DENSE: dense,
-            SearchMethod.BM25: bm25,
-            SearchMethod.HYBRID: HybridRetriever([dense, bm25]),
-        }
+        self.config = pipeline or PipelineConfig()
+        self._llm = llm
+        self._llms: dict[str, FrozenLLM] = {}
+        self._pipelines: dict[PipelineConfig, Pipeline] = {}
+        self._lock = threading.Lock()
+        self._dense = DenseRetriever(store)
+        self._bm25 = BM25Retriever(store)
 
     @classmethod
-    def open(cls, path: str | Path, *, encoder: Encoder | None = None) -> PersonaMem:
-        """Memory in a local folder (SQLite and an embedded Chroma); created if missing."""
-        return cls(Store.open(path, encoder=encoder))
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        encoder: Encoder | None = None,
+        pipeline: PipelineConfig | str | Path | None = None,
+        llm: FrozenLLM | None = None,
+    ) -> PersonaMem:
+        """Memory in a local folder (SQLite and an embedded Chroma); created if missing.
+
+        ``pipeline`` is a config, or the path of a TOML file with a ``[pipeline]`` table.
+        """
+        config = _pipeline(pipeline)
+        return cls(Store.open(path, encoder=encoder), pipeline=config, llm=llm)
 
     @classmethod
     def connect(
@@ -62,9 +79,13 @@ class PersonaMem:
         chroma_url: str | None = None,
         chroma_path: str | Path | None = None,
         encoder: Encoder | None = None,
+        pipeline: PipelineConfig | str | Path | None = None,
+        llm: FrozenLLM | None = None,
     ) -> PersonaMem:
         """Memory on a SQLAlchemy database (e.g. Postgres) and a Chroma server or folder."""
-        return cls(Store.connect(sql_url, chroma_url=chroma_url, chroma_path=chroma_path, encoder=encoder))
+        config = _pipeline(pipeline)
+        store = Store.connect(sql_url, chroma_url=chroma_url, chroma_path=chroma_path, encoder=encoder)
+        return cls(store, pipeline=config, llm=llm)
 
     def __enter__(self) -> PersonaMem:
         return self
@@ -127,18 +148,67 @@ class PersonaMem:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def search(
-        self, user_id: str, query: str, k: int = 5, method: SearchMethod | str = SearchMethod.DENSE
-    ) -> list[Hit]:
-        """The user's top ``k`` records for ``query``; an unknown user gets an empty list."""
+    def search(self, user_id: str, query: str, k: int = 5, method: str = "dense") -> list[Hit]:
+        """The user's top ``k`` records for ``query`` by ``method`` (see :mod:`personamem.methods`).
+
+        A method with a profile selector ranks its profile first, then the other candidates. An
+        unknown user gets an empty list.
+
+        Raises:
+            MethodError: an unknown method, or one that needs an LLM when none is configured.
+        """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        try:
-            chosen = SearchMethod(method)
-        except ValueError:
-            known = ", ".join(m.value for m in SearchMethod)
-            raise ValueError(f"unknown search method {method!r}; choose one of: {known}") from None
-        return self._retrievers[chosen].search(user_id, query, k)
+        return self.pipeline(method).search(user_id, query, k)
+
+    def context(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        budget_tokens: int | None = None,
+        pipeline: PipelineConfig | str | None = None,
+    ) -> Context:
+        """What to paste into the LLM's prompt for ``query``: the user's profile, within the budget.
+
+        Args:
+            user_id: whose memory.
+            query: the user's message.
+            budget_tokens: most tokens of context (default: the pipeline's ``budget_tokens``).
+            pipeline: another config, or a method name applied over the configured pipeline
+                (default: the configured pipeline).
+
+        Raises:
+            MethodError: an unknown method, or one that needs an LLM when none is configured.
+        """
+        return self.pipeline(pipeline).context(user_id, query, budget_tokens=budget_tokens)
+
+    def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
+        """The pipeline for a method name or config (default: the configured one), built once and kept."""
+        name = method if isinstance(method, str) else "pipeline"
+        if method is None:
+            config = self.config
+        elif isinstance(method, PipelineConfig):
+            config = method
+        else:
+            config = method_config(method, self.config)
+        with self._lock:
+            found = self._pipelines.get(config)
+            if found is None:
+                llm = self._llm_for(config) if config.needs_llm else self._llm
+                check_llm(name, config, llm)
+                found = self._pipelines[config] = Pipeline(self.store, config, llm=llm, bm25=self._bm25)
+            return found
+
+    def _llm_for(self, config: PipelineConfig) -> FrozenLLM | None:
+        """The LLM given to the constructor, else the one ``config.llm`` names (loaded once)."""
+        if self._llm is not None or config.llm is None:
+            return self._llm
+        if config.llm not in self._llms:
+            from personamem.llm import TransformersLLM
+
+            self._llms[config.llm] = TransformersLLM.local(config.llm)
+        return self._llms[config.llm]
 
     def search_vector(self, user_id: str, vector: np.ndarray, k: int = 5) -> list[Hit]:
         """The user's top ``k`` records for a ready query vector (e.g. a personalized one from PBR).
@@ -167,3 +237,7 @@ class PersonaMem:
     def count(self, user_id: str | None = None) -> int:
         """Records of one user, or of all users."""
         return self.store.count(user_id)
+
+
+def _pipeline(pipeline: PipelineConfig | str | Path | None) -> PipelineConfig | None:
+    return load_pipeline(pipeline) if isinstance(pipeline, str | Path) else pipeline

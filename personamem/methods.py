@@ -1,49 +1,161 @@
-"""Methods the harness can evaluate: named recipes that build a retriever over a store.
+"""Every method by one name: the table the SDK, the CLI, both adapters and the harness read.
 
-A method is a pipeline behind the :class:`~personamem.retrieval.Retriever` seam: the first-stage
-retrievers today; a query personalizer (PBR) or profile selector (PURPLE) wraps one and is still a
-retriever, so every method runs through the same command and metrics. ``build`` takes the seed so a
-stochastic method is rebuilt per seed; a deterministic one is run once, and reported as such rather
-than as several identical runs with a standard deviation of zero.
+A method is a preset of the pipeline's stages (:class:`~personamem.pipeline.PipelineConfig`): ``pbr``
+is the PBR personalizer over dense retrieval, ``listwise`` the listwise LLM reranker over hybrid's
+top 20, ``purple:<checkpoint>`` a trained PURPLE selector there. The preset sets every stage field;
+the LLM, its deadline, the seed and the token budget come from the pipeline it is applied to. A new
+trained component is one more row (and, if it is a new kind of stage, one more stage name).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from personamem.llm import FrozenLLM
-from personamem.personalize import EXPANSIONS, PBR, LLMExpansion, PAnchor, PersonalizedRetriever
-from personamem.profile import EarliestSelector, ProfileRetriever, ProfileSelector, RandomSelector
-from personamem.profile.listwise import ListwiseSelector
-from personamem.retrieval import BM25Retriever, DenseRetriever, HybridRetriever, Retriever
+from personamem.errors import ConfigError, MethodError
+from personamem.llm.base import FrozenLLM
+from personamem.pipeline.config import PERSONALIZERS, PipelineConfig, pipeline_config, read_pipeline_table
+from personamem.pipeline.pipeline import Pipeline
+from personamem.retrieval.base import Retriever
 from personamem.store import Store
 
 __all__ = [
-    "BM25",
-    "DENSE",
-    "FIRST_STAGE",
-    "HYBRID",
-    "NEEDS_LLM",
-    "PERSONALIZED",
-    "PROFILE",
+    "METHODS",
     "Method",
+    "MethodSpec",
+    "check_llm",
     "is_method",
-    "is_profile_method",
+    "method_config",
+    "method_help",
     "method_named",
-    "personalized_method",
-    "profile_method",
+    "method_names",
 ]
+
+_STAGES: dict[str, Any] = {
+    "personalizer": "none",
+    "first_stage": "hybrid",
+    "selector": "none",
+    "candidates": 20,
+    "profile_k": 5,
+}
+"""Every stage field a preset sets; what a preset leaves out takes these values."""
+
+_PROFILE = {"first_stage": "hybrid", "candidates": 20, "profile_k": 5}
+"""Profile selection over hybrid's top 20, a 5-record profile (PURPLE's setting)."""
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One row of the table.
+
+    Attributes:
+        name: the method's name; ``prefix:<argument>`` for a row that takes an argument.
+        summary: one line for ``--help`` and error messages.
+        preset: the stage fields for this method, given the argument (``""`` for plain names).
+    """
+
+    name: str
+    summary: str
+    preset: Callable[[str], dict[str, Any]]
+
+    @property
+    def prefix(self) -> str | None:
+        """``"purple:"`` for ``purple:<checkpoint>``; None for a plain name."""
+        return self.name.split("<", 1)[0] if "<" in self.name else None
+
+
+def _personalized(name: str) -> MethodSpec:
+    return MethodSpec(name, PERSONALIZERS[name], lambda _: {"personalizer": name, "first_stage": "dense"})
+
+
+def _selected(name: str, selector: str, summary: str) -> MethodSpec:
+    return MethodSpec(name, summary, lambda _: {"selector": selector, **_PROFILE})
+
+
+METHODS: tuple[MethodSpec, ...] = (
+    MethodSpec(
+        "dense", "cosine between the query's and the records' vectors", lambda _: {"first_stage": "dense"}
+    ),
+    MethodSpec("bm25", "BM25 over the user's records", lambda _: {"first_stage": "bm25"}),
+    MethodSpec("hybrid", "reciprocal rank fusion of dense and BM25", lambda _: {"first_stage": "hybrid"}),
+    *(_personalized(name) for name in PERSONALIZERS if name != "none"),
+    _selected("random5", "random", "5 of hybrid's top 20 at random (a floor for profile selection)"),
+    _selected("earliest5", "earliest", "the 5 oldest of hybrid's top 20"),
+    _selected("listwise", "listwise", "a listwise LLM reranker's 5 of hybrid's top 20"),
+    MethodSpec(
+        "purple:<checkpoint>",
+        "a trained PURPLE selector's 5 of hybrid's top 20 (a checkpoint folder)",
+        lambda folder: {"selector": f"purple:{folder}", **_PROFILE},
+    ),
+    MethodSpec(
+        "pipeline:<file.toml>",
+        "the composed pipeline of a TOML file's [pipeline] table",
+        lambda path: read_pipeline_table(Path(path)),
+    ),
+)
+
+
+def method_names() -> list[str]:
+    """Every name as users write it (``purple:<checkpoint>`` for the rows that take an argument)."""
+    return [spec.name for spec in METHODS]
+
+
+def method_help() -> str:
+    """``name: summary`` for every row, for ``--method``'s help text."""
+    return "; ".join(f"{spec.name}: {spec.summary}" for spec in METHODS)
+
+
+def _row(name: str) -> tuple[MethodSpec, str] | None:
+    for spec in METHODS:
+        prefix = spec.prefix
+        if prefix is None and name == spec.name:
+            return spec, ""
+        if prefix is not None and name.startswith(prefix) and len(name) > len(prefix):
+            return spec, name.removeprefix(prefix)
+    return None
+
+
+def is_method(name: str) -> bool:
+    """Whether ``name`` is in the table."""
+    return _row(name) is not None
+
+
+def method_config(name: str, base: PipelineConfig | None = None) -> PipelineConfig:
+    """The pipeline that method ``name`` runs: its stage preset over ``base``'s LLM, seed and budget.
+
+    Raises:
+        MethodError: ``name`` is not in the table (the message lists the table).
+        ConfigError: a ``pipeline:<file>`` that cannot be read or has a bad key.
+    """
+    row = _row(name)
+    if row is None:
+        raise MethodError(f"unknown method {name!r}; choose from: {', '.join(method_names())}")
+    spec, argument = row
+    fields = {**(base or PipelineConfig()).model_dump(), **_STAGES, **spec.preset(argument)}
+    try:
+        return pipeline_config(fields, source=f"method {name!r}")
+    except ConfigError as exc:
+        raise MethodError(str(exc)) from None
+
+
+def _needs_llm_error(name: str) -> MethodError:
+    without = [spec.name for spec in METHODS if spec.prefix or not method_config(spec.name).needs_llm]
+    return MethodError(
+        f"method {name!r} needs a frozen LLM and none is configured (set the pipeline's llm, e.g. "
+        f"--llm smollm2, or pass llm= to PersonaMem.open); methods without one: {', '.join(without)}"
+    )
 
 
 @dataclass(frozen=True)
 class Method:
-    """A named way to rank a user's records for a question.
+    """A named way for the harness to rank a user's records.
 
     Attributes:
         name: how reports and ``--method`` call it.
         build: makes the retriever for one seed over the evaluation store.
-        stochastic: whether results depend on the seed (LLM sampling, random policies).
+        stochastic: whether results depend on the seed (LLM sampling, random selection).
     """
 
     name: str
@@ -51,103 +163,22 @@ class Method:
     stochastic: bool = False
 
 
-DENSE = Method("dense", lambda store, seed: DenseRetriever(store))
-BM25 = Method("bm25", lambda store, seed: BM25Retriever(store))
-HYBRID = Method("hybrid", lambda store, seed: HybridRetriever([DenseRetriever(store), BM25Retriever(store)]))
-FIRST_STAGE = {method.name: method for method in (DENSE, BM25, HYBRID)}
-"""The first-stage retrievers by name, for the CLI."""
-
-PERSONALIZED = ("pbr", "pbr-no-anchor", "pbr-no-prf", *EXPANSIONS)
-"""Query-personalizing methods: PBR, its ablations (without P-Anchor; without P-PRF = P-Anchor only)
-and the LLM expansion baselines. Without both PBR parts it is ``dense`` (the paper's Base)."""
-
-NEEDS_LLM = (frozenset(PERSONALIZED) - {"pbr-no-prf"}) | {"listwise"}
-"""Methods that call the frozen LLM. The personalizing ones sample, so they are stochastic across
-seeds; ``listwise`` decodes greedily."""
-
-
-def personalized_method(name: str, llm: FrozenLLM | None) -> Method:
-    """The method called ``name`` from :data:`PERSONALIZED`, using ``llm`` where it needs one.
+def method_named(name: str, llm: FrozenLLM | None, base: PipelineConfig | None = None) -> Method:
+    """The method called ``name`` for the harness: a :class:`Pipeline` rebuilt per seed.
 
     Raises:
-        ValueError: an unknown name, or a method that needs an LLM given none.
+        MethodError: an unknown name, or a method that needs an LLM given none.
     """
-    if name not in PERSONALIZED:
-        raise ValueError(f"unknown personalized method {name!r}; choose from {PERSONALIZED}")
-    if name in NEEDS_LLM and llm is None:
-        raise ValueError(f"method {name!r} needs a frozen LLM")
+    config = method_config(name, base)
+    check_llm(name, config, llm)
 
     def build(store: Store, seed: int) -> Retriever:
-        if name == "pbr-no-prf":
-            return PersonalizedRetriever(store, PBR(store, None, PAnchor(store), seed=seed))
-        assert llm is not None
-        if name in ("pbr", "pbr-no-anchor"):
-            anchor = PAnchor(store) if name == "pbr" else None
-            return PersonalizedRetriever(store, PBR(store, llm, anchor, seed=seed))
-        return PersonalizedRetriever(store, LLMExpansion(store, llm, name, seed=seed))  # type: ignore[arg-type]
+        return Pipeline(store, config.model_copy(update={"seed": seed}), llm=llm)
 
-    return Method(name, build, stochastic=name in NEEDS_LLM)
+    return Method(name, build, stochastic=config.stochastic)
 
 
-PROFILE = ("random5", "earliest5", "listwise")
-"""Profile selectors over the hybrid first stage's top 20, as PURPLE's baselines; ``purple:<checkpoint
-folder>`` is PURPLE itself. Each puts its 5-record profile first (what ``--answers`` scores)."""
-
-_CANDIDATES, _PROFILE_K = 20, 5
-
-
-def is_profile_method(name: str) -> bool:
-    """Whether ``name`` is one of :data:`PROFILE` or ``purple:<folder>``."""
-    return name in PROFILE or (name.startswith("purple:") and len(name) > len("purple:"))
-
-
-def profile_method(name: str, llm: FrozenLLM | None) -> Method:
-    """The profile-selection method called ``name`` (see :data:`PROFILE`).
-
-    Raises:
-        ValueError: an unknown name, or ``listwise`` without an LLM.
-    """
-    if not is_profile_method(name):
-        raise ValueError(
-            f"unknown profile method {name!r}; choose from {PROFILE} or purple:<checkpoint folder>"
-        )
-    if name in NEEDS_LLM and llm is None:
-        raise ValueError(f"method {name!r} needs a frozen LLM")
-
-    def build(store: Store, seed: int) -> Retriever:
-        selector: ProfileSelector
-        if name == "random5":
-            selector = RandomSelector(seed)
-        elif name == "earliest5":
-            selector = EarliestSelector()
-        elif name == "listwise":
-            assert llm is not None
-            selector = ListwiseSelector(llm)
-        else:
-            from personamem.encoder import SentenceEncoder
-            from personamem.profile.purple.selector import PurpleSelector
-
-            if not isinstance(store.encoder, SentenceEncoder):
-                raise ValueError("PURPLE needs the encoder's token states (a SentenceEncoder store)")
-            selector = PurpleSelector.load(name.removeprefix("purple:"), store.encoder)
-        return ProfileRetriever(
-            HYBRID.build(store, seed), selector, candidates=_CANDIDATES, profile_k=_PROFILE_K
-        )
-
-    return Method(name, build, stochastic=name == "random5")
-
-
-def is_method(name: str) -> bool:
-    """Whether ``name`` is a method :func:`method_named` can build."""
-    return name in FIRST_STAGE or name in PERSONALIZED or is_profile_method(name)
-
-
-def method_named(name: str, llm: FrozenLLM | None) -> Method:
-    """The method called ``name``: a first stage, a personalizer or a profile selector.
-
-    Raises:
-        ValueError: an unknown name, or a method that needs an LLM given none.
-    """
-    if name in FIRST_STAGE:
-        return FIRST_STAGE[name]
-    return profile_method(name, llm) if is_profile_method(name) else personalized_method(name, llm)
+def check_llm(name: str, config: PipelineConfig, llm: FrozenLLM | None) -> None:
+    """Raise the table's needs-an-LLM error for method ``name`` if its pipeline has no LLM."""
+    if config.needs_llm and llm is None:
+        raise _needs_llm_error(name)

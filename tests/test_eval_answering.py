@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from personamem.eval.answering import profile_prompt, score_answers
+from personamem.eval.answering import score_answers
 from personamem.eval.benchmark import Question
 from personamem.llm import TransformersLLM
+from personamem.pipeline.prompt import profile_prompt
 from personamem.records import Record
 
 GOLD = Record(user_id="ana", id="g", text="Ana: I moved to Lisbon last spring.")

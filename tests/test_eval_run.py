@@ -11,12 +11,12 @@ import pytest
 
 from personamem.cli import main
 from personamem.encoder import SentenceEncoder
-from personamem.errors import IngestError
-from personamem.eval import DENSE, BenchmarkName, EvalConfig, build_store, evaluate_method, run_eval
+from personamem.errors import IngestError, MethodError
+from personamem.eval import BenchmarkName, EvalConfig, build_store, evaluate_method, run_eval
 from personamem.eval.benchmarks.personabench import NO_GOLD, load_personabench_benchmark
 from personamem.eval.metrics import ranx_scores
 from personamem.eval.vectors import corpus_vectors
-from personamem.methods import personalized_method
+from personamem.methods import method_named
 from personamem.testing import FakeLLM
 from tests.conftest import DATA, need_data
 
@@ -183,7 +183,7 @@ def test_store_rankings_match_brute_force_cosine(
     bench = load_personabench_benchmark(need_data(PERSONABENCH))
     store = build_store(bench, tmp_path / "store", encoder, cache_dir=vector_cache)
     try:
-        run = evaluate_method(DENSE, bench, store, depth=10)
+        run = evaluate_method(method_named("dense", None), bench, store, depth=10)
     finally:
         store.close()
     vectors = corpus_vectors(encoder, [r.text for r in bench.records], vector_cache)
@@ -248,11 +248,13 @@ def test_personalized_methods_run_through_the_harness(tmp_path: Path, encoder: S
     assert [run.method for run in report.runs] == ["dense", "pbr-no-prf"]
     assert not report.runs[1].stochastic and len(report.runs[1].seeds) == 1
     assert set(report.runs[1].scores["recall@1"]) == {"q1", "q2"}
-    with pytest.raises(ValueError, match="needs a frozen LLM"):
-        personalized_method("pbr", None)
-    with pytest.raises(ValueError, match="unknown personalized method"):
-        personalized_method("magic", None)
-    assert personalized_method("hyde", FakeLLM()).stochastic
+    with pytest.raises(
+        MethodError, match=r"needs a frozen LLM.*methods without one: dense, bm25, hybrid, pbr-no-prf"
+    ):
+        method_named("pbr", None)
+    with pytest.raises(MethodError, match="unknown method 'magic'; choose from: dense, bm25, hybrid, pbr"):
+        method_named("magic", None)
+    assert method_named("hyde", FakeLLM()).stochastic
 
 
 def test_llm_outputs_are_reused_by_a_later_run(tmp_path: Path, encoder: SentenceEncoder) -> None:

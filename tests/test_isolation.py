@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from personamem import PersonaMem, SearchMethod, SentenceEncoder
+from personamem import PersonaMem, SentenceEncoder
+from personamem.pipeline.config import FIRST_STAGES
 
 _namespace = itertools.count()
 
@@ -45,7 +46,7 @@ def test_no_user_sees_another_users_records(
 
     for user, owned in expected.items():
         assert shared_mem.count(user) == len(owned)
-        for method in SearchMethod:
+        for method in FIRST_STAGES:
             for hit in shared_mem.search(user, query, k=50, method=method):
                 assert hit.record.user_id == user
                 assert owned.get(hit.record.id) == hit.record.text

@@ -13,8 +13,9 @@ from personamem import PersonaMem, SentenceEncoder
 from personamem.errors import PBRFallbackWarning
 from personamem.llm import TransformersLLM
 from personamem.llm.parsing import extract_json, extract_string_list
-from personamem.personalize import PersonalizedRetriever, QueryPersonalizer
+from personamem.personalize import QueryPersonalizer
 from personamem.personalize.pbr import PBR, fuse
+from personamem.pipeline import Pipeline, PipelineConfig
 from personamem.testing import FakeLLM
 
 GOOD = json.dumps(["I want something without meat", "Vegan places please", "No dairy for me"])
@@ -120,7 +121,7 @@ def test_prepare_batches_the_llm_calls_that_search_then_reuses(ana_memory: Perso
     ]
     pbr.prepare(requests)
     assert llm.calls == 1  # both prompts of all three queries in one call
-    retriever = PersonalizedRetriever(ana_memory.store, pbr)
+    retriever = Pipeline(ana_memory.store, PipelineConfig(first_stage="dense"), personalizer=pbr)
     retriever.prepare(requests)
     for _, query in requests:
         retriever.search("ana", query, 2)
@@ -129,7 +130,8 @@ def test_prepare_batches_the_llm_calls_that_search_then_reuses(ana_memory: Perso
 
 @pytest.mark.slow
 def test_pbr_with_the_real_llm_ranks_through_the_store(ana_memory: PersonaMem, llm: TransformersLLM) -> None:
-    retriever = PersonalizedRetriever(ana_memory.store, PBR(ana_memory.store, llm, None, k1=2, m=3))
+    pbr = PBR(ana_memory.store, llm, None, k1=2, m=3)
+    retriever = Pipeline(ana_memory.store, PipelineConfig(first_stage="dense"), personalizer=pbr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PBRFallbackWarning)  # a 135M model may produce nothing usable
         hits = retriever.search("ana", "what should I eat tonight?", k=3)

@@ -9,9 +9,8 @@ import pytest
 from personamem import ProfileSelector, Record, RelevanceSelector, SentenceEncoder
 from personamem.errors import ListwiseFallbackWarning
 from personamem.llm import TransformersLLM
-from personamem.profile import EarliestSelector, ProfileRetriever, RandomSelector
+from personamem.profile import EarliestSelector, RandomSelector
 from personamem.profile.listwise import ListwiseSelector, parse_ranking
-from personamem.retrieval.base import Hit, ranked
 from personamem.testing import FakeLLM
 
 
@@ -56,28 +55,6 @@ def test_earliest_selector_orders_by_time_then_given_order() -> None:
     stamps = [datetime(2024, 5, 1), None, datetime(2023, 1, 1), datetime(2024, 5, 1)]
     candidates = [Record(user_id="ana", text=f"t{i}", id=str(i), timestamp=s) for i, s in enumerate(stamps)]
     assert [h.record.id for h in EarliestSelector().select("ana", "q", candidates, 4)] == ["2", "0", "3", "1"]
-
-
-class _Fixed:
-    """Retrieves the given records in order (a first stage with a known output)."""
-
-    def __init__(self, records: list[Record]) -> None:
-        self.records = records
-
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
-        return ranked([(r, 1.0) for r in self.records[:k]])
-
-
-def test_profile_retriever_puts_the_profile_first(encoder: SentenceEncoder) -> None:
-    records = _records(
-        "I repaired my bike.", "I'm allergic to peanuts.", "I sing in a choir.", "Peanuts make me ill."
-    )
-    retriever = ProfileRetriever(_Fixed(records), RelevanceSelector(encoder), candidates=4, profile_k=2)
-    hits = retriever.search("ana", "what food allergies do I have?", 10)
-    assert {h.record.id for h in hits[:2]} == {"1", "3"} and [h.record.id for h in hits[2:]] == ["0", "2"]
-    assert [h.rank for h in hits] == [1, 2, 3, 4] and len(retriever.search("ana", "x", 1)) == 1
-    with pytest.raises(ValueError, match="must be at least profile_k"):
-        ProfileRetriever(_Fixed(records), RelevanceSelector(encoder), candidates=2, profile_k=5)
 
 
 @pytest.mark.parametrize(

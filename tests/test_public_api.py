@@ -1,55 +1,88 @@
+import ast
+import inspect
+from pathlib import Path
+
 import personamem
+import personamem.errors
 
 
 def test_public_api_is_pinned() -> None:
     assert personamem.__all__ == [
         "BM25Retriever",
+        "CheckpointError",
+        "ConfigError",
         "ConsistencyReport",
+        "Context",
         "DenseRetriever",
         "Encoder",
+        "FallbackWarning",
         "Hit",
         "HybridRetriever",
         "IngestError",
         "InvalidRecordError",
+        "LLMError",
+        "MethodError",
         "MissingExtraError",
         "PersonaMem",
         "PersonaMemError",
+        "PersonaMemWarning",
+        "Pipeline",
+        "PipelineConfig",
         "ProfileSelector",
+        "QueryPersonalizer",
         "Record",
         "RecordKind",
         "RelevanceSelector",
         "Retriever",
-        "SearchMethod",
         "SentenceEncoder",
         "Store",
         "StoreError",
         "TokenStates",
         "TruncationWarning",
         "default_encoder",
+        "load_pipeline",
     ]
     for name in personamem.__all__:
         assert getattr(personamem, name) is not None
 
 
-def test_errors_share_one_base() -> None:
-    for error in (
-        personamem.IngestError,
-        personamem.InvalidRecordError,
-        personamem.MissingExtraError,
-        personamem.StoreError,
-    ):
-        assert issubclass(error, personamem.PersonaMemError)
+def test_errors_and_warnings_form_one_family() -> None:
+    classes = [
+        value
+        for name in personamem.errors.__all__
+        if inspect.isclass(value := getattr(personamem.errors, name))
+    ]
+    errors = [c for c in classes if issubclass(c, BaseException) and not issubclass(c, Warning)]
+    warns = [c for c in classes if issubclass(c, Warning)]
+    assert len(errors) + len(warns) == len(classes)
+    assert all(issubclass(c, personamem.PersonaMemError) for c in errors)
+    assert all(issubclass(c, personamem.PersonaMemWarning) for c in warns)
+    assert {c.__name__ for c in errors} >= {"LLMError", "CheckpointError", "MethodError", "ConfigError"}
+    assert issubclass(personamem.MissingExtraError, ImportError)  # still caught as an import failure
+
+
+def test_no_module_defines_its_own_exception_or_warning() -> None:
+    """Every exception and warning class lives in errors.py, so the family stays in one place."""
+    roots = [Path(personamem.__file__).parent, Path(personamem.__file__).parent.parent / "adapters"]
+    roots.append(Path(personamem.__file__).parent.parent / "trainers")
+    strays = []
+    for root in roots:
+        for path in root.rglob("*.py"):
+            if path.name == "errors.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    bases = {ast.unparse(b) for b in node.bases}
+                    if any(b.endswith(("Error", "Exception", "Warning")) for b in bases):
+                        strays.append(f"{path.name}:{node.name}")
+    assert strays == []
 
 
 def test_eval_api_is_pinned() -> None:
     import personamem.eval
 
     assert personamem.eval.__all__ == [
-        "BM25",
         "DEFAULT_METRICS",
-        "DENSE",
-        "FIRST_STAGE",
-        "HYBRID",
         "Benchmark",
         "BenchmarkName",
         "EvalConfig",
@@ -63,3 +96,23 @@ def test_eval_api_is_pinned() -> None:
         "load_benchmark",
         "run_eval",
     ]
+
+
+def test_runtime_never_imports_the_harness_or_the_trainers() -> None:
+    """The core is imported by eval/ and trainers/, never the reverse (checked on the source)."""
+    package = Path(personamem.__file__).parent
+    offenders = []
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(package)
+        if relative.parts[0] in ("eval", "testing") or relative.name.startswith("cli"):
+            continue  # the harness itself, the contract tests and the command line may use both
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            offenders += [
+                f"{relative}: {n}" for n in names if n.startswith(("personamem.eval", "personamem.trainers"))
+            ]
+    assert offenders == []

@@ -187,7 +187,7 @@ def test_train_command_holds_out_users_and_writes_a_checkpoint(
 def test_profile_methods_run_through_the_harness(tmp_path: Path, encoder: SentenceEncoder) -> None:
     from personamem.eval.benchmark import Benchmark, Question
     from personamem.eval.runner import evaluate_method
-    from personamem.methods import profile_method
+    from personamem.methods import method_named
     from personamem.store import Store
 
     examples = _examples(1)
@@ -200,14 +200,14 @@ def test_profile_methods_run_through_the_harness(tmp_path: Path, encoder: Senten
     store.add_many(records)
     try:
         for name in ("random5", "earliest5", f"purple:{tmp_path / 'ckpt' / 'best'}"):
-            run = evaluate_method(profile_method(name, None), bench, store, seeds=[0, 1], depth=10)
+            run = evaluate_method(method_named(name, None), bench, store, seeds=[0, 1], depth=10)
             ranking = run.rankings[run.seeds[0]]["q"]
             assert sorted(ranking) == sorted(r.id for r in records)  # the profile first, then the rest
             assert run.stochastic == (name == "random5")
     finally:
         store.close()
     with pytest.raises(ValueError, match="needs a frozen LLM"):
-        profile_method("listwise", None)
+        method_named("listwise", None)
 
 
 def test_utility_of_the_record_holding_the_answer_is_highest(

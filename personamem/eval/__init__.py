@@ -9,14 +9,10 @@ from personamem.eval.benchmark import Benchmark, Question, Skip
 from personamem.eval.evaluate import BenchmarkName, EvalConfig, load_benchmark, run_eval
 from personamem.eval.report import Report
 from personamem.eval.runner import DEFAULT_METRICS, MethodRun, build_store, evaluate_method
-from personamem.methods import BM25, DENSE, FIRST_STAGE, HYBRID, Method
+from personamem.methods import Method
 
 __all__ = [
-    "BM25",
     "DEFAULT_METRICS",
-    "DENSE",
-    "FIRST_STAGE",
-    "HYBRID",
     "Benchmark",
     "BenchmarkName",
     "EvalConfig",

@@ -12,30 +12,11 @@ from collections.abc import Mapping, Sequence
 
 from personamem.eval.answers import answer_loglikelihood, exact_match, locomo_answer_f1, rouge_l, token_f1
 from personamem.eval.benchmark import Question
-from personamem.llm import FrozenLLM, Message
-from personamem.llm.budget import fit_to_budget
+from personamem.llm import FrozenLLM
+from personamem.pipeline.prompt import profile_prompt
 from personamem.records import Record
 
-__all__ = ["ANSWER_RESERVE", "profile_prompt", "score_answers"]
-
-ANSWER_RESERVE = 64
-"""Tokens kept free in the context window for the answer (scored or generated)."""
-
-_INSTRUCTION = (
-    "You know the user through the records below, taken from their own history. "
-    "Answer their question in a few words, using the records."
-)
-
-
-def profile_prompt(llm: FrozenLLM, profile: Sequence[Record], question: str) -> list[Message]:
-    """A chat prompt with as many profile records (in order) as fit the window, then the question."""
-    frame = f"{_INSTRUCTION}\n\nRecords:\n\n\nQuestion: {question}"
-    budget = llm.context_window - ANSWER_RESERVE - llm.count_tokens(frame) - 16  # 16: chat template tokens
-    fitted = fit_to_budget(list(profile), max(0, budget), llm.count_tokens, render=lambda r: f"- {r.text}")
-    return [
-        {"role": "system", "content": _INSTRUCTION},
-        {"role": "user", "content": f"Records:\n{fitted.text}\n\nQuestion: {question}"},
-    ]
+__all__ = ["score_answers"]
 
 
 def score_answers(

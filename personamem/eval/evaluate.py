@@ -27,7 +27,7 @@ from personamem.eval.report import Report
 from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
 from personamem.ingest.personabench import Render
 from personamem.llm import FrozenLLM, TransformersLLM
-from personamem.methods import FIRST_STAGE, NEEDS_LLM, PERSONALIZED, PROFILE, is_method, method_named
+from personamem.methods import is_method, method_config, method_named, method_names
 
 __all__ = ["BenchmarkName", "EvalConfig", "load_benchmark", "run_eval"]
 
@@ -90,8 +90,7 @@ class EvalConfig(BaseModel):
     def _known_methods(self) -> EvalConfig:
         unknown = [m for m in self.methods if not is_method(m)]
         if unknown:
-            choices = ", ".join([*FIRST_STAGE, *PERSONALIZED, *PROFILE, "purple:<checkpoint folder>"])
-            raise ValueError(f"unknown method(s) {unknown}; choose from: {choices}")
+            raise ValueError(f"unknown method(s) {unknown}; choose from: {', '.join(method_names())}")
         if not self.methods:
             raise ValueError("give at least one method")
         if self.baseline is not None and self.baseline not in self.methods:
@@ -181,7 +180,7 @@ def run_eval(
         reasons = dict(benchmark.skip_reasons())
         raise ValueError(f"{benchmark.name}: no question can be scored (skipped: {reasons})")
     timings["metric_compile"] = warm_up_metrics()
-    needs_llm = config.answers or any(name in NEEDS_LLM for name in config.methods)
+    needs_llm = config.answers or any(method_config(name).needs_llm for name in config.methods)
     llm = llm or (TransformersLLM.local(config.llm) if needs_llm else None)
     methods = [method_named(name, llm) for name in config.methods]
     encoder = encoder or default_encoder()

@@ -1,7 +1,7 @@
 """Query personalization: turn a user's query into a query vector that reflects the user (PBR)."""
 
 from personamem.personalize.anchor import PAnchor
-from personamem.personalize.base import PersonalizedRetriever, QueryPersonalizer
+from personamem.personalize.base import QueryPersonalizer
 from personamem.personalize.expansion import EXPANSIONS, LLMExpansion
 from personamem.personalize.pbr import PBR
 
@@ -10,6 +10,5 @@ __all__ = [
     "PBR",
     "LLMExpansion",
     "PAnchor",
-    "PersonalizedRetriever",
     "QueryPersonalizer",
 ]

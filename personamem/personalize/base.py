@@ -8,16 +8,11 @@ evaluation harness and the framework adapters unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from personamem.retrieval.base import Hit, Preparable
-from personamem.retrieval.dense import DenseRetriever
-from personamem.store import Store
-
-__all__ = ["PersonalizedRetriever", "QueryPersonalizer"]
+__all__ = ["QueryPersonalizer"]
 
 
 @runtime_checkable
@@ -27,24 +22,3 @@ class QueryPersonalizer(Protocol):
     def personalize(self, user_id: str, query: str) -> np.ndarray:
         """The personalized query vector (any norm; it is normalized before search)."""
         ...
-
-
-class PersonalizedRetriever:
-    """Dense retrieval with the personalizer's vector instead of the raw query's."""
-
-    def __init__(self, store: Store, personalizer: QueryPersonalizer) -> None:
-        self.personalizer = personalizer
-        self._dense = DenseRetriever(store)
-
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
-        """The user's top ``k`` records for the personalized query."""
-        vector = np.asarray(self.personalizer.personalize(user_id, query), dtype=np.float32)
-        norm = float(np.linalg.norm(vector))
-        if not np.isfinite(norm) or norm == 0.0:
-            raise ValueError(f"personalized query vector for user {user_id!r} has norm {norm}")
-        return self._dense.search_vector(user_id, vector / norm, k)
-
-    def prepare(self, requests: Sequence[tuple[str, str]]) -> None:
-        """Let the personalizer batch its LLM calls for many queries (a no-op if it cannot)."""
-        if isinstance(self.personalizer, Preparable):
-            self.personalizer.prepare(requests)

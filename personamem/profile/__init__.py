@@ -7,7 +7,6 @@ The :class:`ProfileSelector` seam and its untrained selectors live here; the lis
 
 from personamem.profile.base import (
     EarliestSelector,
-    ProfileRetriever,
     ProfileSelector,
     RandomSelector,
     RelevanceSelector,
@@ -17,7 +16,6 @@ from personamem.profile.listwise import ListwiseSelector
 __all__ = [
     "EarliestSelector",
     "ListwiseSelector",
-    "ProfileRetriever",
     "ProfileSelector",
     "RandomSelector",
     "RelevanceSelector",

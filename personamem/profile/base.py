@@ -19,9 +19,9 @@ import numpy as np
 
 from personamem.encoder import Encoder
 from personamem.records import Record
-from personamem.retrieval.base import Hit, Retriever, ranked
+from personamem.retrieval.base import Hit, ranked
 
-__all__ = ["EarliestSelector", "ProfileRetriever", "ProfileSelector", "RandomSelector", "RelevanceSelector"]
+__all__ = ["EarliestSelector", "ProfileSelector", "RandomSelector", "RelevanceSelector"]
 
 
 @runtime_checkable
@@ -85,34 +85,3 @@ class EarliestSelector:
             key=lambda i: (candidates[i].timestamp is None, candidates[i].timestamp or datetime.min, i),
         )
         return ranked([(candidates[i], 0.0) for i in order[:k]])
-
-
-class ProfileRetriever:
-    """A first stage's top candidates, re-ordered so the selector's profile comes first.
-
-    The profile (the selector's ``profile_k`` picks, in its order) is followed by the other candidates
-    in first-stage order, so retrieval metrics stay defined and the top ``profile_k`` is exactly what
-    the LLM would see.
-    """
-
-    def __init__(
-        self, first_stage: Retriever, selector: ProfileSelector, *, candidates: int = 20, profile_k: int = 5
-    ):
-        if candidates < profile_k:
-            raise ValueError(f"candidates ({candidates}) must be at least profile_k ({profile_k})")
-        self.first_stage = first_stage
-        self.selector = selector
-        self.candidates = candidates
-        self.profile_k = profile_k
-
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
-        """The profile, then the remaining candidates, cut to ``k``."""
-        pool = [hit.record for hit in self.first_stage.search(user_id, query, self.candidates)]
-        if not pool:
-            return []
-        profile = self.selector.select(user_id, query, pool, min(self.profile_k, len(pool)))
-        chosen = {hit.record.id for hit in profile}
-        if not chosen <= {record.id for record in pool}:
-            raise ValueError("the selector returned a record that was not among the candidates")
-        rest = [(record, 0.0) for record in pool if record.id not in chosen]
-        return ranked([(hit.record, hit.score) for hit in profile] + rest)[:k]

@@ -74,14 +74,16 @@ def examples_from_benchmark(
         ValueError: an unknown first stage.
     """
     from personamem.eval.runner import build_store
-    from personamem.methods import FIRST_STAGE
+    from personamem.methods import method_named
+    from personamem.pipeline.config import FIRST_STAGES
 
-    if first_stage not in FIRST_STAGE:
-        raise ValueError(f"first stage must be one of {list(FIRST_STAGE)}, got {first_stage!r}")
+    if first_stage not in FIRST_STAGES:
+        raise ValueError(f"first stage must be one of {list(FIRST_STAGES)}, got {first_stage!r}")
     with tempfile.TemporaryDirectory(prefix="personamem-examples-") as tmp:
         store = build_store(benchmark, Path(tmp) / "store", encoder, cache_dir=cache_dir, progress=progress)
         try:
-            return build_examples(benchmark, FIRST_STAGE[first_stage].build(store, 0), candidates=candidates)
+            first = method_named(first_stage, None).build(store, 0)
+            return build_examples(benchmark, first, candidates=candidates)
         finally:
             store.close()
 

@@ -1,7 +1,7 @@
 """PURPLE's reward: the frozen LLM's log-likelihood of the user's true answer given profile and query.
 
 R(P) = log p_LLM(y | P, x), with the profile rendered by the same prompt the harness's answer metrics
-use (:func:`~personamem.eval.answering.profile_prompt`, which also fits it to the model's window).
+use (:func:`~personamem.pipeline.prompt.profile_prompt`, which also fits it to the model's window).
 Scores are cached by (example, ordered record ids): a policy that is becoming confident samples the
 same profiles again and again, and those need not be rescored.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from personamem.eval.answering import profile_prompt
 from personamem.eval.answers import answer_loglikelihood
 from personamem.llm.base import FrozenLLM
+from personamem.pipeline.prompt import profile_prompt
 from personamem.records import Record
 from personamem.trainers.purple.data import ProfileExample
 

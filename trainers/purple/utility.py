@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from personamem.encoder import Encoder
-from personamem.eval.answering import profile_prompt
 from personamem.eval.answers import answer_loglikelihood
 from personamem.llm.base import FrozenLLM
+from personamem.pipeline.prompt import profile_prompt
 from personamem.records import Record
 from personamem.trainers.purple.data import ProfileExample
 

@@ -1,0 +1,170 @@
+"""The pipeline's one config: which stage runs at each step, declared once, loadable from TOML.
+
+Stages are named, not imported by string: the names below are the whole vocabulary, and
+:mod:`personamem.methods` maps every method name (``dense``, ``pbr``, ``purple:<checkpoint>``...) to
+a preset of these fields, so the SDK, the CLI, the adapters and the harness read one table.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from personamem.errors import ConfigError
+
+__all__ = [
+    "FIRST_STAGES",
+    "LLM_PERSONALIZERS",
+    "PERSONALIZERS",
+    "SELECTORS",
+    "FirstStage",
+    "PipelineConfig",
+    "load_pipeline",
+    "pipeline_config",
+    "read_pipeline_table",
+]
+
+FirstStage = Literal["dense", "bm25", "hybrid"]
+FIRST_STAGES: tuple[str, ...] = ("dense", "bm25", "hybrid")
+
+PERSONALIZERS: dict[str, str] = {
+    "none": "the query as typed",
+    "pbr": "PBR: P-PRF pseudo utterances and reasoning from the LLM, fused with the P-Anchor",
+    "pbr-no-anchor": "PBR without P-Anchor (P-PRF only)",
+    "pbr-no-prf": "PBR without P-PRF (the P-Anchor only; no LLM)",
+    "hyde": "HyDE: the LLM's hypothetical answer passages",
+    "q2t": "Query2Term: the LLM's related terms",
+    "cot": "CoT: the LLM's step-by-step answer",
+    "thinkqe": "ThinkQE: two rounds of expansion, the second seeing the user's top records",
+    "mill": "MILL: sub-questions and answers, kept where they agree with the user's records",
+    "rewrite-all": "query rewriting with all of the user's knowledge records",
+    "rewrite-str": "query rewriting: select the relevant knowledge records, then reformulate",
+    "rewrite-sar": "query rewriting: select and reformulate in one LLM call",
+}
+"""Query personalizers by name: each maps (user, query) to a query vector in the encoder's space."""
+
+LLM_PERSONALIZERS = frozenset(PERSONALIZERS) - {"none", "pbr-no-prf"}
+
+SELECTORS: dict[str, str] = {
+    "none": "the first stage's top profile_k, in its order",
+    "relevance": "the candidates re-scored by cosine to the query",
+    "random": "profile_k candidates drawn at random (seeded by seed, user and query)",
+    "earliest": "the profile_k oldest candidates",
+    "listwise": "a listwise LLM reranker (RankGPT-style)",
+    "purple:<checkpoint>": "PURPLE, a trained Plackett–Luce selector, from a checkpoint folder",
+}
+"""Profile selectors by name: each picks and orders the profile from the first stage's candidates."""
+
+
+class PipelineConfig(BaseModel):
+    """query personalizer → first stage → profile selector → preference memory → fit to a token budget.
+
+    The defaults run offline without an LLM: hybrid retrieval, its top 5 as the profile, fitted to 512
+    tokens. Fields are documented once, here; the CLI's options and ``personamem.toml`` use the
+    same names.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    personalizer: str = "none"
+    """Rewrites the query into a personalized vector before retrieval: none, pbr, pbr-no-anchor,
+    pbr-no-prf, hyde, q2t, cot, thinkqe, mill, rewrite-all, rewrite-str, rewrite-sar."""
+    first_stage: FirstStage = "hybrid"
+    """Retrieval over the user's records: dense (cosine), bm25, or hybrid (their reciprocal rank fusion)."""
+    selector: str = "none"
+    """Picks and orders the profile from the candidates: none, relevance, random, earliest, listwise,
+    purple:<checkpoint folder>."""
+    candidates: int = Field(default=20, ge=1)
+    """First-stage records the selector chooses from."""
+    profile_k: int = Field(default=5, ge=1)
+    """Records in the profile (before fitting to the budget)."""
+    preference_memory: Literal["none"] = "none"
+    """A per-user preference memory put before the records (the slot MemRerank fills; none yet)."""
+    budget_tokens: int = Field(default=512, ge=0)
+    """Most tokens the rendered context may take, in the pipeline's LLM's tokens where it has an LLM
+    (an LLM stage, or an LLM instance given), else in the encoder's word pieces."""
+    llm: str | None = None
+    """The frozen LLM for LLM stages: smollm2, qwen2.5-coder-0.5b or a local model folder (None: no
+    LLM, so no LLM stage)."""
+    llm_timeout_s: float | None = Field(default=None, gt=0)
+    """Deadline for a call's LLM work; past it, the LLM stage is skipped and the context says so."""
+    seed: int = 0
+    """Seeds LLM sampling and the random selector."""
+
+    @model_validator(mode="after")
+    def _known_stages(self) -> PipelineConfig:
+        if self.personalizer not in PERSONALIZERS:
+            raise ValueError(
+                f"unknown personalizer {self.personalizer!r}; choose from: {', '.join(PERSONALIZERS)}"
+            )
+        if not is_selector(self.selector):
+            raise ValueError(f"unknown selector {self.selector!r}; choose from: {', '.join(SELECTORS)}")
+        if self.personalizer != "none" and self.first_stage == "bm25":
+            raise ValueError("a query personalizer gives a vector: use the dense or hybrid first stage")
+        if self.selector != "none" and self.candidates < self.profile_k:
+            raise ValueError(f"candidates ({self.candidates}) must be at least profile_k ({self.profile_k})")
+        return self
+
+    @property
+    def needs_llm(self) -> bool:
+        """Whether a stage calls the frozen LLM."""
+        return self.personalizer in LLM_PERSONALIZERS or self.selector == "listwise"
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether results depend on the seed (LLM sampling, the random selector)."""
+        return self.personalizer in LLM_PERSONALIZERS or self.selector == "random"
+
+
+def is_selector(name: str) -> bool:
+    """Whether ``name`` is a selector of :data:`SELECTORS` or ``purple:<folder>``."""
+    return (name in SELECTORS and name != "purple:<checkpoint>") or (
+        name.startswith("purple:") and len(name) > len("purple:")
+    )
+
+
+def read_pipeline_table(path: Path) -> dict[str, Any]:
+    """The ``[pipeline]`` table of a TOML file, unvalidated.
+
+    Raises:
+        ConfigError: the file is unreadable or not TOML, or has a top-level key other than ``pipeline``.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    unknown = sorted(set(data) - {"pipeline"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {unknown}; expected [pipeline]")
+    table = data.get("pipeline", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: 'pipeline' must be a table ([pipeline])")
+    return table
+
+
+def load_pipeline(path: str | Path, **overrides: Any) -> PipelineConfig:
+    """The ``[pipeline]`` table of a TOML file (e.g. ``personamem.toml``), with keyword overrides.
+
+    Raises:
+        ConfigError: the file is unreadable or not TOML, has another top-level key, or a key of
+            ``[pipeline]`` is unknown or has a bad value; the message names the file and the key.
+    """
+    return pipeline_config({**read_pipeline_table(Path(path)), **overrides}, source=str(path))
+
+
+def pipeline_config(values: dict[str, Any], *, source: str = "pipeline") -> PipelineConfig:
+    """A validated :class:`PipelineConfig`; a bad key or value raises :class:`ConfigError` naming it."""
+    try:
+        return PipelineConfig.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            (".".join(map(str, e["loc"])) + ": " if e["loc"] else "")
+            + str(e.get("ctx", {}).get("error", e["msg"])).removeprefix("Value error, ")
+            for e in exc.errors()
+        )
+        raise ConfigError(f"{source}: {problems}") from None
