@@ -32,63 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import log, realistic_text
+
 TARGET_RATIO = 0.8
 STORE_BATCH = 256  # Store.add_many's default batch size
-
-_OPENERS = [
-    "I",
-    "My wife and I",
-    "My brother",
-    "Our team",
-    "My roommate",
-    "My daughter",
-    "Yesterday I",
-    "Last summer we",
-]
-_ACTIONS = [
-    "went hiking in the Alps",
-    "adopted a rescue dog named Pepper",
-    "started learning Portuguese on an app",
-    "switched to a plant-based diet",
-    "booked a cheap flight to Tokyo",
-    "signed up for a pottery class",
-    "bought a used road bike",
-    "finished reading a long fantasy novel",
-    "moved into a flat near the river",
-    "ran a half marathon in the rain",
-    "got a new job at a fintech startup",
-    "planted tomatoes and basil on the balcony",
-    "tried a Korean barbecue place downtown",
-    "fixed the leaking kitchen sink",
-    "renewed the car insurance",
-    "watched the whole season in one weekend",
-]
-_DETAILS = [
-    "It cost around {n} euros.",
-    "It took {n} hours in total.",
-    "I would definitely do it again.",
-    "Honestly it was a bit disappointing.",
-    "I am allergic to shellfish, so I had to be careful.",
-    "My knee started hurting after {n} kilometers.",
-    "We invited {n} friends over afterwards.",
-    "The weather was terrible but we had fun.",
-    "I paid with my travel credit card.",
-    "Next time I want to bring my parents.",
-    "The staff were really friendly.",
-    "I need to remember to cancel the trial.",
-]
-
-
-def realistic_text(rng: random.Random) -> str:
-    """1-3 short sentences about a user's life."""
-    sentences = [f"{rng.choice(_OPENERS)} {rng.choice(_ACTIONS)}."]
-    for _ in range(rng.randint(0, 2)):
-        sentences.append(rng.choice(_DETAILS).format(n=rng.randint(2, 300)))
-    return " ".join(sentences)
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def make_records(n: int, users: int, seed: int):

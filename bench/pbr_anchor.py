@@ -32,11 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-
-# bench/ is the script's folder on sys.path: the same synthetic sentences and questions as the
-# ingest and read-path benchmarks
-from ingest import log, realistic_text
-from read_path import QUERIES
+from _common import QUERIES, log, realistic_text
 
 TARGET_RATIO = 0.05
 USER = "alice"

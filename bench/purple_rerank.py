@@ -27,9 +27,7 @@ import time
 import warnings
 from pathlib import Path
 
-# bench/ is the script's folder on sys.path: the ingest benchmark's sentences, the read path's queries
-from ingest import log, realistic_text
-from read_path import QUERIES
+from _common import QUERIES, log, realistic_text
 
 TARGET_SPEEDUP = 50.0
 
@@ -50,13 +48,13 @@ def main() -> int:
     from personamem import Record
     from personamem.encoder import default_encoder
     from personamem.errors import ListwiseFallbackWarning
-    from personamem.profile.listwise import ListwiseSelector
     from personamem.llm import TransformersLLM
+    from personamem.profile.listwise import ListwiseSelector
     from personamem.profile.purple import PurpleConfig, RecordScorer
-    from personamem.trainers.purple.data import ProfileExample
-    from personamem.trainers.purple.reward import LLMReward
     from personamem.profile.purple.selector import PurpleSelector
     from personamem.trainers.purple import PurpleTrainConfig, train_purple
+    from personamem.trainers.purple.data import ProfileExample
+    from personamem.trainers.purple.reward import LLMReward
 
     warnings.simplefilter(
         "ignore", ListwiseFallbackWarning

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _common import QUERIES, log
 
 TARGET_DENSE_P50_RATIO = 2.0
 METHODS = ("dense", "bm25", "hybrid")
@@ -136,29 +137,6 @@ _TAILS = [
     "as a surprise.",
 ]
 
-QUERIES = [
-    "what should I cook for dinner tonight?",
-    "where did I travel last spring?",
-    "do I have any food allergies?",
-    "which bicycle did I buy?",
-    "when is my next dentist appointment?",
-    "what music instrument am I learning?",
-    "recommend a hotel for my trip to Kyoto",
-    "what did my sister recommend?",
-    "how much did the laptop cost?",
-    "what gift should I buy for my partner's birthday?",
-    "any vegetarian restaurants I liked downtown?",
-    "what sports do I practice on weekends?",
-    "which podcast did I review recently?",
-    "did I cancel the car insurance?",
-    "what camping gear do I own?",
-    "plans for the marathon training",
-    "things I bought second-hand",
-    "what did we do in Lisbon?",
-    "which coffee grinder did I order online?",
-    "what did I repair at home last week?",
-]
-
 
 def synthetic_text(rng: random.Random) -> str:
     """One short, varied sentence from the word lists (seeded, so BM25 sees a real vocabulary)."""
@@ -172,10 +150,6 @@ def synthetic_text(rng: random.Random) -> str:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def percentile(samples: list[float], q: float) -> float:

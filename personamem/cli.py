@@ -117,7 +117,7 @@ def _global(
         Path | None,
         typer.Option(
             envvar="PERSONAMEM_CONFIG",
-            help="TOML file whose [pipeline] table configures search and context. [default: personamem.toml]",
+            help="TOML file whose pipeline table configures search and context. [default: personamem.toml]",
         ),
     ] = None,
 ) -> None:

@@ -1,6 +1,7 @@
 """``PersonaMem``: the facade a chatbot backend talks to.
 
-One object per process, shared across threads: it owns the store and one retriever per method.
+One object per process, shared across threads: it owns the store and one pipeline per method name
+or config, built on first use and kept (a PURPLE checkpoint or an LLM is loaded once).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 import numpy as np
 
 from personamem.encoder import Encoder
-from personamem.errors import InvalidRecordError
+from personamem.errors import ConfigError, InvalidRecordError, MethodError
 from personamem.llm.base import FrozenLLM
 from personamem.methods import check_llm, method_config
 from personamem.pipeline import Context, Pipeline, PipelineConfig, load_pipeline
+from personamem.pipeline.config import pipeline_config
+from personamem.profile import ProfileSelector
 from personamem.records import Record, parse_record
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
 from personamem.store import Store
@@ -51,6 +54,7 @@ class PersonaMem:
         self._llm = llm
         self._llms: dict[str, FrozenLLM] = {}
         self._pipelines: dict[PipelineConfig, Pipeline] = {}
+        self._methods: dict[str, PipelineConfig] = {}  # a pipeline:<file> is read once
         self._lock = threading.Lock()
         self._dense = DenseRetriever(store)
         self._bm25 = BM25Retriever(store)
@@ -185,18 +189,45 @@ class PersonaMem:
 
     def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
         """The pipeline for a method name or config (default: the configured one), built once and kept."""
-        name = method if isinstance(method, str) else "pipeline"
         if method is None:
-            config = self.config
-        elif isinstance(method, PipelineConfig):
-            config = method
-        else:
-            config = method_config(method, self.config)
+            return self._built(self.config, "the configured pipeline")
+        if isinstance(method, PipelineConfig):
+            return self._built(method, "the pipeline")
+        config = self._methods.get(method)
+        if config is None:
+            config = self._methods[method] = method_config(method, self.config)
+        return self._built(config, f"method {method!r}")
+
+    def selector(self, name: str) -> ProfileSelector:
+        """The profile selector called ``name`` (``relevance``, ``listwise``, ``purple:<folder>``...).
+
+        For frameworks that bring their own candidates (a LangChain compressor, a LlamaIndex
+        postprocessor); built once per name, with the configured LLM where it needs one.
+
+        Raises:
+            MethodError: an unknown selector, ``none``, or an LLM selector without an LLM.
+            CheckpointError: a PURPLE checkpoint that cannot be loaded.
+        """
+        if name == "none":
+            raise MethodError("selector 'none' selects nothing: name a selector such as relevance")
+        try:
+            config = pipeline_config({**self.config.model_dump(), "selector": name}, source="selector")
+        except ConfigError as exc:
+            raise MethodError(str(exc)) from None
+        found = self._built(config, f"selector {name!r}").selector
+        assert found is not None  # every name but "none" builds one
+        return found
+
+    def _built(self, config: PipelineConfig, what: str) -> Pipeline:
+        """The pipeline for ``config``, built on first use (``what`` names it in errors)."""
+        found = self._pipelines.get(config)  # the hot path takes no lock; building does
+        if found is not None:
+            return found
         with self._lock:
             found = self._pipelines.get(config)
             if found is None:
                 llm = self._llm_for(config) if config.needs_llm else self._llm
-                check_llm(name, config, llm)
+                check_llm(what, config, llm)
                 found = self._pipelines[config] = Pipeline(self.store, config, llm=llm, bm25=self._bm25)
             return found
 

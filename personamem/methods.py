@@ -2,7 +2,7 @@
 
 A method is a preset of the pipeline's stages (:class:`~personamem.pipeline.PipelineConfig`): ``pbr``
 is the PBR personalizer over dense retrieval, ``listwise`` the listwise LLM reranker over hybrid's
-top 20, ``purple:<checkpoint>`` a trained PURPLE selector there. The preset sets every stage field;
+top 20, ``purple:<folder>`` a trained PURPLE selector there. The preset sets every stage field;
 the LLM, its deadline, the seed and the token budget come from the pipeline it is applied to. A new
 trained component is one more row (and, if it is a new kind of stage, one more stage name).
 """
@@ -62,7 +62,7 @@ class MethodSpec:
 
     @property
     def prefix(self) -> str | None:
-        """``"purple:"`` for ``purple:<checkpoint>``; None for a plain name."""
+        """``"purple:"`` for ``purple:<folder>``; None for a plain name."""
         return self.name.split("<", 1)[0] if "<" in self.name else None
 
 
@@ -85,20 +85,20 @@ METHODS: tuple[MethodSpec, ...] = (
     _selected("earliest5", "earliest", "the 5 oldest of hybrid's top 20"),
     _selected("listwise", "listwise", "a listwise LLM reranker's 5 of hybrid's top 20"),
     MethodSpec(
-        "purple:<checkpoint>",
+        "purple:<folder>",
         "a trained PURPLE selector's 5 of hybrid's top 20 (a checkpoint folder)",
         lambda folder: {"selector": f"purple:{folder}", **_PROFILE},
     ),
     MethodSpec(
-        "pipeline:<file.toml>",
-        "the composed pipeline of a TOML file's [pipeline] table",
+        "pipeline:<file>",
+        "the composed pipeline of a TOML file (its pipeline table)",
         lambda path: read_pipeline_table(Path(path)),
     ),
 )
 
 
 def method_names() -> list[str]:
-    """Every name as users write it (``purple:<checkpoint>`` for the rows that take an argument)."""
+    """Every name as users write it (``purple:<folder>`` for the rows that take an argument)."""
     return [spec.name for spec in METHODS]
 
 
@@ -140,14 +140,6 @@ def method_config(name: str, base: PipelineConfig | None = None) -> PipelineConf
         raise MethodError(str(exc)) from None
 
 
-def _needs_llm_error(name: str) -> MethodError:
-    without = [spec.name for spec in METHODS if spec.prefix or not method_config(spec.name).needs_llm]
-    return MethodError(
-        f"method {name!r} needs a frozen LLM and none is configured (set the pipeline's llm, e.g. "
-        f"--llm smollm2, or pass llm= to PersonaMem.open); methods without one: {', '.join(without)}"
-    )
-
-
 @dataclass(frozen=True)
 class Method:
     """A named way for the harness to rank a user's records.
@@ -170,7 +162,7 @@ def method_named(name: str, llm: FrozenLLM | None, base: PipelineConfig | None =
         MethodError: an unknown name, or a method that needs an LLM given none.
     """
     config = method_config(name, base)
-    check_llm(name, config, llm)
+    check_llm(f"method {name!r}", config, llm)
 
     def build(store: Store, seed: int) -> Retriever:
         return Pipeline(store, config.model_copy(update={"seed": seed}), llm=llm)
@@ -178,7 +170,15 @@ def method_named(name: str, llm: FrozenLLM | None, base: PipelineConfig | None =
     return Method(name, build, stochastic=config.stochastic)
 
 
-def check_llm(name: str, config: PipelineConfig, llm: FrozenLLM | None) -> None:
-    """Raise the table's needs-an-LLM error for method ``name`` if its pipeline has no LLM."""
+def check_llm(what: str, config: PipelineConfig, llm: FrozenLLM | None) -> None:
+    """Raise :class:`MethodError` if ``config`` needs an LLM and ``llm`` is None.
+
+    ``what`` names the thing asked for (``"method 'pbr'"``); the message lists the methods that
+    run without an LLM.
+    """
     if config.needs_llm and llm is None:
-        raise _needs_llm_error(name)
+        without = [spec.name for spec in METHODS if spec.prefix or not method_config(spec.name).needs_llm]
+        raise MethodError(
+            f"{what} needs a frozen LLM and none is configured (set the pipeline's llm, e.g. --llm "
+            f"smollm2, or pass llm= to PersonaMem.open); methods without one: {', '.join(without)}"
+        )

@@ -1,7 +1,7 @@
 """The pipeline's one config: which stage runs at each step, declared once, loadable from TOML.
 
 Stages are named, not imported by string: the names below are the whole vocabulary, and
-:mod:`personamem.methods` maps every method name (``dense``, ``pbr``, ``purple:<checkpoint>``...) to
+:mod:`personamem.methods` maps every method name (``dense``, ``pbr``, ``purple:<folder>``...) to
 a preset of these fields, so the SDK, the CLI, the adapters and the harness read one table.
 """
 
@@ -54,7 +54,7 @@ SELECTORS: dict[str, str] = {
     "random": "profile_k candidates drawn at random (seeded by seed, user and query)",
     "earliest": "the profile_k oldest candidates",
     "listwise": "a listwise LLM reranker (RankGPT-style)",
-    "purple:<checkpoint>": "PURPLE, a trained Plackett–Luce selector, from a checkpoint folder",
+    "purple:<folder>": "PURPLE, a trained Plackett–Luce selector, from a checkpoint folder",
 }
 """Profile selectors by name: each picks and orders the profile from the first stage's candidates."""
 
@@ -121,7 +121,7 @@ class PipelineConfig(BaseModel):
 
 def is_selector(name: str) -> bool:
     """Whether ``name`` is a selector of :data:`SELECTORS` or ``purple:<folder>``."""
-    return (name in SELECTORS and name != "purple:<checkpoint>") or (
+    return (name in SELECTORS and name != "purple:<folder>") or (
         name.startswith("purple:") and len(name) > len("purple:")
     )
 

@@ -8,6 +8,7 @@ two methods, so a method name ranks the same everywhere.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -116,7 +117,8 @@ class Pipeline:
         self.selector = selector or build_selector(config.selector, store, self.llm, config.seed)
         self._dense = DenseRetriever(store)
         self._bm25 = bm25 or BM25Retriever(store)
-        self._count_tokens = _token_counter(self.llm, store.encoder)
+        # a user's records come back for many queries: their lines are counted once
+        self._count_tokens = functools.lru_cache(maxsize=8192)(_token_counter(self.llm, store.encoder))
 
     def search(self, user_id: str, query: str, k: int) -> list[Hit]:
         """The profile, then the other candidates, cut to ``k`` (no selector: the first stage's top ``k``)."""

@@ -1,0 +1,97 @@
+"""What the benchmarks share: realistic record texts, the query list, logging to stderr.
+
+Each script is run as ``python bench/NAME.py``, so ``bench/`` is on ``sys.path`` and they import
+this module by name; they never import each other.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+
+__all__ = ["QUERIES", "log", "median_ratio", "realistic_text"]
+
+_OPENERS = [
+    "I",
+    "My wife and I",
+    "My brother",
+    "Our team",
+    "My roommate",
+    "My daughter",
+    "Yesterday I",
+    "Last summer we",
+]
+_ACTIONS = [
+    "went hiking in the Alps",
+    "adopted a rescue dog named Pepper",
+    "started learning Portuguese on an app",
+    "switched to a plant-based diet",
+    "booked a cheap flight to Tokyo",
+    "signed up for a pottery class",
+    "bought a used road bike",
+    "finished reading a long fantasy novel",
+    "moved into a flat near the river",
+    "ran a half marathon in the rain",
+    "got a new job at a fintech startup",
+    "planted tomatoes and basil on the balcony",
+    "tried a Korean barbecue place downtown",
+    "fixed the leaking kitchen sink",
+    "renewed the car insurance",
+    "watched the whole season in one weekend",
+]
+_DETAILS = [
+    "It cost around {n} euros.",
+    "It took {n} hours in total.",
+    "I would definitely do it again.",
+    "Honestly it was a bit disappointing.",
+    "I am allergic to shellfish, so I had to be careful.",
+    "My knee started hurting after {n} kilometers.",
+    "We invited {n} friends over afterwards.",
+    "The weather was terrible but we had fun.",
+    "I paid with my travel credit card.",
+    "Next time I want to bring my parents.",
+    "The staff were really friendly.",
+    "I need to remember to cancel the trial.",
+]
+
+
+def realistic_text(rng: random.Random) -> str:
+    """1-3 short sentences about a user's life."""
+    sentences = [f"{rng.choice(_OPENERS)} {rng.choice(_ACTIONS)}."]
+    for _ in range(rng.randint(0, 2)):
+        sentences.append(rng.choice(_DETAILS).format(n=rng.randint(2, 300)))
+    return " ".join(sentences)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+QUERIES = [
+    "what should I cook for dinner tonight?",
+    "where did I travel last spring?",
+    "do I have any food allergies?",
+    "which bicycle did I buy?",
+    "when is my next dentist appointment?",
+    "what music instrument am I learning?",
+    "recommend a hotel for my trip to Kyoto",
+    "what did my sister recommend?",
+    "how much did the laptop cost?",
+    "what gift should I buy for my partner's birthday?",
+    "any vegetarian restaurants I liked downtown?",
+    "what sports do I practice on weekends?",
+    "which podcast did I review recently?",
+    "did I cancel the car insurance?",
+    "what camping gear do I own?",
+    "plans for the marathon training",
+    "things I bought second-hand",
+    "what did we do in Lisbon?",
+    "which coffee grinder did I order online?",
+    "what did I repair at home last week?",
+]
+
+
+def median_ratio(ours: list[float], baseline: list[float]) -> float:
+    """p50(ours) / p50(baseline): the one figure a noisy machine reproduces."""
+    return statistics.median(ours) / statistics.median(baseline)

@@ -1,0 +1,100 @@
+"""The context call's cost against the hybrid search it builds on.
+
+A store of ``--users`` users with ``--records`` realistic records each; for each iteration a user and a
+query (round robin), timed alternately in one process:
+
+1. ``mem.search(user, query, k=5, method="hybrid")``: the baseline.
+2. ``mem.context(user, query)`` with the default pipeline (hybrid, its top 5, no LLM stage, fitted
+   to 512 tokens): what the pipeline, the rendering and the token-budget fit add.
+3. ``mem.context(user, query, pipeline="purple:<checkpoint>")``: PURPLE picking 5 of hybrid's top 20.
+   The checkpoint is an untrained 2-layer scorer saved to a temporary folder (a trained one costs
+   the same); each user's records were seen by an earlier query, as they are in a running service.
+
+Gates: p50(context) / p50(hybrid) <= 1.10 and p50(PURPLE context) / p50(hybrid) <= 3.0. The last
+stdout line is ``context_overhead_p50_ratio: R (target <= 1.10)``; the exit status is 1 when either
+target is missed.
+
+    python bench/context_overhead.py [--users 20] [--records 200] [--iters 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from _common import QUERIES, log, median_ratio, realistic_text
+
+TARGET_OVERHEAD = 1.10
+TARGET_PURPLE = 3.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--records", type=int, default=200, help="records per user")
+    parser.add_argument("--iters", type=int, default=200, help="timed calls per variant")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from personamem import PersonaMem, Record
+    from personamem.encoder import default_encoder
+    from personamem.profile.purple import PurpleConfig, RecordScorer
+    from personamem.profile.purple.checkpoint import save_checkpoint
+
+    rng = random.Random(args.seed)
+    encoder = default_encoder()
+    with tempfile.TemporaryDirectory(prefix="personamem-bench-") as tmp:
+        checkpoint = Path(tmp) / "purple"
+        save_checkpoint(checkpoint, RecordScorer(PurpleConfig(layers=2)), encoder=encoder.name)
+        with PersonaMem.open(Path(tmp) / "store", encoder=encoder) as mem:
+            users = [f"user-{u:03d}" for u in range(args.users)]
+            log(f"[setup] ingesting {args.users} x {args.records} records")
+            for user in users:
+                mem.add_many(
+                    [Record(user_id=user, text=realistic_text(rng)) for _ in range(args.records)],
+                    user_id=user,
+                )
+            calls: dict[str, Callable[[str, str], object]] = {
+                "hybrid search": lambda u, q: mem.search(u, q, k=5, method="hybrid"),
+                "context (default pipeline)": lambda u, q: mem.context(u, q),
+                "context (PURPLE over hybrid's top 20)": lambda u, q: mem.context(
+                    u, q, pipeline=f"purple:{checkpoint}"
+                ),
+            }
+            log("[setup] warm-up: each user and query once per variant (BM25 indexes, PURPLE record cache)")
+            for user in users:
+                for query in QUERIES:
+                    for call in calls.values():
+                        call(user, query)
+            times: dict[str, list[float]] = {name: [] for name in calls}
+            for i in range(args.iters):
+                user, query = users[i % len(users)], QUERIES[(i * 7) % len(QUERIES)]
+                for name, call in calls.items():
+                    start = time.perf_counter()
+                    call(user, query)
+                    times[name].append(time.perf_counter() - start)
+    base = times["hybrid search"]
+    for name, samples in times.items():
+        ordered = sorted(samples)
+        p95 = ordered[int(0.95 * (len(ordered) - 1))]
+        print(
+            f"{name:40s} p50 {statistics.median(samples) * 1e3:7.2f} ms  p95 {p95 * 1e3:7.2f} ms  "
+            f"ratio {median_ratio(samples, base):5.2f}"
+        )
+    overhead = median_ratio(times["context (default pipeline)"], base)
+    purple = median_ratio(times["context (PURPLE over hybrid's top 20)"], base)
+    print(f"context_purple_p50_ratio: {purple:.2f} (target <= {TARGET_PURPLE})")
+    print(f"context_overhead_p50_ratio: {overhead:.3f} (target <= {TARGET_OVERHEAD})")
+    return 0 if overhead <= TARGET_OVERHEAD and purple <= TARGET_PURPLE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
