@@ -3,6 +3,13 @@
 A user's memory becomes a retriever, a :class:`~personamem.profile.ProfileSelector` a document
 compressor, chat turns retrievable records, and a frozen LLM a LangChain LLM so chains run offline.
 
+The retriever ranks with any method of :mod:`personamem.methods` (``dense``, ``hybrid``, ``pbr``,
+``listwise``, ``purple:<checkpoint folder>``, ``pipeline:<file.toml>``...) or a
+:class:`~personamem.pipeline.PipelineConfig`, exactly as ``PersonaMem.search`` does; the compressor
+takes a selector by name (``relevance``, ``listwise``, ``purple:<checkpoint folder>``) from
+``PersonaMem.selector``, so a trained PURPLE checkpoint can pick the profile from any retriever's
+Documents. Methods and selectors that need an LLM use the one the memory was opened with.
+
 Install with ``pip install "personamem[langchain]"``. Every component is bound to one user, so a chain
 built for a user can only ever read that user's records.
 
@@ -35,11 +42,13 @@ try:
     from langchain_core.runnables import run_in_executor
 except ImportError as exc:  # an adapter module: without its framework it has nothing to offer
     raise MissingExtraError(["langchain-core"], "langchain") from exc
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from personamem.llm.base import FrozenLLM, Prompt
-from personamem.memory import PersonaMem, SearchMethod
-from personamem.profile import ProfileSelector, RelevanceSelector
+from personamem.memory import PersonaMem
+from personamem.methods import is_method, method_names
+from personamem.pipeline import PipelineConfig
+from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind, parse_record
 from personamem.retrieval.base import Hit
 
@@ -83,6 +92,14 @@ def _hit_to_document(hit: Hit) -> Document:
 class PersonaMemRetriever(BaseRetriever):
     """One user's records for a query, as Documents, best first.
 
+    ``method`` is a name from :mod:`personamem.methods` (``dense``, ``bm25``, ``hybrid``, ``pbr``,
+    ``listwise``, ``purple:<checkpoint folder>``, ``pipeline:<file.toml>``...), applied over the
+    memory's configured pipeline; ``pipeline`` is a whole :class:`PipelineConfig` instead (give one or
+    the other). Either way the Documents are exactly ``PersonaMem.search``'s hits: with a profile
+    selector, the profile first, then the rest of the candidates. The pipeline is built when the
+    retriever is (a PURPLE checkpoint is loaded once per memory), so an unknown name, a missing
+    checkpoint or an LLM method on a memory without an LLM fails here rather than on the first query.
+
     ``k`` may also be given per call (``retriever.invoke(query, k=2)``). Async calls run the sync
     search in LangChain's executor (the store is thread-safe and has no async client); the async
     method is overridden only because LangChain's default wrapper drops call keywords such as ``k``.
@@ -90,17 +107,41 @@ class PersonaMemRetriever(BaseRetriever):
     Example:
         >>> retriever = PersonaMemRetriever(memory=mem, user_id="alice", k=3)  # doctest: +SKIP
         >>> retriever.invoke("what should I cook tonight?")  # doctest: +SKIP
+        >>> PersonaMemRetriever(memory=mem, user_id="alice", method="purple:runs/x/best")  # doctest: +SKIP
     """
 
     memory: PersonaMem
     user_id: str
     k: int = Field(default=4, ge=1)
-    method: SearchMethod = SearchMethod.DENSE
+    method: str = "dense"
+    pipeline: PipelineConfig | None = None
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, method: str) -> str:
+        if not is_method(method):
+            raise ValueError(f"unknown method {method!r}; choose from: {', '.join(method_names())}")
+        return method
+
+    @model_validator(mode="after")
+    def _buildable(self) -> PersonaMemRetriever:
+        if self.pipeline is not None and "method" in self.model_fields_set:
+            raise ValueError("give method or pipeline, not both")
+        # built (and kept by the memory) now, so a missing checkpoint or an LLM method on a memory
+        # without an LLM fails here (MethodError is a ValueError; CheckpointError passes through)
+        self.memory.pipeline(self.method if self.pipeline is None else self.pipeline)
+        return self
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        hits = self.memory.search(self.user_id, query, k=self.k if k is None else k, method=self.method)
+        k = self.k if k is None else k
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        if self.pipeline is None:
+            hits = self.memory.search(self.user_id, query, k, method=self.method)
+        else:
+            hits = self.memory.pipeline(self.pipeline).search(self.user_id, query, k)
         return [_hit_to_document(hit) for hit in hits]
 
     async def _aget_relevant_documents(
@@ -127,9 +168,20 @@ class PersonaMemCompressor(BaseDocumentCompressor):
     k: int = Field(default=4, ge=1)
 
     @classmethod
-    def from_memory(cls, memory: PersonaMem, user_id: str, *, k: int = 4) -> PersonaMemCompressor:
-        """The default selector (cosine to the query) over the memory's encoder."""
-        return cls(user_id=user_id, selector=RelevanceSelector(memory.store.encoder), k=k)
+    def from_memory(
+        cls, memory: PersonaMem, user_id: str, *, k: int = 4, selector: str = "relevance"
+    ) -> PersonaMemCompressor:
+        """The memory's selector called ``selector``, e.g. a trained ``purple:<checkpoint folder>``.
+
+        ``relevance`` (cosine to the query, the default), ``listwise`` (with the memory's LLM),
+        ``purple:<checkpoint folder>``, ``earliest``, ``random``: see ``PersonaMem.selector``, which
+        builds it once per memory and name (a PURPLE checkpoint is loaded once).
+
+        Raises:
+            MethodError: an unknown selector, or ``listwise`` on a memory without an LLM.
+            CheckpointError: a PURPLE checkpoint that cannot be loaded.
+        """
+        return cls(user_id=user_id, selector=memory.selector(selector), k=k)
 
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None

@@ -4,16 +4,20 @@
 writes only that user's records, so two users' chats in one process never see each other's memory:
 isolation comes from the store's per-user scoping, not from metadata filters a caller must remember.
 
-- :class:`PersonaMemRetriever`: a ``BaseRetriever`` over one user's records. It honours
-  ``QueryBundle.embedding``: a bundle that carries a ready query vector is searched with that vector
-  instead of the embedded query string. This is the hook PBR's query transform will use: it will put
-  the personalized query vector into the bundle, in the store encoder's space.
+- :class:`PersonaMemRetriever`: a ``BaseRetriever`` over one user's records, ranking with any method
+  of :mod:`personamem.methods` (``dense``, ``hybrid``, ``pbr``, ``listwise``,
+  ``purple:<checkpoint folder>``, ``pipeline:<file.toml>``...) or a
+  :class:`~personamem.pipeline.PipelineConfig`, exactly as ``PersonaMem.search`` does. It honours
+  ``QueryBundle.embedding``: a bundle that carries a ready query vector (e.g. a personalized one) is
+  searched densely with that vector instead.
 - :class:`PersonaMemProfilePostprocessor`: a node postprocessor that runs a
-  :class:`~personamem.profile.ProfileSelector` over retrieved nodes (from any retriever) and keeps the
-  profile, best first.
+  :class:`~personamem.profile.ProfileSelector` (by name from ``PersonaMem.selector``: ``relevance``,
+  ``listwise``, ``purple:<checkpoint folder>``...) over retrieved nodes from any retriever and keeps
+  the profile, best first.
 - :class:`PersonaMemMemoryBlock`: a ``BaseMemoryBlock`` for ``llama_index.core.memory.Memory`` that
-  stores flushed chat messages as the user's conversation records and injects the user's profile
-  for the latest user message.
+  stores flushed chat messages as the user's conversation records and injects
+  ``PersonaMem.context`` (the pipeline's profile, fitted to a token budget) for the latest user
+  message.
 - :class:`PersonaMemLLM` and :class:`PersonaMemEmbedding`: a personamem
   :class:`~personamem.llm.FrozenLLM` and :class:`~personamem.encoder.Encoder` as LlamaIndex models, so
   chat engines run offline and nothing falls back to OpenAI or tiktoken.
@@ -32,10 +36,12 @@ import numpy as np
 from pydantic import ValidationError
 
 from personamem.encoder import Encoder
-from personamem.errors import MissingExtraError
+from personamem.errors import MethodError, MissingExtraError
 from personamem.llm.base import FrozenLLM, Generations, Prompt
-from personamem.memory import PersonaMem, SearchMethod
-from personamem.profile import ProfileSelector, RelevanceSelector
+from personamem.memory import PersonaMem
+from personamem.methods import is_method, method_names
+from personamem.pipeline import Context, PipelineConfig
+from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind
 from personamem.retrieval.base import Hit
 
@@ -50,7 +56,7 @@ try:
         LLMMetadata,
         MessageRole,
     )
-    from llama_index.core.bridge.pydantic import Field
+    from llama_index.core.bridge.pydantic import ConfigDict, Field, field_validator, model_validator
     from llama_index.core.callbacks import CallbackManager
     from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
     from llama_index.core.llms.custom import CustomLLM
@@ -99,8 +105,22 @@ def _node(hit: Hit) -> NodeWithScore:
 class PersonaMemRetriever(BaseRetriever):
     """One user's records as LlamaIndex nodes, best first.
 
-    A query bundle with an ``embedding`` is searched densely with that vector (``method`` does not
-    apply): it must be in the store encoder's space, e.g. a personalized query vector from PBR.
+    ``method`` is a name from :mod:`personamem.methods` (``dense``, ``bm25``, ``hybrid``, ``pbr``,
+    ``listwise``, ``purple:<checkpoint folder>``, ``pipeline:<file.toml>``...), applied over the
+    memory's configured pipeline; ``pipeline`` is a whole :class:`PipelineConfig` instead (give one or
+    the other). The nodes are exactly ``PersonaMem.search``'s hits: with a profile selector, the
+    profile first, then the rest of the candidates. The pipeline is built here (a PURPLE checkpoint is
+    loaded once per memory), so an unknown name, a missing checkpoint or an LLM method on a memory
+    without an LLM fails at construction.
+
+    A query bundle with an ``embedding`` is searched densely with that vector (``method`` and
+    ``pipeline`` do not apply): it must be in the store encoder's space, e.g. a personalized query
+    vector.
+
+    Raises:
+        MethodError: an unknown method (the message lists the choices), both ``method`` and
+            ``pipeline``, or a method that needs an LLM on a memory without one.
+        CheckpointError: a PURPLE checkpoint that cannot be loaded.
     """
 
     def __init__(
@@ -109,22 +129,31 @@ class PersonaMemRetriever(BaseRetriever):
         user_id: str,
         *,
         k: int = 4,
-        method: SearchMethod | str = SearchMethod.DENSE,
+        method: str = "dense",
+        pipeline: PipelineConfig | None = None,
         callback_manager: CallbackManager | None = None,
     ) -> None:
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
+        _known_method(method)
+        if method != "dense" and pipeline is not None:
+            raise MethodError(f"give method ({method!r}) or pipeline, not both")
+        memory.pipeline(method if pipeline is None else pipeline)  # built and kept by the memory now
         super().__init__(callback_manager=callback_manager)
         self.memory = memory
         self.user_id = user_id
         self.k = k
-        self.method = SearchMethod(method)
+        self.method = method
+        self.pipeline = pipeline
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if query_bundle.embedding is None:
-            hits = self.memory.search(self.user_id, query_bundle.query_str, self.k, self.method)
+        if query_bundle.embedding is not None:
+            vector = self._query_vector(query_bundle.embedding)
+            hits = self.memory.search_vector(self.user_id, vector, self.k)
+        elif self.pipeline is not None:
+            hits = self.memory.pipeline(self.pipeline).search(self.user_id, query_bundle.query_str, self.k)
         else:
-            hits = self.memory.search_vector(self.user_id, self._query_vector(query_bundle.embedding), self.k)
+            hits = self.memory.search(self.user_id, query_bundle.query_str, self.k, self.method)
         return [_node(hit) for hit in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -141,6 +170,12 @@ class PersonaMemRetriever(BaseRetriever):
                 "encoder's space (e.g. with PersonaMemEmbedding over mem.store.encoder)"
             )
         return vector
+
+
+def _known_method(method: str) -> str:
+    if not is_method(method):
+        raise MethodError(f"unknown method {method!r}; choose from: {', '.join(method_names())}")
+    return method
 
 
 def _record(node: BaseNode, user_id: str) -> Record | None:
@@ -174,9 +209,20 @@ class PersonaMemProfilePostprocessor(BaseNodePostprocessor):
     k: int = Field(default=4, ge=1, description="Most nodes kept.")
 
     @classmethod
-    def from_memory(cls, memory: PersonaMem, user_id: str, *, k: int = 4) -> PersonaMemProfilePostprocessor:
-        """The default selector: cosine relevance with the memory's own encoder."""
-        return cls(user_id=user_id, selector=RelevanceSelector(memory.store.encoder), k=k)
+    def from_memory(
+        cls, memory: PersonaMem, user_id: str, *, k: int = 4, selector: str = "relevance"
+    ) -> PersonaMemProfilePostprocessor:
+        """The memory's selector called ``selector``, e.g. a trained ``purple:<checkpoint folder>``.
+
+        ``relevance`` (cosine to the query with the memory's encoder, the default), ``listwise``
+        (with the memory's LLM), ``purple:<checkpoint folder>``, ``earliest``, ``random``: see
+        ``PersonaMem.selector``, which builds it once per memory and name.
+
+        Raises:
+            MethodError: an unknown selector, or ``listwise`` on a memory without an LLM.
+            CheckpointError: a PURPLE checkpoint that cannot be loaded.
+        """
+        return cls(user_id=user_id, selector=memory.selector(selector), k=k)
 
     @classmethod
     def class_name(cls) -> str:
@@ -205,45 +251,57 @@ def _message_id(session: str | None, timestamp: datetime, position: int, role: s
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
 
 
-def _render(hit: Hit) -> str:
-    """One profile line; a chat turn names its speaker, since an assistant's words are not facts."""
-    role = hit.record.metadata.get("role")
-    return f"- {role}: {hit.record.text}" if role else f"- {hit.record.text}"
-
-
 class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
     """Long-term memory of one user for ``llama_index.core.memory.Memory``.
 
     Messages flushed from the short-term queue become the user's CONVERSATION records (metadata
     ``role``, ``session`` and ``position`` in the flush; the flush time as timestamp), so they persist
-    with the rest of the user's history. Reading returns the user's profile for the latest user message
-    as lines of text. The block is scoped by ``user_id`` alone: a ``Memory`` for another user needs its
-    own block.
+    with the rest of the user's history. Reading returns ``PersonaMem.context(...).text`` for the latest
+    user message: the profile of the memory's configured pipeline (or of ``pipeline``, a method name or
+    config), rendered one ``- text`` line per record and fitted to ``budget_tokens``. It is the very
+    text ``PersonaMem.context`` gives any other caller, and the prompt PURPLE's reward is trained on,
+    so a chat turn shows its words, not its speaker (the role stays in the record's metadata). The
+    block is scoped by ``user_id`` alone: a ``Memory`` for another user needs its own block.
+
+    Raises:
+        ValidationError: an unknown method name or field, or a method that needs an LLM on a memory
+            without one (checked when the block is made).
     """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     name: str = Field(default="UserProfile", description="The block's name (its tag in the prompt).")
     memory: PersonaMem = Field(exclude=True, description="Where the user's records live.")
     user_id: str = Field(description="Whose records are stored and read.")
-    k: int = Field(default=4, ge=1, description="Records in the profile.")
-    method: SearchMethod = Field(default=SearchMethod.DENSE, description="First-stage search method.")
-    selector: ProfileSelector | None = Field(
-        default=None, exclude=True, description="Picks the profile from the first stage; None: its top k."
+    budget_tokens: int | None = Field(
+        default=None, ge=0, description="Most tokens of context; None: the pipeline's budget_tokens."
     )
-    candidates: int = Field(default=20, ge=1, description="First-stage records the selector picks from.")
+    pipeline: PipelineConfig | str | None = Field(
+        default=None,
+        description="A method name (see personamem.methods) or a pipeline config; None: the memory's own.",
+    )
 
-    def profile(self, query: str) -> list[Hit]:
-        """The records this block shows the LLM for ``query``, best first."""
-        if self.selector is None:
-            return self.memory.search(self.user_id, query, self.k, self.method)
-        first = self.memory.search(self.user_id, query, self.candidates, self.method)
-        return self.selector.select(self.user_id, query, [hit.record for hit in first], self.k)
+    @field_validator("pipeline")
+    @classmethod
+    def _known_name(cls, pipeline: PipelineConfig | str | None) -> PipelineConfig | str | None:
+        return _known_method(pipeline) if isinstance(pipeline, str) else pipeline
+
+    @model_validator(mode="after")
+    def _buildable(self) -> PersonaMemMemoryBlock:
+        self.memory.pipeline(self.pipeline)  # built and kept by the memory now, not at the first turn
+        return self
+
+    def context(self, query: str) -> Context:
+        """What this block shows the LLM for ``query``: its records, text, tokens and timings."""
+        return self.memory.context(
+            self.user_id, query, budget_tokens=self.budget_tokens, pipeline=self.pipeline
+        )
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         query = next((m.content for m in reversed(messages or []) if m.role == MessageRole.USER), None)
         if not query or not query.strip():
             return ""
-        hits = await asyncio.to_thread(self.profile, query)
-        return "\n".join(_render(hit) for hit in hits)
+        return (await asyncio.to_thread(self.context, query)).text
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
         now = datetime.now(UTC)

@@ -46,8 +46,9 @@ def main() -> int:
 
     from personamem import PersonaMem, Record
     from personamem.encoder import default_encoder
-    from personamem.profile.purple import PurpleConfig, RecordScorer
+    from personamem.profile.purple import PurpleConfig
     from personamem.profile.purple.checkpoint import save_checkpoint
+    from personamem.profile.purple.model import RecordScorer
 
     rng = random.Random(args.seed)
     encoder = default_encoder()

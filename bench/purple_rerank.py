@@ -50,7 +50,8 @@ def main() -> int:
     from personamem.errors import ListwiseFallbackWarning
     from personamem.llm import TransformersLLM
     from personamem.profile.listwise import ListwiseSelector
-    from personamem.profile.purple import PurpleConfig, RecordScorer
+    from personamem.profile.purple import PurpleConfig
+    from personamem.profile.purple.model import RecordScorer
     from personamem.profile.purple.selector import PurpleSelector
     from personamem.trainers.purple import PurpleTrainConfig, train_purple
     from personamem.trainers.purple.data import ProfileExample

@@ -16,10 +16,11 @@ from rich import box
 from rich.table import Table
 
 from personamem.cli_analyze import analyze_app
+from personamem.cli_options import config_options
 from personamem.cli_train import train_app
 from personamem.console import err, out, progress_bar
 from personamem.errors import CheckpointError, ConfigError, MethodError, PersonaMemError
-from personamem.eval.evaluate import BenchmarkName
+from personamem.eval.evaluate import EvalConfig
 from personamem.memory import PersonaMem
 from personamem.methods import method_help
 from personamem.pipeline import PipelineConfig, load_pipeline
@@ -255,36 +256,9 @@ _LLM_HELP = (
 
 
 @app.command("eval")
+@config_options()
 def eval_(
-    benchmark: Annotated[BenchmarkName, typer.Option(help="Which benchmark the data folder holds.")],
-    data: Annotated[Path, typer.Option(help="The benchmark folder in its upstream layout.")],
-    method: Annotated[
-        list[str] | None,
-        typer.Option(help=f"Method to run (repeatable): {method_help()}. [default: dense]"),
-    ] = None,
-    seeds: Annotated[
-        int, typer.Option(help="Seeds for stochastic methods (deterministic ones run once).")
-    ] = 1,
-    baseline: Annotated[
-        str | None, typer.Option(help="Paired t-test every other method against this one.")
-    ] = None,
-    depth: Annotated[
-        int, typer.Option(help="Records ranked per question (the deepest recall cutoff).")
-    ] = 100,
-    noise: Annotated[float, typer.Option(help="PersonaBench: distractor level (0.0, 0.3, 0.5, 0.7).")] = 0.0,
-    render: Annotated[
-        str, typer.Option(help="PersonaBench: session text, 'text' or 'json' (upstream's).")
-    ] = "text",
-    split: Annotated[str, typer.Option(help="iKAT: topics file <split>_topics.json.")] = "2023_test",
-    form: Annotated[str, typer.Option(help="PrefEval: explicit, choice or persona.")] = "explicit",
-    inter_turns: Annotated[int, typer.Option(help="PrefEval: distractor user turns per user.")] = 20,
-    answers: Annotated[
-        bool, typer.Option(help="Also score answers with the local LLM given the top records (slow).")
-    ] = False,
-    profile_k: Annotated[int, typer.Option(help="Records the LLM sees with --answers.")] = 5,
-    max_questions: Annotated[
-        int | None, typer.Option(help="Evaluate an evenly spaced subset of this many questions.")
-    ] = None,
+    config: EvalConfig,
     out_dir: Annotated[
         Path | None,
         typer.Option(
@@ -292,48 +266,15 @@ def eval_(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
-    llm: Annotated[str, typer.Option(help=_LLM_HELP)] = "smollm2",
-    held_out: Annotated[
-        Path | None, typer.Option(help="A split.json from 'train purple': evaluate only its test users.")
-    ] = None,
 ) -> None:
     """Score retrieval methods on a benchmark: mean ± std over seeds, paired t-tests, a written report."""
-    from pydantic import ValidationError
-
-    from personamem.eval.evaluate import EvalConfig, run_eval
+    from personamem.eval.evaluate import run_eval
     from personamem.eval.report import metric_label
     from personamem.eval.stats import summarize
     from personamem.eval.vectors import default_vector_cache
     from personamem.llm.packaged import default_cache_dir
 
-    try:
-        config = EvalConfig.model_validate(
-            {
-                "benchmark": benchmark,
-                "data": data,
-                "methods": tuple(method or ["dense"]),
-                "seeds": seeds,
-                "baseline": baseline,
-                "depth": depth,
-                "noise": noise,
-                "render": render,
-                "split": split,
-                "form": form,
-                "inter_turns": inter_turns,
-                "answers": answers,
-                "profile_k": profile_k,
-                "max_questions": max_questions,
-                "llm": llm,
-                "held_out": held_out,
-            }
-        )
-    except ValidationError as exc:
-        problems = "; ".join(
-            ("--" + "-".join(map(str, e["loc"])).replace("_", "-") + ": " if e["loc"] else "")
-            + str(e.get("ctx", {}).get("error", e["msg"]))
-            for e in exc.errors()
-        )
-        raise typer.BadParameter(problems) from None
+    seeds = config.seeds
     with progress_bar() as progress:
         report = run_eval(
             config,

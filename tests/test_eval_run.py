@@ -273,3 +273,18 @@ def test_llm_outputs_are_reused_by_a_later_run(tmp_path: Path, encoder: Sentence
     other = EvalConfig(benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("hyde",), render="json")
     run_eval(other, encoder=encoder, llm=llm, store_dir=stores)
     assert len(list(stores.iterdir())) == 2  # another corpus rendering, another store
+
+
+def test_a_pipeline_file_is_scored_as_one_method(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    root = _tiny_personabench(tmp_path / "data", GOLD)
+    pipeline = tmp_path / "mine.toml"
+    pipeline.write_text(
+        '[pipeline]\nfirst_stage = "dense"\nselector = "relevance"\ncandidates = 4\nprofile_k = 2\n'
+    )
+    config = EvalConfig(benchmark=BenchmarkName.PERSONABENCH, data=root, pipeline=(pipeline,))
+    assert config.run_methods == (f"pipeline:{pipeline}",)  # given alone, no other method runs
+    report = run_eval(config, encoder=encoder, cache_dir=None)
+    assert [run.method for run in report.runs] == [f"pipeline:{pipeline}"]
+    assert f"--pipeline {pipeline}" in report.command and "--method" not in report.command
+    with pytest.raises(ValueError, match="unknown method"):
+        EvalConfig(benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("dense", "dence"))

@@ -211,4 +211,3 @@ def test_own_personalizer_and_selector_plug_in(alice: PersonaMem, encoder: Sente
     )  # type: ignore[arg-type]
     near_choir = alice.search("alice", "choir singing", k=3, method="dense")
     assert hits[0].record.id == near_choir[-1].record.id
-

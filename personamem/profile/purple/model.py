@@ -14,41 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from personamem.encoder import SentenceEncoder
+from personamem.profile.purple.config import PurpleConfig
 from personamem.profile.purple.states import RecordStateCache
 
 __all__ = ["CandidateStates", "PurpleConfig", "RecordScorer", "collate", "encode_candidates"]
-
-
-class PurpleConfig(BaseModel):
-    """The scorer's shape; saved beside each checkpoint so it can be rebuilt.
-
-    Attributes:
-        dim: width of the encoder's token states (384 for MiniLM).
-        heads: attention heads in the cross-attention and the record Transformer.
-        layers: record Transformer layers. The paper uses 12; 2 trains in minutes on a CPU.
-        mlp_hidden: hidden width of the propensity MLP.
-        dropout: in the record Transformer and the MLP.
-        cross_attention: records attend to the query's tokens (off: an ablation).
-        record_transformer: records attend to each other (off: an ablation).
-        max_record_tokens: token states kept per record (the rest is cut, like the encoder does at 256).
-        max_query_tokens: token states kept for the query.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    dim: int = Field(default=384, ge=1)
-    heads: int = Field(default=4, ge=1)
-    layers: int = Field(default=2, ge=0)
-    mlp_hidden: int = Field(default=256, ge=1)
-    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
-    cross_attention: bool = True
-    record_transformer: bool = True
-    max_record_tokens: int = Field(default=128, ge=2)
-    max_query_tokens: int = Field(default=64, ge=2)
 
 
 @dataclass(frozen=True)
