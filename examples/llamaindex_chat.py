@@ -16,7 +16,7 @@ from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.memory import Memory
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from personamem import PersonaMem
+from personamem import PersonaMem, PipelineConfig
 from personamem.adapters.llamaindex import PersonaMemEmbedding, PersonaMemLLM, PersonaMemMemoryBlock
 from personamem.llm import TransformersLLM
 
@@ -42,7 +42,7 @@ async def chat(mem: PersonaMem, llm: PersonaMemLLM) -> None:
     chat_store = create_async_engine("sqlite+aiosqlite:///:memory:")  # short-term queue, one per process
     try:
         for user in FACTS:
-            block = PersonaMemMemoryBlock(memory=mem, user_id=user, k=3)
+            block = PersonaMemMemoryBlock(memory=mem, user_id=user)  # the memory's pipeline: top 3
             memory = Memory.from_defaults(
                 session_id=f"{user}-demo",
                 token_limit=1024,
@@ -61,7 +61,7 @@ async def chat(mem: PersonaMem, llm: PersonaMemLLM) -> None:
             print(f"Q: {QUESTION}")
             print(f"A: {reply.response.strip()}")
             print("records used:")
-            for hit in block.profile(QUESTION):  # what the block put in the prompt (search is deterministic)
+            for hit in block.context(QUESTION).hits:  # what the block put in the prompt (it is deterministic)
                 print(f"  {hit.rank}. ({hit.score:.2f}) {hit.record.text}")
     finally:
         await chat_store.dispose()
@@ -70,7 +70,8 @@ async def chat(mem: PersonaMem, llm: PersonaMemLLM) -> None:
 def main() -> None:
     """Store both users' facts in a temporary PersonaMem and chat with each."""
     llm = PersonaMemLLM(TransformersLLM.default(), max_tokens=60)
-    with tempfile.TemporaryDirectory() as folder, PersonaMem.open(folder) as mem:
+    pipeline = PipelineConfig(profile_k=3)  # each user's 3 best records (hybrid search), within 512 tokens
+    with tempfile.TemporaryDirectory() as folder, PersonaMem.open(folder, pipeline=pipeline) as mem:
         # nothing may fall back to OpenAI or download tiktoken files
         Settings.llm = llm
         Settings.embed_model = PersonaMemEmbedding(mem.store.encoder)

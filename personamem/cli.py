@@ -193,23 +193,26 @@ def search(
 
 
 @app.command()
+@config_options()
 def context(
     ctx: typer.Context,
     query: Annotated[str, typer.Argument(help="The user's message.")],
     user: Annotated[str, typer.Option(help="Whose memory.")],
-    budget_tokens: Annotated[
-        int | None, typer.Option(min=0, help="Most tokens of context. [default: the pipeline's, 512]")
-    ] = None,
     method: Annotated[
         str | None,
         typer.Option(help="Run this method's stages over the configured pipeline (see 'search --help')."),
     ] = None,
-    llm: Annotated[str | None, typer.Option(help="The frozen LLM for LLM stages.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the context as JSON.")] = False,
+    *,
+    pipeline: PipelineConfig,
 ) -> None:
-    """The context an LLM should see for a query: the configured pipeline's profile, within a token budget."""
-    with ctx.obj.open(llm=llm) as mem:
-        result = mem.context(user, query, budget_tokens=budget_tokens, pipeline=method)
+    """The context an LLM should see for a query: the pipeline's profile, within a token budget.
+
+    The pipeline is --config's (or ./personamem.toml's); the pipeline options given here override it.
+    """
+    given = pipeline.model_dump(include=pipeline.model_fields_set)  # options given override the file
+    with ctx.obj.open(**given) as mem:
+        result = mem.context(user, query, pipeline=method)
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
         return
@@ -339,9 +342,14 @@ def eval_rewriting(
 
     from personamem.encoder import default_encoder
     from personamem.eval.benchmark import evenly_spaced
+    from personamem.eval.rewriting import (
+        RewriteReport,
+        evaluate_rewriting,
+        load_ikat_turns,
+        make_demonstrations,
+    )
     from personamem.llm import TransformersLLM
-    from personamem.rewriting import RewriteConfig, load_ikat_turns, make_demonstrations
-    from personamem.rewriting.evaluate import RewriteReport, evaluate_rewriting
+    from personamem.rewriting import RewriteConfig
 
     turns, statements = load_ikat_turns(data, split=split)
     turns = evenly_spaced(turns, max_turns)

@@ -23,12 +23,19 @@ from personamem.adapters.langchain import (
     PersonaMemLLM,
     PersonaMemRetriever,
 )
+from personamem.demo import demo_records_path
+from personamem.errors import MethodError
+from personamem.ingest.jsonl import read_jsonl
 from personamem.llm import Generations, Prompt
+from personamem.methods import method_config
 from personamem.profile import RelevanceSelector
 from personamem.retrieval.base import Hit, ranked
 from personamem.testing import FakeLLM
+from personamem.trainers.purple import train_purple
+from tests.test_purple_train import FOOD, OTHER, _config, _examples, food_reward
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "langchain_chain.py"
+PURPLE_EXAMPLE = EXAMPLE.with_name("langchain_purple.py")
 
 ALICE = [
     "I'm vegetarian and allergic to peanuts.",
@@ -50,6 +57,23 @@ def shared_mem(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncode
     with PersonaMem.open(tmp_path_factory.mktemp("lc") / "store", encoder=encoder) as memory:
         memory.add_many([{"text": t, "kind": "knowledge"} for t in ALICE], user_id="alice")
         memory.add_many([{"text": t, "kind": "knowledge"} for t in BOB], user_id="bob")
+        yield memory
+
+
+@pytest.fixture(scope="module")
+def purple(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> str:
+    """``purple:<folder>`` of a checkpoint trained here for two steps on a toy reward."""
+    folder = tmp_path_factory.mktemp("purple")
+    train_purple(_examples(4), _examples(2, "v"), encoder, food_reward, _config(steps=2), folder)
+    return f"purple:{folder / 'best'}"
+
+
+@pytest.fixture(scope="module")
+def cook_mem(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
+    """A cook with eight records (more than a 5-record profile) and another user."""
+    with PersonaMem.open(tmp_path_factory.mktemp("cook") / "store", encoder=encoder) as memory:
+        memory.add_many([{"id": f"r{i}", "text": t} for i, t in enumerate([*OTHER, *FOOD])], user_id="cook")
+        memory.add("bob", "I love smoked brisket and pork ribs.")
         yield memory
 
 
@@ -129,10 +153,55 @@ async def test_k_keyword_overrides_the_field(shared_mem: PersonaMem) -> None:
 
 
 def test_bad_settings_fail_at_construction(shared_mem: PersonaMem) -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(
+        ValidationError, match=r"unknown method 'tfidf'; choose from: dense, bm25, hybrid, pbr"
+    ):
+        PersonaMemRetriever(memory=shared_mem, user_id="alice", method="tfidf")
+    with pytest.raises(ValidationError, match=r"listwise.*purple:<folder>, pipeline:<file>"):
         PersonaMemRetriever(memory=shared_mem, user_id="alice", method="tfidf")
     with pytest.raises(ValidationError):
         PersonaMemRetriever(memory=shared_mem, user_id="alice", k=0)
+    with pytest.raises(ValueError, match="k must be at least 1"):
+        PersonaMemRetriever(memory=shared_mem, user_id="alice").invoke("music", k=0)
+    with pytest.raises(ValidationError, match="method or pipeline, not both"):
+        PersonaMemRetriever(
+            memory=shared_mem, user_id="alice", method="bm25", pipeline=method_config("dense")
+        )
+
+
+def test_what_cannot_run_fails_at_construction(shared_mem: PersonaMem, tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="method 'listwise' needs a frozen LLM"):  # no LLM configured
+        PersonaMemRetriever(memory=shared_mem, user_id="alice", method="listwise")
+    with pytest.raises(ValidationError, match="needs a frozen LLM"):
+        PersonaMemRetriever(memory=shared_mem, user_id="alice", pipeline=method_config("pbr"))
+    with pytest.raises(ValidationError, match=r"no-such\.toml"):
+        PersonaMemRetriever(
+            memory=shared_mem, user_id="alice", method=f"pipeline:{tmp_path / 'no-such.toml'}"
+        )
+    with pytest.raises(MethodError, match="unknown selector 'tfidf'"):
+        PersonaMemCompressor.from_memory(shared_mem, "alice", selector="tfidf")
+    with pytest.raises(MethodError, match="needs a frozen LLM"):
+        PersonaMemCompressor.from_memory(shared_mem, "alice", selector="listwise")
+
+
+@pytest.mark.parametrize("method", ["hybrid", "earliest5", "pbr-no-prf"])
+def test_a_method_gives_what_memory_search_gives(shared_mem: PersonaMem, method: str) -> None:
+    query = "what should I cook for dinner?"
+    docs = PersonaMemRetriever(memory=shared_mem, user_id="alice", k=3, method=method).invoke(query)
+    hits = shared_mem.search("alice", query, k=3, method=method)
+    assert [(doc.id, doc.metadata["score"], doc.metadata["rank"]) for doc in docs] == [
+        (hit.record.id, hit.score, hit.rank) for hit in hits
+    ]
+
+
+async def test_a_pipeline_config_searches_through_that_pipeline(shared_mem: PersonaMem) -> None:
+    config = method_config("earliest5").model_copy(update={"profile_k": 2, "first_stage": "bm25"})
+    retriever = PersonaMemRetriever(memory=shared_mem, user_id="alice", k=3, pipeline=config)
+    query = "training for a race"
+    want = [hit.record.id for hit in shared_mem.pipeline(config).search("alice", query, 3)]
+    assert [doc.id for doc in retriever.invoke(query)] == want
+    assert [doc.id for doc in await retriever.ainvoke(query)] == want
+    assert want != [hit.record.id for hit in shared_mem.search("alice", query, k=3)]  # not the default
 
 
 def test_unknown_user_gets_no_documents(shared_mem: PersonaMem) -> None:
@@ -222,6 +291,55 @@ def test_compressor_ranks_by_relevance_by_default(shared_mem: PersonaMem) -> Non
     assert out[0].page_content == "I'm vegetarian and allergic to peanuts."
     assert out[0].metadata["profile_score"] >= out[1].metadata["profile_score"]
     assert out[0].metadata["user_id"] == "alice"  # the retriever's metadata rides along
+
+
+def test_compressor_takes_a_selector_by_name(shared_mem: PersonaMem) -> None:
+    compressor = PersonaMemCompressor.from_memory(shared_mem, "alice", k=2, selector="earliest")
+    assert compressor.selector is shared_mem.selector("earliest")  # built once per memory
+    docs = _docs()  # only the third has a timestamp: it is the earliest, then the first given
+    assert [doc.page_content for doc in compressor.compress_documents(docs, "q")] == [
+        docs[2].page_content,
+        docs[0].page_content,
+    ]
+
+
+# -- a trained PURPLE checkpoint ----------------------------------------------------------------
+
+
+async def test_purple_retriever_gives_the_memorys_purple_ranking(cook_mem: PersonaMem, purple: str) -> None:
+    query = "what should I cook tonight?"
+    retriever = PersonaMemRetriever(memory=cook_mem, user_id="cook", k=5, method=purple)
+    want = cook_mem.search("cook", query, k=5, method=purple)
+    for docs in (retriever.invoke(query), await retriever.ainvoke(query)):
+        assert [(doc.id, doc.metadata["score"], doc.metadata["rank"]) for doc in docs] == [
+            (hit.record.id, hit.score, hit.rank) for hit in want
+        ]
+    assert {doc.metadata["user_id"] for doc in retriever.invoke(query, k=20)} == {"cook"}
+    candidates = [hit.record for hit in cook_mem.search("cook", query, k=20, method="hybrid")]
+    assert len(candidates) == 8  # the profile is 5 of them, by PURPLE's propensity
+    profile = cook_mem.selector(purple).select("cook", query, candidates, 5)
+    assert [hit.record.id for hit in profile] == [hit.record.id for hit in want]
+
+
+def test_purple_compressor_picks_the_same_profile(cook_mem: PersonaMem, purple: str) -> None:
+    query = "what should I cook tonight?"
+    candidates = PersonaMemRetriever(memory=cook_mem, user_id="cook", k=20, method="hybrid")
+    compressor = PersonaMemCompressor.from_memory(cook_mem, "cook", k=5, selector=purple)
+    assert compressor.selector is cook_mem.selector(purple)  # the checkpoint is loaded once
+    chosen = compressor.compress_documents(candidates.invoke(query), query)
+    want = cook_mem.search("cook", query, k=5, method=purple)
+    assert [doc.id for doc in chosen] == [hit.record.id for hit in want]
+    assert [doc.metadata["profile_score"] for doc in chosen] == pytest.approx([hit.score for hit in want])
+    assert [doc.metadata["profile_rank"] for doc in chosen] == [1, 2, 3, 4, 5]
+
+
+def test_a_missing_checkpoint_fails_at_construction(cook_mem: PersonaMem, tmp_path: Path) -> None:
+    from personamem.errors import CheckpointError
+
+    with pytest.raises(CheckpointError):
+        PersonaMemRetriever(memory=cook_mem, user_id="cook", method=f"purple:{tmp_path / 'none'}")
+    with pytest.raises(CheckpointError):
+        PersonaMemCompressor.from_memory(cook_mem, "cook", selector=f"purple:{tmp_path / 'none'}")
 
 
 class EncoderEmbeddings(Embeddings):
@@ -391,3 +509,29 @@ def test_example_chain_prints_each_users_records(capsys: pytest.CaptureFixture[s
         assert "answer:" in section
         assert sum(text in records for text in example["USERS"][own]) == 2
         assert not any(text in records for text in example["USERS"][other])
+
+
+@pytest.mark.slow
+def test_purple_example_trains_and_answers_from_each_users_records(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    example = runpy.run_path(str(PURPLE_EXAMPLE))
+    main = example["main"]
+    shorter = example["TRAINING"].model_copy(update={"steps": 1, "batch_size": 2, "samples": 2})
+    # one step on two questions, validated on one, is enough to check the wiring
+    main.__globals__.update(
+        TRAINING=shorter, TRAIN=example["TRAIN"][:2], VALIDATION=example["VALIDATION"][:1]
+    )
+    main()
+    out = capsys.readouterr().out
+    assert "trained 1 steps" in out and "validation reward" in out and "training PURPLE on 2 questions" in out
+    demo = {
+        user: {r.text for r in read_jsonl(demo_records_path()) if r.user_id == user}
+        for user in ("maya", "omar")
+    }
+    sections = dict(part.split(": ", 1) for part in out.split("== ")[1:])
+    assert set(sections) == set(demo)
+    for user, section in sections.items():
+        assert "answer: " in section
+        used = section.split("records used (PURPLE's choice):\n")[1].split("for comparison")[0].splitlines()
+        assert len(used) == 3 and all(line.split("] ", 1)[1] in demo[user] for line in used)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import runpy
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from llama_index.core import Settings
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.memory import Memory
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from personamem import MissingExtraError, PersonaMem, RecordKind, SentenceEncoder
@@ -26,8 +27,12 @@ from personamem.adapters.llamaindex import (
     PersonaMemProfilePostprocessor,
     PersonaMemRetriever,
 )
+from personamem.errors import MethodError
 from personamem.llm import TransformersLLM
+from personamem.methods import method_config
 from personamem.profile import RelevanceSelector
+from personamem.trainers.purple import train_purple
+from tests.test_purple_train import FOOD, OTHER, _config, _examples, food_reward
 
 FACTS = {
     "alice": [
@@ -58,6 +63,23 @@ def filled(mem: PersonaMem) -> PersonaMem:
         )
     mem.add("alice", "Booked a cello lesson.", kind="note", timestamp="2024-05-01T10:00:00+00:00")
     return mem
+
+
+@pytest.fixture(scope="module")
+def purple(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> str:
+    """``purple:<folder>`` of a checkpoint trained here for two steps on a toy reward."""
+    folder = tmp_path_factory.mktemp("purple")
+    train_purple(_examples(4), _examples(2, "v"), encoder, food_reward, _config(steps=2), folder)
+    return f"purple:{folder / 'best'}"
+
+
+@pytest.fixture(scope="module")
+def cook_mem(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
+    """A cook with eight records (more than a 5-record profile) and another user."""
+    with PersonaMem.open(tmp_path_factory.mktemp("cook") / "store", encoder=encoder) as memory:
+        memory.add_many([{"id": f"r{i}", "text": t} for i, t in enumerate([*OTHER, *FOOD])], user_id="cook")
+        memory.add("bob", "I love smoked brisket and pork ribs.")
+        yield memory
 
 
 @pytest.fixture
@@ -139,8 +161,29 @@ def test_retriever_refuses_an_embedding_of_the_wrong_width(filled: PersonaMem) -
 def test_retriever_checks_its_settings(filled: PersonaMem) -> None:
     with pytest.raises(ValueError, match="k must be at least 1"):
         PersonaMemRetriever(filled, "alice", k=0)
-    with pytest.raises(ValueError, match="fuzzy"):
+    with pytest.raises(MethodError, match=r"unknown method 'fuzzy'; choose from: dense, bm25, hybrid, pbr"):
         PersonaMemRetriever(filled, "alice", method="fuzzy")
+    with pytest.raises(MethodError, match=r"listwise, purple:<folder>, pipeline:<file>"):
+        PersonaMemRetriever(filled, "alice", method="fuzzy")
+    with pytest.raises(MethodError, match="method 'listwise' needs a frozen LLM"):  # none configured
+        PersonaMemRetriever(filled, "alice", method="listwise")
+    with pytest.raises(MethodError, match=r"give method \('bm25'\) or pipeline, not both"):
+        PersonaMemRetriever(filled, "alice", method="bm25", pipeline=method_config("dense"))
+
+
+@pytest.mark.parametrize("method", ["hybrid", "earliest5", "pbr-no-prf"])
+def test_a_method_gives_what_memory_search_gives(filled: PersonaMem, method: str) -> None:
+    nodes = PersonaMemRetriever(filled, "alice", k=3, method=method).retrieve("what can I eat?")
+    hits = filled.search("alice", "what can I eat?", k=3, method=method)
+    assert [(n.node.node_id, n.score) for n in nodes] == [(h.record.id, h.score) for h in hits]
+
+
+def test_a_pipeline_config_searches_through_that_pipeline(filled: PersonaMem) -> None:
+    config = method_config("earliest5").model_copy(update={"profile_k": 2, "first_stage": "bm25"})
+    nodes = PersonaMemRetriever(filled, "alice", k=3, pipeline=config).retrieve("cello lesson")
+    want = filled.pipeline(config).search("alice", "cello lesson", 3)
+    assert [n.node.node_id for n in nodes] == [h.record.id for h in want]
+    assert nodes[0].node.get_content(metadata_mode=MetadataMode.NONE) == "Booked a cello lesson."  # dated
 
 
 async def test_async_retrieval_matches_sync(filled: PersonaMem) -> None:
@@ -198,11 +241,40 @@ def test_postprocessor_refuses_another_users_node(filled: PersonaMem) -> None:
         PersonaMemProfilePostprocessor.from_memory(filled, "alice", k=0)
 
 
+def test_postprocessor_takes_a_selector_by_name(filled: PersonaMem) -> None:
+    post = PersonaMemProfilePostprocessor.from_memory(filled, "alice", k=1, selector="earliest")
+    assert post.selector is filled.selector("earliest")  # built once per memory
+    nodes = PersonaMemRetriever(filled, "alice", k=5).retrieve("cello")
+    [kept] = post.postprocess_nodes(nodes, query_str="cello")
+    assert kept.node.get_content(metadata_mode=MetadataMode.NONE) == "Booked a cello lesson."  # the dated one
+    with pytest.raises(MethodError, match="unknown selector 'tfidf'"):
+        PersonaMemProfilePostprocessor.from_memory(filled, "alice", selector="tfidf")
+
+
+# -- a trained PURPLE checkpoint --------------------------------------------------------------------
+
+
+async def test_purple_retriever_and_postprocessor_agree_with_the_memory(
+    cook_mem: PersonaMem, purple: str
+) -> None:
+    query = "what should I cook tonight?"
+    want = cook_mem.search("cook", query, k=5, method=purple)
+    retriever = PersonaMemRetriever(cook_mem, "cook", k=5, method=purple)
+    for nodes in (retriever.retrieve(query), await retriever.aretrieve(query)):
+        assert [(n.node.node_id, n.score) for n in nodes] == [(h.record.id, h.score) for h in want]
+    candidates = PersonaMemRetriever(cook_mem, "cook", k=20, method="hybrid").retrieve(query)
+    assert len(candidates) == 8  # the profile is 5 of them
+    post = PersonaMemProfilePostprocessor.from_memory(cook_mem, "cook", k=5, selector=purple)
+    kept = post.postprocess_nodes(candidates, query_str=query)
+    assert [n.node.node_id for n in kept] == [h.record.id for h in want]
+    assert [n.score for n in kept] == pytest.approx([h.score for h in want])
+
+
 # -- memory block ---------------------------------------------------------------------------------
 
 
-async def test_block_stores_flushed_messages_and_returns_the_profile(mem: PersonaMem) -> None:
-    block = PersonaMemMemoryBlock(memory=mem, user_id="dana", k=2)
+async def test_block_stores_flushed_messages_and_returns_the_context(mem: PersonaMem) -> None:
+    block = PersonaMemMemoryBlock(memory=mem, user_id="dana")
     messages = [
         ChatMessage(role=MessageRole.USER, content="My daughter is allergic to shellfish."),
         ChatMessage(role=MessageRole.ASSISTANT, content="Noted."),
@@ -218,25 +290,57 @@ async def test_block_stores_flushed_messages_and_returns_the_profile(mem: Person
     ]
     assert all(r.kind is RecordKind.CONVERSATION and isinstance(r.timestamp, datetime) for r in records)
 
-    asked = [ChatMessage(role=MessageRole.USER, content="Can we have a seafood paella for dinner?")]
-    text = await block.aget([*messages, *asked])
-    assert text.splitlines()[0] == "- user: My daughter is allergic to shellfish."
-    assert len(text.splitlines()) == 2
+    query = "Can we have a seafood paella for dinner?"
+    text = await block.aget([*messages, ChatMessage(role=MessageRole.USER, content=query)])
+    assert text == mem.context("dana", query).text == block.context(query).text
+    assert text.splitlines()[0] == "- My daughter is allergic to shellfish."  # the role is metadata only
+    assert len(text.splitlines()) == 3  # all three: the default profile is hybrid's top 5
     assert await block.aget([]) == ""
     assert await block.aget([ChatMessage(role=MessageRole.ASSISTANT, content="Hello!")]) == ""
 
 
-async def test_block_with_a_selector_picks_from_the_first_stage(
-    filled: PersonaMem, encoder: SentenceEncoder
+@pytest.mark.parametrize("pipeline", ["bm25", "earliest5", "purple"])
+async def test_block_text_is_the_memorys_context(cook_mem: PersonaMem, purple: str, pipeline: str) -> None:
+    method = purple if pipeline == "purple" else pipeline
+    query = "what should I cook tonight?"
+    asked = [ChatMessage(role=MessageRole.USER, content=query)]
+    for budget in (None, 20):
+        block = PersonaMemMemoryBlock(memory=cook_mem, user_id="cook", budget_tokens=budget, pipeline=method)
+        want = cook_mem.context("cook", query, budget_tokens=budget, pipeline=method)
+        assert await block.aget(asked) == want.text
+        assert want.tokens <= want.budget_tokens == (512 if budget is None else budget)
+        assert want.text.splitlines() == [f"- {h.record.text}" for h in want.hits]
+        if budget is not None and pipeline != "bm25":  # (bm25 finds one record: only it says "cook")
+            assert want.dropped  # a small budget keeps fewer records, in the same order
+    assert [h.record.id for h in block.context(query).hits] == [
+        h.record.id for h in cook_mem.search("cook", query, k=len(want.hits), method=method)
+    ]
+
+
+async def test_block_with_a_config_and_with_the_memorys_pipeline(
+    tmp_path: Path, encoder: SentenceEncoder
 ) -> None:
-    block = PersonaMemMemoryBlock(
-        memory=filled, user_id="alice", k=1, method="bm25", selector=RelevanceSelector(encoder), candidates=3
-    )
-    query = "music I play"
-    first = filled.search("alice", query, k=3, method="bm25")
-    want = RelevanceSelector(encoder).select("alice", query, [h.record for h in first], k=1)
-    assert [h.record.id for h in block.profile(query)] == [h.record.id for h in want]
-    assert await block.aget([ChatMessage(role=MessageRole.USER, content=query)]) == f"- {want[0].record.text}"
+    config = method_config("bm25").model_copy(update={"profile_k": 1, "budget_tokens": 64})
+    with PersonaMem.open(tmp_path / "store", encoder=encoder, pipeline=config) as mem:
+        mem.add_many([{"text": f} for f in FACTS["alice"]], user_id="alice")
+        asked = [ChatMessage(role=MessageRole.USER, content="which instrument do I play?")]
+        text = await PersonaMemMemoryBlock(memory=mem, user_id="alice").aget(asked)
+        assert text == "- I play the cello in a string quartet."  # the memory's pipeline: bm25, one record
+        other = method_config("dense").model_copy(update={"profile_k": 2})
+        block = PersonaMemMemoryBlock(memory=mem, user_id="alice", pipeline=other)
+        assert await block.aget(asked) == mem.context("alice", asked[0].content or "", pipeline=other).text
+        assert len((await block.aget(asked)).splitlines()) == 2
+
+
+def test_block_settings_fail_when_it_is_made(filled: PersonaMem) -> None:
+    with pytest.raises(ValidationError, match=r"unknown method 'fuzzy'; choose from: dense, bm25, hybrid"):
+        PersonaMemMemoryBlock(memory=filled, user_id="alice", pipeline="fuzzy")
+    with pytest.raises(ValidationError, match="method 'listwise' needs a frozen LLM"):
+        PersonaMemMemoryBlock(memory=filled, user_id="alice", pipeline="listwise")
+    with pytest.raises(ValidationError, match="budget_tokens"):
+        PersonaMemMemoryBlock(memory=filled, user_id="alice", budget_tokens=-1)
+    with pytest.raises(ValidationError, match="Extra inputs"):  # the profile's size is the pipeline's now
+        PersonaMemMemoryBlock(memory=filled, user_id="alice", k=2)  # type: ignore[call-arg]
 
 
 async def test_two_users_memories_in_one_process_never_mix(mem: PersonaMem, chat_store: AsyncEngine) -> None:
@@ -253,7 +357,7 @@ async def test_two_users_memories_in_one_process_never_mix(mem: PersonaMem, chat
         ],
     }
     memories = {
-        user: _memory(PersonaMemMemoryBlock(memory=mem, user_id=user, k=3), chat_store, f"{user}-session")
+        user: _memory(PersonaMemMemoryBlock(memory=mem, user_id=user), chat_store, f"{user}-session")
         for user in said
     }
     for turn in range(3):  # interleaved, as two users chatting with one server at the same time
@@ -294,7 +398,7 @@ async def test_long_term_memory_survives_reopening(
         memory = _memory(PersonaMemMemoryBlock(memory=mem, user_id="gus"), chat_store, "tuesday")
         await memory.aput(ChatMessage(role=MessageRole.USER, content="Which race am I running?"))
         messages = await memory.aget()
-        assert "- user: I am training for the Berlin marathon." in (messages[0].content or "")
+        assert "- I am training for the Berlin marathon." in (messages[0].content or "")
 
 
 # -- LLM and embedding --------------------------------------------------------------------------------

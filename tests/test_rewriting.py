@@ -15,17 +15,16 @@ from personamem import SentenceEncoder
 from personamem.errors import RewriteFallbackWarning
 from personamem.eval.benchmark import Question
 from personamem.eval.benchmarks.ikat import load_ikat_benchmark
+from personamem.eval.rewriting import as_turn, load_ikat_turns, make_demonstrations, score_rewrites
 from personamem.llm import TransformersLLM
 from personamem.rewriting import (
     Demonstration,
     Rewrite,
     RewriteConfig,
-    load_ikat_turns,
-    make_demonstrations,
+    Turn,
     parse_answer,
     pick_shots,
     rewrite_turns,
-    score_rewrites,
     selection_prf,
 )
 from personamem.testing import FakeLLM
@@ -37,7 +36,7 @@ PTKB = {
     "u1": {"1": "I'm vegetarian.", "2": "I live in Paris.", "3": "I have a dog."},
     "u2": {"1": "I'm allergic to peanuts.", "2": "I drive an electric car."},
 }
-TURNS = [
+QUESTIONS = [  # the gold, as the harness loads it
     Question(
         id="a_1",
         user_id="u1",
@@ -54,6 +53,7 @@ TURNS = [
         attributes={"resolved_utterance": "How far can an electric car go on one charge?"},
     ),
 ]
+TURNS = [as_turn(q) for q in QUESTIONS]  # what the rewriter sees
 SAR = RewriteConfig(strategy="sar")
 
 
@@ -251,7 +251,7 @@ def _demos(users: Sequence[str], per_user: int = 3) -> list[Demonstration]:
     return [
         Demonstration(
             user_id=user,
-            question_id=f"{user}_{i}",
+            turn_id=f"{user}_{i}",
             utterance=f"utterance {user} {i}",
             context=(),
             statements={"1": f"fact of {user}", "2": f"other fact of {user}"},
@@ -268,9 +268,9 @@ def test_shots_are_deterministic_per_seed_and_never_from_the_turns_topic() -> No
     picks = {seed: pick_shots(demos, TURNS[0], 3, seed) for seed in range(20)}
     for seed, shots in picks.items():
         assert shots == pick_shots(demos, TURNS[0], 3, seed)
-        assert len({demo.question_id for demo in shots}) == 3
+        assert len({demo.turn_id for demo in shots}) == 3
         assert all(demo.user_id != "u1" for demo in shots)
-    assert len({tuple(d.question_id for d in shots) for shots in picks.values()}) > 1  # the seed does choose
+    assert len({tuple(d.turn_id for d in shots) for shots in picks.values()}) > 1  # the seed does choose
     assert pick_shots(demos, TURNS[0], 0, 1) == ()
     with pytest.raises(ValueError, match="only 3"):
         pick_shots(_demos(["u1", "t1"]), TURNS[0], 4, 0)
@@ -294,9 +294,9 @@ def test_shots_are_shown_as_chat_exchanges_with_gold_answers() -> None:
 
 
 def test_make_demonstrations_keeps_gold_and_skips_turns_without_a_rewrite() -> None:
-    turns = [*TURNS, Question(id="c_1", user_id="u1", text="hi", relevant={})]
+    turns = [*QUESTIONS, Question(id="c_1", user_id="u1", text="hi", relevant={})]
     demos = make_demonstrations(turns, PTKB)
-    assert [d.question_id for d in demos] == ["a_1", "b_2"]
+    assert [d.turn_id for d in demos] == ["a_1", "b_2"]
     assert demos[0].selected == ("1", "2") and demos[0].rewrite.startswith("Where can I eat vegetarian")
     assert demos[1].selected == () and demos[1].context == ("Which car should I buy?",)
 
@@ -340,12 +340,12 @@ def test_score_rewrites_by_hand() -> None:
     encoder = TableEncoder(
         {
             "vegetarian food Paris": (1.0, 0.0),
-            TURNS[0].attributes["resolved_utterance"]: (0.6, 0.8),
+            QUESTIONS[0].attributes["resolved_utterance"]: (0.6, 0.8),
             "How far can it go?": (0.0, 1.0),
-            TURNS[1].attributes["resolved_utterance"]: (0.0, -1.0),
+            QUESTIONS[1].attributes["resolved_utterance"]: (0.0, -1.0),
         }
     )
-    scores = score_rewrites(rewrites, TURNS, encoder)
+    scores = score_rewrites(rewrites, QUESTIONS, encoder)
     assert list(scores) == list(personamem.rewriting.METRICS)
     assert scores["selection_precision"] == {"a_1": 1.0, "b_2": 1.0}
     assert scores["selection_recall"] == {"a_1": 0.5, "b_2": 1.0}
@@ -359,15 +359,15 @@ def test_score_rewrites_by_hand() -> None:
 def test_score_rewrites_edge_cases(encoder: SentenceEncoder) -> None:
     no_reference = Question(id="c_1", user_id="u1", text="hi", relevant={"3": 1})
     rewrites = [
-        Rewrite("a_1", str(TURNS[0].attributes["resolved_utterance"]), ("2", "1")),
+        Rewrite("a_1", str(QUESTIONS[0].attributes["resolved_utterance"]), ("2", "1")),
         Rewrite("c_1", "hi", ()),
     ]
-    scores = score_rewrites(rewrites, [*TURNS, no_reference], encoder)
+    scores = score_rewrites(rewrites, [*QUESTIONS, no_reference], encoder)
     assert scores["selection_f1"] == {"a_1": 1.0, "c_1": 0.0}
     assert scores["rouge_l"] == {"a_1": 1.0}  # c_1 has no reference rewrite: selection scores only
     assert scores["cosine"] == {"a_1": pytest.approx(1.0, abs=1e-5)}
     with pytest.raises(ValueError, match="zz"):
-        score_rewrites([Rewrite("zz", "x", ())], TURNS, encoder)
+        score_rewrites([Rewrite("zz", "x", ())], QUESTIONS, encoder)
 
 
 # --- real data -----------------------------------------------------------------------------------
@@ -415,14 +415,13 @@ def one_torch_thread() -> Iterator[None]:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
-@pytest.mark.filterwarnings(
-    "ignore::personamem.rewriting.RewriteFallbackWarning"
-)  # SmolLM2 often garbles JSON
+@pytest.mark.filterwarnings("ignore::personamem.errors.RewriteFallbackWarning")  # SmolLM2 often garbles JSON
 def test_real_sar_zero_shot_on_three_ikat_turns(llm: TransformersLLM, encoder: SentenceEncoder) -> None:
     turns, statements = load_ikat_turns(need_data(IKAT), split="2023_test")
     sample = [t for t in turns if t.relevant][:3]
-    out = rewrite_turns(llm, sample, statements, RewriteConfig(strategy="sar", max_tokens=64), seed=0)
-    assert [r.question_id for r in out] == [t.id for t in sample]
+    config = RewriteConfig(strategy="sar", max_tokens=64)
+    out = rewrite_turns(llm, [as_turn(t) for t in sample], statements, config, seed=0)
+    assert [r.turn_id for r in out] == [t.id for t in sample]
     for rewrite, turn in zip(out, sample, strict=True):
         assert rewrite.rewrite.strip()
         assert set(rewrite.selected) <= set(statements[turn.user_id])
@@ -440,14 +439,19 @@ def test_public_api_is_pinned() -> None:
         "ParsedAnswer",
         "Rewrite",
         "RewriteConfig",
-        "RewriteFallbackWarning",
+        "RewritePersonalizer",
         "Strategy",
-        "load_ikat_turns",
-        "make_demonstrations",
+        "Turn",
         "parse_answer",
         "pick_shots",
         "rewrite_turns",
-        "score_rewrites",
+        "rewrite_with_statements",
         "selection_prf",
         "statements_by_user",
     ]
+    for name in personamem.rewriting.__all__:
+        assert getattr(personamem.rewriting, name) is not None
+
+
+def test_the_rewriter_sees_a_question_as_a_turn() -> None:
+    assert TURNS[1] == Turn("b_2", "u2", "How far can it go?", ("Which car should I buy?",))

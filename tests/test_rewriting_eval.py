@@ -10,14 +10,14 @@ import pytest
 
 from personamem import SentenceEncoder
 from personamem.cli import main
+from personamem.eval.rewriting import RewriteReport, evaluate_rewriting
 from personamem.eval.stats import summarize
 from personamem.llm import LLMError
 from personamem.llm.packaged import local_model_path
 from personamem.rewriting import RewriteConfig
-from personamem.rewriting.evaluate import RewriteReport, evaluate_rewriting
 from personamem.testing import FakeLLM
 from tests.conftest import need_data
-from tests.test_rewriting import IKAT, PTKB, TURNS
+from tests.test_rewriting import IKAT, PTKB, QUESTIONS
 
 GOOD = json.dumps({"selected": ["1"], "rewrite": "Where can I eat vegetarian food in Paris tonight?"})
 
@@ -27,8 +27,8 @@ def test_settings_are_scored_per_seed_against_the_utterance_floor(
 ) -> None:
     llm = FakeLLM(lambda prompt: GOOD)
     configs = [RewriteConfig(strategy="sar"), RewriteConfig(strategy="sar", shots=0, temperature=0.0)]
-    runs, samples = evaluate_rewriting(llm, encoder, TURNS, PTKB, configs[:1], seeds=[0, 1, 2])
-    greedy, _ = evaluate_rewriting(llm, encoder, TURNS, PTKB, configs[1:], seeds=[0, 1, 2])
+    runs, samples = evaluate_rewriting(llm, encoder, QUESTIONS, PTKB, configs[:1], seeds=[0, 1, 2])
+    greedy, _ = evaluate_rewriting(llm, encoder, QUESTIONS, PTKB, configs[1:], seeds=[0, 1, 2])
     floor, sar = runs
     assert (floor.method, sar.method) == ("utterance", "sar-0shot")
     assert floor.seeds == [0] and sar.seeds == [0, 1, 2] and greedy[1].seeds == [0]  # greedy runs once
@@ -38,9 +38,9 @@ def test_settings_are_scored_per_seed_against_the_utterance_floor(
     assert summarize(floor, "selection_f1").mean == pytest.approx(0.5)  # nothing selected: right on b_2 only
     assert sar.scores["rouge_l"]["a_1"] == [pytest.approx(1.0)] * 3  # the manual rewrite, word for word
     assert summarize(sar, "fell_back").mean == 0.0 and summarize(sar, "rouge_l").std == pytest.approx(0.0)
-    assert [r.question_id for r in samples["sar-0shot"]] == ["a_1", "b_2"]
+    assert [r.turn_id for r in samples["sar-0shot"]] == ["a_1", "b_2"]
 
-    report = RewriteReport(runs, samples, TURNS, command="personamem eval-rewriting ...")
+    report = RewriteReport(runs, samples, QUESTIONS, command="personamem eval-rewriting ...")
     assert [(c.method, c.metric) for c in report.comparisons()] == [
         ("sar-0shot", "selection_f1"),
         ("sar-0shot", "rouge_l"),
@@ -57,7 +57,7 @@ def test_settings_are_scored_per_seed_against_the_utterance_floor(
 def test_unusable_answers_are_counted_not_fatal(encoder: SentenceEncoder) -> None:
     with pytest.warns(Warning, match="no usable"):
         runs, _ = evaluate_rewriting(
-            FakeLLM(lambda prompt: "no idea"), encoder, TURNS, PTKB, [RewriteConfig()], seeds=[0]
+            FakeLLM(lambda prompt: "no idea"), encoder, QUESTIONS, PTKB, [RewriteConfig()], seeds=[0]
         )
     assert summarize(runs[1], "fell_back").mean == 1.0
     assert runs[1].scores["rouge_l"] == runs[0].scores["rouge_l"]  # fell back to the raw utterance

@@ -11,9 +11,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from personamem.eval.benchmark import Question
 from personamem.llm.base import Message
 from personamem.rewriting.shots import Demonstration
+from personamem.rewriting.turn import Turn
 
 __all__ = ["DemoFacts", "rewrite_prompt", "select_and_rewrite_prompt", "select_prompt"]
 
@@ -48,9 +48,7 @@ _RESPONSE_FORMAT = ', and "response" (a short answer to the query in one or two 
 DemoFacts = Literal["none", "all", "gold"]
 
 
-def select_prompt(
-    turn: Question, statements: Mapping[str, str], shots: Sequence[Demonstration]
-) -> list[Message]:
+def select_prompt(turn: Turn, statements: Mapping[str, str], shots: Sequence[Demonstration]) -> list[Message]:
     """STR's first call: which statements are relevant to the turn."""
     messages: list[Message] = [{"role": "system", "content": _SELECT_SYSTEM}]
     for demo in shots:
@@ -63,7 +61,7 @@ def select_prompt(
 
 
 def rewrite_prompt(
-    turn: Question,
+    turn: Turn,
     statements: Mapping[str, str] | None,
     shots: Sequence[Demonstration],
     *,
@@ -94,7 +92,7 @@ def rewrite_prompt(
 
 
 def select_and_rewrite_prompt(
-    turn: Question,
+    turn: Turn,
     statements: Mapping[str, str],
     shots: Sequence[Demonstration],
     *,

@@ -3,7 +3,9 @@
 All turns go to the backend in one ``generate`` call per step, because backends batch. A step's
 answer that cannot be used (the call failed, or no usable field could be parsed) never raises: the turn
 keeps its raw utterance and/or an empty selection, is flagged ``fell_back`` and a
-:class:`RewriteFallbackWarning` says why, so one bad answer never loses a run.
+:class:`~personamem.errors.RewriteFallbackWarning` says why, so one bad answer never loses a run.
+(:func:`rewrite_with_statements` can raise a failed call instead, for callers that cache results and
+must not keep a fallback as if it were the model's answer.)
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from personamem.errors import RewriteFallbackWarning, warn_fallback
-from personamem.eval.benchmark import Question
 from personamem.llm.base import FrozenLLM, LLMError, Message
 from personamem.rewriting.config import RewriteConfig
 from personamem.rewriting.parse import ParsedAnswer, parse_answer
 from personamem.rewriting.prompts import DemoFacts, rewrite_prompt, select_and_rewrite_prompt, select_prompt
 from personamem.rewriting.shots import Demonstration, pick_shots
+from personamem.rewriting.turn import Turn
 
-__all__ = ["Rewrite", "rewrite_turns"]
+__all__ = ["Rewrite", "rewrite_turns", "rewrite_with_statements"]
 
 _SNIPPET = 80  # characters of a bad answer quoted in a warning
 # which statements a rewrite demonstration lists, mirroring what the strategy passes to the rewrite step
@@ -31,7 +33,7 @@ class Rewrite:
     """The outcome for one turn.
 
     Attributes:
-        question_id: the turn's :attr:`Question.id`.
+        turn_id: the turn's :attr:`Turn.id`.
         rewrite: the self-contained query (the raw utterance when the model's rewrite was unusable).
         selected: statement ids used: the model's selection for STR and SAR, every id for "all",
             none for "none".
@@ -39,7 +41,7 @@ class Rewrite:
         fell_back: some part of the answer was unusable and replaced by its fallback.
     """
 
-    question_id: str
+    turn_id: str
     rewrite: str
     selected: tuple[str, ...]
     response: str | None = None
@@ -48,7 +50,7 @@ class Rewrite:
 
 def rewrite_turns(
     llm: FrozenLLM,
-    turns: Sequence[Question],
+    turns: Sequence[Turn],
     statements_by_user: Mapping[str, Mapping[str, str]],
     config: RewriteConfig,
     *,
@@ -76,14 +78,45 @@ def rewrite_turns(
     if missing:
         raise ValueError(f"no PTKB in statements_by_user for users {missing}")
     ptkbs = [statements_by_user[t.user_id] for t in turns]
+    return rewrite_with_statements(llm, turns, ptkbs, config, seed=seed, examples=examples)
+
+
+def rewrite_with_statements(
+    llm: FrozenLLM,
+    turns: Sequence[Turn],
+    statements: Sequence[Mapping[str, str]],
+    config: RewriteConfig,
+    *,
+    seed: int,
+    examples: Sequence[Demonstration] = (),
+    raise_llm_errors: bool = False,
+) -> list[Rewrite]:
+    """:func:`rewrite_turns` with each turn's own statements (statement id -> text), aligned with ``turns``.
+
+    For callers that show different statements per turn (e.g. a share of a user's statements that fits
+    the prompt). With ``raise_llm_errors`` a failed ``generate`` call raises :class:`LLMError` instead
+    of falling back, so a caller that caches rewrites can leave the failure uncached; unusable answers
+    still fall back with a warning either way.
+
+    Raises:
+        LLMError: only with ``raise_llm_errors``, when a call fails (nothing is returned for the batch).
+        ValueError: ``statements`` does not line up with ``turns``, or too few demonstrations.
+    """
+    if len(statements) != len(turns):
+        raise ValueError(f"{len(statements)} statement sets for {len(turns)} turns")
+    ptkbs = list(statements)
     shots = [pick_shots(examples, t, config.shots, seed) for t in turns]
+
+    def generate(prompts: list[list[Message]]) -> list[str | None]:
+        return _generate(llm, prompts, config, seed, raise_llm_errors=raise_llm_errors)
+
     out: list[Rewrite] = []
     if config.strategy == "sar":
         prompts = [
             select_and_rewrite_prompt(t, p, s, with_response=config.with_response)
             for t, p, s in zip(turns, ptkbs, shots, strict=True)
         ]
-        for turn, ptkb, text in zip(turns, ptkbs, _generate(llm, prompts, config, seed), strict=True):
+        for turn, ptkb, text in zip(turns, ptkbs, generate(prompts), strict=True):
             answer, fell_back = _read(turn, text, ptkb, need_selection=True, need_rewrite=True)
             response = answer.response if config.with_response else None
             out.append(
@@ -94,7 +127,7 @@ def rewrite_turns(
     selection_fell_back: list[bool] = []
     if config.strategy == "str":
         prompts = [select_prompt(t, p, s) for t, p, s in zip(turns, ptkbs, shots, strict=True)]
-        for turn, ptkb, text in zip(turns, ptkbs, _generate(llm, prompts, config, seed), strict=True):
+        for turn, ptkb, text in zip(turns, ptkbs, generate(prompts), strict=True):
             answer, fell_back = _read(turn, text, ptkb, need_selection=True, need_rewrite=False)
             selections.append(answer.selected or ())
             selection_fell_back.append(fell_back)
@@ -109,7 +142,7 @@ def rewrite_turns(
         rewrite_prompt(t, f, s, demo_facts=_DEMO_FACTS[config.strategy])
         for t, f, s in zip(turns, facts, shots, strict=True)
     ]
-    texts = _generate(llm, prompts, config, seed)
+    texts = generate(prompts)
     for turn, ptkb, text, selected, earlier in zip(
         turns, ptkbs, texts, selections, selection_fell_back, strict=True
     ):
@@ -119,7 +152,12 @@ def rewrite_turns(
 
 
 def _generate(
-    llm: FrozenLLM, prompts: list[list[Message]], config: RewriteConfig, seed: int
+    llm: FrozenLLM,
+    prompts: list[list[Message]],
+    config: RewriteConfig,
+    seed: int,
+    *,
+    raise_llm_errors: bool,
 ) -> list[str | None]:
     """One completion per prompt, or ``None`` for every prompt when the backend fails (with a warning)."""
     if not prompts:
@@ -129,18 +167,20 @@ def _generate(
             prompts, max_tokens=config.max_tokens, temperature=config.temperature, seed=seed
         )
     except LLMError as exc:
+        if raise_llm_errors:
+            raise
         warn_fallback(
             f"the LLM failed on a batch of {len(prompts)} turns ({exc}); for this step each turn falls "
             "back to its raw utterance as the rewrite and/or an empty selection",
             RewriteFallbackWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         return [None] * len(prompts)
     return [group[0] for group in generations]
 
 
 def _read(
-    turn: Question, text: str | None, ptkb: Mapping[str, str], *, need_selection: bool, need_rewrite: bool
+    turn: Turn, text: str | None, ptkb: Mapping[str, str], *, need_selection: bool, need_rewrite: bool
 ) -> tuple[ParsedAnswer, bool]:
     """Parse one answer; True alongside when a needed field is unusable (warned, unless the call failed).
 

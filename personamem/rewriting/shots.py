@@ -3,18 +3,19 @@
 iKAT's train topics carry everything a demonstration needs: the utterance and its conversation, the
 PTKB, the statements the organizers marked relevant (``ptkb_provenance``) and the manual rewrite
 (``resolved_utterance``). Picking by seed makes the shots part of what a seed controls, so variability
-across seeds covers the choice of demonstrations too.
+across seeds covers the choice of demonstrations too. Making demonstrations from benchmark turns is
+the harness's side (:func:`personamem.rewriting.evaluate.make_demonstrations`).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from personamem.eval.benchmark import Question
+from personamem.rewriting.turn import Turn
 
-__all__ = ["Demonstration", "make_demonstrations", "pick_shots"]
+__all__ = ["Demonstration", "pick_shots"]
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class Demonstration:
 
     Attributes:
         user_id: the topic's user, so a turn is never shown a demonstration from its own topic.
-        question_id: the turn's id, for logs.
+        turn_id: the turn's id, for logs.
         utterance: the turn as the user said it.
         context: earlier utterances of its conversation, oldest first.
         statements: the topic's PTKB, statement id -> text.
@@ -33,7 +34,7 @@ class Demonstration:
     """
 
     user_id: str
-    question_id: str
+    turn_id: str
     utterance: str
     context: tuple[str, ...]
     statements: Mapping[str, str]
@@ -42,37 +43,7 @@ class Demonstration:
     response: str | None = None
 
 
-def make_demonstrations(
-    turns: Iterable[Question], statements_by_user: Mapping[str, Mapping[str, str]]
-) -> list[Demonstration]:
-    """Demonstrations from solved turns (e.g. iKAT train), leaving out those with no ``resolved_utterance``.
-
-    Turns with no relevant statement are kept: they show that selecting nothing is a valid answer.
-    """
-    demos = []
-    for turn in turns:
-        rewrite = turn.attributes.get("resolved_utterance")
-        if not isinstance(rewrite, str) or not rewrite.strip():
-            continue
-        statements = statements_by_user[turn.user_id]
-        demos.append(
-            Demonstration(
-                user_id=turn.user_id,
-                question_id=turn.id,
-                utterance=turn.text,
-                context=turn.context,
-                statements=statements,
-                selected=tuple(key for key in turn.relevant if key in statements),
-                rewrite=rewrite.strip(),
-                response=turn.answer,
-            )
-        )
-    return demos
-
-
-def pick_shots(
-    examples: Sequence[Demonstration], turn: Question, k: int, seed: int
-) -> tuple[Demonstration, ...]:
+def pick_shots(examples: Sequence[Demonstration], turn: Turn, k: int, seed: int) -> tuple[Demonstration, ...]:
     """``k`` demonstrations for ``turn``, drawn with ``random.Random(seed)`` from other topics' examples.
 
     The same seed and example list give the same shots for every turn whose topic is not among the

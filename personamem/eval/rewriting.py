@@ -1,9 +1,14 @@
 """Evaluate rewriting strategies on iKAT over several seeds: how good, and how variable, rewrites are.
 
+The harness side of :mod:`personamem.rewriting`: it loads iKAT turns as harness
+:class:`~personamem.eval.benchmark.Question` objects (with their gold), turns them into the rewriter's
+:class:`~personamem.rewriting.Turn`, makes few-shot demonstrations from solved turns and scores
+rewrites against the gold.
+
 Each (strategy, shots) setting is run once per seed on the same turns and scored with
-:func:`~personamem.rewriting.score_rewrites`; the raw utterance (no LLM, no statement selected) is the
-floor every setting is t-tested against. Results reuse the harness's :class:`MethodRun` and statistics,
-so the numbers read like the retrieval reports: mean ± std over seeds of the mean over turns.
+:func:`score_rewrites`; the raw utterance (no LLM, no statement selected) is the floor every setting is
+t-tested against. Results reuse the harness's :class:`MethodRun` and statistics, so the numbers read
+like the retrieval reports: mean ± std over seeds of the mean over turns.
 """
 
 from __future__ import annotations
@@ -11,24 +16,38 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.progress import Progress
 
 from personamem.encoder import Encoder
+from personamem.eval.answers import rouge_l
 from personamem.eval.benchmark import Question
+from personamem.eval.benchmarks.ikat import load_ikat_benchmark
 from personamem.eval.runner import MethodRun
 from personamem.eval.stats import Comparison, compare, summarize
 from personamem.llm.base import FrozenLLM
 from personamem.rewriting.config import RewriteConfig
-from personamem.rewriting.metrics import METRICS, score_rewrites
+from personamem.rewriting.data import statements_by_user
+from personamem.rewriting.metrics import METRICS, selection_prf
 from personamem.rewriting.rewriter import Rewrite, rewrite_turns
 from personamem.rewriting.shots import Demonstration
+from personamem.rewriting.turn import Turn
 
-__all__ = ["UTTERANCE", "RewriteReport", "evaluate_rewriting", "setting_name"]
+__all__ = [
+    "UTTERANCE",
+    "RewriteReport",
+    "as_turn",
+    "evaluate_rewriting",
+    "load_ikat_turns",
+    "make_demonstrations",
+    "score_rewrites",
+    "setting_name",
+]
 
 UTTERANCE = "utterance"
 """The floor: the raw utterance as the rewrite, nothing selected."""
@@ -37,6 +56,112 @@ REPORTED = (*METRICS, "fell_back")
 """Scores per turn: the rewriting metrics and whether any part of the answer was unusable."""
 
 COMPARED = ("selection_f1", "rouge_l", "cosine")
+
+
+# --- iKAT turns and demonstrations ---------------------------------------------------------------
+
+
+def load_ikat_turns(
+    data_dir: str | Path, *, split: str = "2023_test"
+) -> tuple[list[Question], dict[str, dict[str, str]]]:
+    """All turns of one iKAT split, including those that need no PTKB statement, and each topic's PTKB.
+
+    :func:`~personamem.eval.benchmarks.ikat.load_ikat_benchmark` skips turns with empty
+    ``ptkb_provenance``, since statement retrieval cannot be scored on them. Rewriting must still
+    handle them (the right answer is a rewrite without personal facts, and selecting nothing is
+    scorable), so this asks it for all turns.
+
+    Args:
+        data_dir: the folder holding the ``<split>_topics.json`` files.
+        split: e.g. ``"2023_train"``, ``"2023_test"``, ``"2024_test"``.
+
+    Returns:
+        The turns in file order, as :func:`load_ikat_benchmark` makes them but with possibly empty
+        ``relevant`` (pass them through :func:`as_turn` to rewrite them); and user id -> statement
+        id -> statement text.
+
+    Raises:
+        IngestError: as :func:`load_ikat_benchmark`.
+    """
+    bench = load_ikat_benchmark(data_dir, split=split, include_unlabelled=True)
+    return bench.questions, statements_by_user(bench.records)
+
+
+def as_turn(question: Question) -> Turn:
+    """The rewriter's view of a benchmark question: its id, user, text and earlier utterances."""
+    return Turn(id=question.id, user_id=question.user_id, text=question.text, context=question.context)
+
+
+def make_demonstrations(
+    turns: Iterable[Question], statements_by_user: Mapping[str, Mapping[str, str]]
+) -> list[Demonstration]:
+    """Demonstrations from solved turns (e.g. iKAT train), leaving out those with no ``resolved_utterance``.
+
+    Turns with no relevant statement are kept: they show that selecting nothing is a valid answer.
+    """
+    demos = []
+    for turn in turns:
+        rewrite = turn.attributes.get("resolved_utterance")
+        if not isinstance(rewrite, str) or not rewrite.strip():
+            continue
+        statements = statements_by_user[turn.user_id]
+        demos.append(
+            Demonstration(
+                user_id=turn.user_id,
+                turn_id=turn.id,
+                utterance=turn.text,
+                context=turn.context,
+                statements=statements,
+                selected=tuple(key for key in turn.relevant if key in statements),
+                rewrite=rewrite.strip(),
+                response=turn.answer,
+            )
+        )
+    return demos
+
+
+# --- scoring -------------------------------------------------------------------------------------
+
+
+def score_rewrites(
+    rewrites: Sequence[Rewrite], turns: Sequence[Question], encoder: Encoder
+) -> dict[str, dict[str, float]]:
+    """Per-turn scores against iKAT's gold, as metric name (:data:`METRICS`) -> question id -> value.
+
+    Selection is scored against ``Question.relevant`` (the organizers' ``ptkb_provenance``) with
+    :func:`selection_prf`; the rewrite against ``attributes["resolved_utterance"]`` by ROUGE-L F (word
+    overlap) and by the cosine of sentence embeddings (meaning, robust to paraphrase). Turns without
+    a (non-blank) ``resolved_utterance`` get selection scores only. All rewrites are embedded in one
+    batch; the encoder's rows are unit vectors, so their dot product is the cosine.
+
+    Raises:
+        ValueError: a rewrite names no turn of ``turns``.
+    """
+    by_id = {turn.id: turn for turn in turns}
+    unknown = [r.turn_id for r in rewrites if r.turn_id not in by_id]
+    if unknown:
+        raise ValueError(f"rewrites for turns not given: {unknown}")
+    scores: dict[str, dict[str, float]] = {name: {} for name in METRICS}
+    pairs: list[tuple[str, str, str]] = []  # question id, rewrite, reference
+    for rewrite in rewrites:
+        turn = by_id[rewrite.turn_id]
+        p, r, f1 = selection_prf(rewrite.selected, turn.relevant)
+        scores["selection_precision"][turn.id] = p
+        scores["selection_recall"][turn.id] = r
+        scores["selection_f1"][turn.id] = f1
+        reference = turn.attributes.get("resolved_utterance")
+        if isinstance(reference, str) and reference.strip():
+            pairs.append((turn.id, rewrite.rewrite, reference))
+            scores["rouge_l"][turn.id] = rouge_l(rewrite.rewrite, reference)
+    if pairs:
+        vectors = encoder.encode([p[1] for p in pairs] + [p[2] for p in pairs])
+        cosines = np.einsum("ij,ij->i", vectors[: len(pairs)], vectors[len(pairs) :])
+        for (question_id, _, _), cosine in zip(pairs, cosines, strict=True):
+            scores["cosine"][question_id] = float(cosine)
+    return scores
+
+
+# --- settings over seeds -------------------------------------------------------------------------
 
 
 def setting_name(config: RewriteConfig) -> str:
@@ -57,12 +182,16 @@ def evaluate_rewriting(
 ) -> tuple[list[MethodRun], dict[str, list[Rewrite]]]:
     """The utterance floor, then every setting over ``seeds``.
 
+    ``turns`` are the benchmark's questions with their gold (from :func:`load_ikat_turns`); the
+    rewriter sees each through :func:`as_turn`.
+
     Returns:
         One run per setting (the floor first) and, per setting, the rewrites of its first seed (for
         reading examples).
     """
     floor = MethodRun(UTTERANCE, [seeds[0]], stochastic=False)
     _add(floor, [Rewrite(t.id, t.text, ()) for t in turns], turns, encoder)
+    asked = [as_turn(t) for t in turns]
     runs: list[MethodRun] = [floor]
     samples: dict[str, list[Rewrite]] = {}
     for config in configs:
@@ -72,7 +201,7 @@ def evaluate_rewriting(
         task = progress.add_task(f"rewriting: {name}", total=len(run.seeds)) if progress else None
         for seed in run.seeds:
             start = time.perf_counter()
-            rewrites = rewrite_turns(llm, turns, statements, config, seed=seed, examples=examples)
+            rewrites = rewrite_turns(llm, asked, statements, config, seed=seed, examples=examples)
             run.latency_s += [(time.perf_counter() - start) / len(turns)] * len(turns)
             samples.setdefault(name, rewrites)
             _add(run, rewrites, turns, encoder)
@@ -84,7 +213,7 @@ def evaluate_rewriting(
 
 def _add(run: MethodRun, rewrites: list[Rewrite], turns: Sequence[Question], encoder: Encoder) -> None:
     scores = score_rewrites(rewrites, turns, encoder)
-    scores["fell_back"] = {r.question_id: float(r.fell_back) for r in rewrites}
+    scores["fell_back"] = {r.turn_id: float(r.fell_back) for r in rewrites}
     for metric, per_turn in scores.items():
         for question_id, value in per_turn.items():
             run.scores.setdefault(metric, {}).setdefault(question_id, []).append(value)
@@ -150,7 +279,7 @@ class RewriteReport:
             lines.append(f"**{name}**")
             lines.append("")
             for rewrite in rewrites[:examples]:
-                turn = by_id[rewrite.question_id]
+                turn = by_id[rewrite.turn_id]
                 lines.append(
                     f"- `{turn.id}` “{turn.text}” → “{rewrite.rewrite}” (selected {list(rewrite.selected)}; "
                     f"gold {list(turn.relevant)}; manual “{turn.attributes.get('resolved_utterance', '')}”)"
