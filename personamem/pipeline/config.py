@@ -47,6 +47,8 @@ PERSONALIZERS: dict[str, str] = {
 """Query personalizers by name: each maps (user, query) to a query vector in the encoder's space."""
 
 LLM_PERSONALIZERS = frozenset(PERSONALIZERS) - {"none", "pbr-no-prf"}
+# rewriting decodes greedily, so its results do not depend on the seed
+_SAMPLING_PERSONALIZERS = LLM_PERSONALIZERS - {"rewrite-all", "rewrite-str", "rewrite-sar"}
 
 SELECTORS: dict[str, str] = {
     "none": "the first stage's top profile_k, in its order",
@@ -116,7 +118,7 @@ class PipelineConfig(BaseModel):
     @property
     def stochastic(self) -> bool:
         """Whether results depend on the seed (LLM sampling, the random selector)."""
-        return self.personalizer in LLM_PERSONALIZERS or self.selector == "random"
+        return self.personalizer in _SAMPLING_PERSONALIZERS or self.selector == "random"
 
 
 def is_selector(name: str) -> bool:
