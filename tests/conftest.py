@@ -58,3 +58,14 @@ def ana_memory(mem: PersonaMem) -> PersonaMem:
         mem.add("ana", text)
     mem.add("bo", "I love steak houses.")
     return mem
+
+
+@pytest.fixture(scope="session")
+def purple_checkpoint(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> Path:
+    """A PURPLE checkpoint folder trained for two steps on the toy food reward (inference tests)."""
+    from personamem.trainers.purple import train_purple
+    from tests.test_purple_train import _config, _examples, food_reward
+
+    folder = tmp_path_factory.mktemp("purple")
+    train_purple(_examples(4), _examples(2, "v"), encoder, food_reward, _config(steps=2), folder)
+    return folder / "best"

@@ -31,8 +31,7 @@ from personamem.methods import method_config
 from personamem.profile import RelevanceSelector
 from personamem.retrieval.base import Hit, ranked
 from personamem.testing import FakeLLM
-from personamem.trainers.purple import train_purple
-from tests.test_purple_train import FOOD, OTHER, _config, _examples, food_reward
+from tests.test_purple_train import FOOD, OTHER
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "langchain_chain.py"
 PURPLE_EXAMPLE = EXAMPLE.with_name("langchain_purple.py")
@@ -61,11 +60,9 @@ def shared_mem(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncode
 
 
 @pytest.fixture(scope="module")
-def purple(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> str:
-    """``purple:<folder>`` of a checkpoint trained here for two steps on a toy reward."""
-    folder = tmp_path_factory.mktemp("purple")
-    train_purple(_examples(4), _examples(2, "v"), encoder, food_reward, _config(steps=2), folder)
-    return f"purple:{folder / 'best'}"
+def purple(purple_checkpoint: Path) -> str:
+    """``purple:<folder>`` of the session's toy checkpoint (conftest)."""
+    return f"purple:{purple_checkpoint}"
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Every method name in the table ranks the same through the SDK, the CLI, both adapters and the harness.
 
 One parametrized test over :data:`personamem.methods.METHODS`, on one tiny real store, with the real
-local LLM for the LLM methods and a PURPLE checkpoint trained here for a few steps. The SDK runs
+local LLM for the LLM methods and a PURPLE checkpoint trained for two steps (conftest). The SDK runs
 first, so LLM outputs are computed once and the other entry points read them from the store's
 durable cache, as an application's later calls would; the listwise reranker is not cached and
 decodes greedily, so it must agree on its own.
@@ -25,8 +25,6 @@ from personamem.eval.runner import evaluate_method
 from personamem.llm import TransformersLLM
 from personamem.methods import METHODS, method_config, method_named
 from personamem.store import Store
-from personamem.trainers.purple import train_purple
-from tests.test_purple_train import _config, _examples, food_reward
 
 pytest.importorskip("langchain_core")
 pytest.importorskip("llama_index.core")
@@ -56,15 +54,13 @@ def store_path(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncode
 
 
 @pytest.fixture(scope="module")
-def arguments(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> dict[str, str]:
-    """The argument of each row that takes one: a PURPLE checkpoint trained here, a pipeline file."""
-    folder = tmp_path_factory.mktemp("purple")
-    train_purple(_examples(4), _examples(2, "v"), encoder, food_reward, _config(steps=2), folder)
-    pipeline = folder / "mine.toml"
+def arguments(tmp_path_factory: pytest.TempPathFactory, purple_checkpoint: Path) -> dict[str, str]:
+    """The argument of each row that takes one: the session's toy PURPLE checkpoint, a pipeline file."""
+    pipeline = tmp_path_factory.mktemp("pipeline") / "mine.toml"
     pipeline.write_text(
         '[pipeline]\nfirst_stage = "dense"\nselector = "relevance"\ncandidates = 6\nprofile_k = 3\n'
     )
-    return {"purple:": f"purple:{folder / 'best'}", "pipeline:": f"pipeline:{pipeline}"}
+    return {"purple:": f"purple:{purple_checkpoint}", "pipeline:": f"pipeline:{pipeline}"}
 
 
 def _name(spec_name: str, arguments: dict[str, str]) -> str:

@@ -211,3 +211,12 @@ def test_own_personalizer_and_selector_plug_in(alice: PersonaMem, encoder: Sente
     )  # type: ignore[arg-type]
     near_choir = alice.search("alice", "choir singing", k=3, method="dense")
     assert hits[0].record.id == near_choir[-1].record.id
+
+
+def test_an_own_personalizer_over_bm25_is_refused(alice: PersonaMem, encoder: SentenceEncoder) -> None:
+    class Fixed:
+        def personalize(self, user_id: str, query: str) -> object:
+            return encoder.encode([query])[0]
+
+    with pytest.raises(ValueError, match="use the dense or hybrid first stage"):
+        Pipeline(alice.store, PipelineConfig(first_stage="bm25"), personalizer=Fixed())  # type: ignore[arg-type]

@@ -96,6 +96,7 @@ class Pipeline:
     Raises:
         MethodError: a stage needs an LLM and ``llm`` is None.
         CheckpointError: a PURPLE checkpoint cannot be loaded.
+        ValueError: a personalizer of your own over the bm25 first stage (which takes no vector).
     """
 
     def __init__(
@@ -115,6 +116,8 @@ class Pipeline:
             config.personalizer, store, self.llm, config.seed
         )
         self.selector = selector or build_selector(config.selector, store, self.llm, config.seed)
+        if self.personalizer is not None and config.first_stage == "bm25":
+            raise ValueError("a query personalizer gives a vector: use the dense or hybrid first stage")
         self._dense = DenseRetriever(store)
         self._bm25 = bm25 or BM25Retriever(store)
         # a user's records come back for many queries: their lines are counted once
@@ -181,11 +184,8 @@ class Pipeline:
             if vector is None:
                 vector = self.store.encoder.encode([query])[0]
             dense = _VectorSearch(self._dense, vector)
-            hits = (
-                dense.search(user_id, query, n)
-                if stage == "dense"
-                else (HybridRetriever([dense, self._bm25]).search(user_id, query, n))
-            )
+            both = HybridRetriever([dense, self._bm25])
+            hits = dense.search(user_id, query, n) if stage == "dense" else both.search(user_id, query, n)
         timings["first_stage"] = _ms(start)
         return hits
 
