@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from personamem.errors import InvalidRecordError
+from personamem.errors import InvalidRecordError, MethodError
 from personamem.memory import PersonaMem
 from personamem.pipeline.config import FIRST_STAGES
 from personamem.records import Record, RecordKind
@@ -128,7 +128,7 @@ class MemoryContract:
         assert mem.count() == 0
 
     def test_bad_search_arguments(self, two_users: PersonaMem) -> None:
-        with pytest.raises(ValueError, match="unknown search method"):
+        with pytest.raises(MethodError, match="unknown method 'magic'; choose from: dense, bm25, hybrid"):
             two_users.search("alice", "x", method="magic")
         with pytest.raises(ValueError, match="k must be"):
             two_users.search("alice", "x", k=0)
