@@ -258,7 +258,7 @@ def bm25_breakdown(mem, user: str, iters: int) -> dict[str, list[float]]:
     from personamem.retrieval.bm25 import _tokenize
 
     store = mem.store
-    retriever = mem._retrievers["bm25"]  # the cached per-user index, as search() uses it
+    retriever = mem._bm25  # the cached per-user index every pipeline shares, as search() uses it
     parts: dict[str, list[float]] = {"revision (sql)": [], "tokenize+retrieve": [], "search()": []}
     for i in range(iters):
         query = QUERIES[i % len(QUERIES)]
