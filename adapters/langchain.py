@@ -42,14 +42,14 @@ try:
     from langchain_core.runnables import run_in_executor
 except ImportError as exc:  # an adapter module: without its framework it has nothing to offer
     raise MissingExtraError(["langchain-core"], "langchain") from exc
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, StrictStr, field_validator, model_validator
 
 from personamem.llm.base import FrozenLLM, Prompt
 from personamem.memory import PersonaMem
 from personamem.methods import is_method, method_names
 from personamem.pipeline import PipelineConfig
 from personamem.profile import ProfileSelector
-from personamem.records import Record, RecordKind, parse_record
+from personamem.records import Record, RecordKind, check_user_id, parse_record
 from personamem.retrieval.base import Hit
 
 __all__ = [
@@ -111,7 +111,7 @@ class PersonaMemRetriever(BaseRetriever):
     """
 
     memory: PersonaMem
-    user_id: str
+    user_id: StrictStr  # strict: bytes would be coerced to another user's id
     k: int = Field(default=4, ge=1)
     method: str = "dense"
     pipeline: PipelineConfig | None = None
@@ -163,7 +163,7 @@ class PersonaMemCompressor(BaseDocumentCompressor):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    user_id: str
+    user_id: StrictStr  # strict: bytes would be coerced to another user's id
     selector: ProfileSelector
     k: int = Field(default=4, ge=1)
 
@@ -267,7 +267,7 @@ class PersonaMemChatMessageHistory(BaseChatMessageHistory):
     def __init__(self, memory: PersonaMem, user_id: str, session_id: str) -> None:
         super().__init__()
         self.memory = memory
-        self.user_id = user_id
+        self.user_id = check_user_id(user_id)
         self.session_id = session_id
 
     def _session_records(self) -> list[Record]:

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
+from pydantic import StrictStr, ValidationError
 
 from personamem.encoder import Encoder
 from personamem.errors import MethodError, MissingExtraError
@@ -42,7 +42,7 @@ from personamem.memory import PersonaMem
 from personamem.methods import is_method, method_names
 from personamem.pipeline import Context, PipelineConfig
 from personamem.profile import ProfileSelector
-from personamem.records import Record, RecordKind
+from personamem.records import Record, RecordKind, check_user_id
 from personamem.retrieval.base import Hit
 
 try:
@@ -141,7 +141,7 @@ class PersonaMemRetriever(BaseRetriever):
         memory.pipeline(method if pipeline is None else pipeline)  # built and kept by the memory now
         super().__init__(callback_manager=callback_manager)
         self.memory = memory
-        self.user_id = user_id
+        self.user_id = check_user_id(user_id)
         self.k = k
         self.method = method
         self.pipeline = pipeline
@@ -204,7 +204,7 @@ class PersonaMemProfilePostprocessor(BaseNodePostprocessor):
     score. Nodes without text are dropped, as are repeats of a node id.
     """
 
-    user_id: str = Field(description="Whose profile is being built.")
+    user_id: StrictStr = Field(description="Whose profile is being built.")
     selector: ProfileSelector = Field(exclude=True, description="Picks and orders the profile.")
     k: int = Field(default=4, ge=1, description="Most nodes kept.")
 
@@ -272,7 +272,7 @@ class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
 
     name: str = Field(default="UserProfile", description="The block's name (its tag in the prompt).")
     memory: PersonaMem = Field(exclude=True, description="Where the user's records live.")
-    user_id: str = Field(description="Whose records are stored and read.")
+    user_id: StrictStr = Field(description="Whose records are stored and read.")
     budget_tokens: int | None = Field(
         default=None, ge=0, description="Most tokens of context; None: the pipeline's budget_tokens."
     )

@@ -160,8 +160,9 @@ def ingest(
         task = bar.add_task(f"ingesting {path.name}", total=len(records))
         advance: Callable[[int], None] = lambda n: bar.advance(task, n)  # noqa: E731
         mem.add_many(records, progress=advance)
+    stored = len({(r.user_id, r.id) for r in records})  # a repeated id is one record, stored once
     users = len({r.user_id for r in records})
-    out.print(f"stored {len(records)} record(s) for {users} user(s)")
+    out.print(f"stored {stored} record(s) for {users} user(s)")
 
 
 @app.command()

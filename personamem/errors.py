@@ -19,6 +19,7 @@ __all__ = [
     "ConfigError",
     "FallbackWarning",
     "IngestError",
+    "InvalidInputError",
     "InvalidRecordError",
     "LLMError",
     "ListwiseFallbackWarning",
@@ -40,8 +41,12 @@ class PersonaMemError(Exception):
     """Base class of every error personamem raises on purpose."""
 
 
-class InvalidRecordError(PersonaMemError, ValueError):
-    """A record is malformed: empty text, missing user id, unknown kind, bad timestamp..."""
+class InvalidInputError(PersonaMemError, ValueError):
+    """An argument is malformed: a user id that is not a non-empty string, a bad ``k``..."""
+
+
+class InvalidRecordError(InvalidInputError):
+    """A record is malformed: empty text, missing user id, unknown kind, bad timestamp, a lone surrogate."""
 
 
 class IngestError(PersonaMemError, ValueError):

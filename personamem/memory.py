@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from personamem.encoder import Encoder
-from personamem.errors import ConfigError, InvalidRecordError, MethodError
+from personamem.errors import ConfigError, InvalidInputError, InvalidRecordError, MethodError
 from personamem.llm.base import FrozenLLM
 from personamem.methods import check_llm, method_config
 from personamem.pipeline import Context, Pipeline, PipelineConfig, load_pipeline
 from personamem.pipeline.config import pipeline_config
 from personamem.profile import ProfileSelector
-from personamem.records import Record, parse_record
+from personamem.records import Record, check_user_id, parse_record
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
 from personamem.store import Store
 
@@ -148,7 +148,7 @@ class PersonaMem:
 
     def forget(self, user_id: str) -> bool:
         """Erase the user: records, vectors and cached derived data. False if unknown."""
-        return self.store.forget(user_id)
+        return self.store.forget(check_user_id(user_id))
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -251,15 +251,17 @@ class PersonaMem:
         dim = self.store.encoder.dim
         if vector.shape != (dim,):
             raise ValueError(f"vector must have shape ({dim},), got {vector.shape}")
-        return self._dense.search_vector(user_id, vector, k)
+        return self._dense.search_vector(check_user_id(user_id), vector, k)
 
     def get(self, user_id: str, record_id: str) -> Record | None:
         """The user's record with this id, or None."""
-        return self.store.get(user_id, record_id)
+        if not isinstance(record_id, str):
+            raise InvalidInputError(f"record_id must be a string, got {record_id!r}")
+        return self.store.get(check_user_id(user_id), record_id)
 
     def records(self, user_id: str) -> list[Record]:
         """All of the user's records, in insertion order."""
-        return self.store.records(user_id)
+        return self.store.records(check_user_id(user_id))
 
     def users(self) -> list[str]:
         """Users with at least one record."""
@@ -267,7 +269,7 @@ class PersonaMem:
 
     def count(self, user_id: str | None = None) -> int:
         """Records of one user, or of all users."""
-        return self.store.count(user_id)
+        return self.store.count(None if user_id is None else check_user_id(user_id))
 
 
 def _pipeline(pipeline: PipelineConfig | str | Path | None) -> PipelineConfig | None:

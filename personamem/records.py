@@ -14,11 +14,19 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from personamem.errors import InvalidRecordError
+from personamem.errors import InvalidInputError, InvalidRecordError
 
-__all__ = ["Record", "RecordKind", "content_id", "parse_record"]
+__all__ = ["Record", "RecordKind", "check_user_id", "content_id", "parse_record"]
 
 JsonScalar = str | int | float | bool | None
 
@@ -54,15 +62,30 @@ class Record(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    user_id: str
-    text: str = ""
-    id: str = ""
+    # strict: bytes or numbers as ids would be coerced to another user's string id
+    user_id: StrictStr
+    text: StrictStr = ""
+    id: StrictStr = ""
     kind: RecordKind = RecordKind.NOTE
-    category: str | None = None
+    category: StrictStr | None = None
     timestamp: datetime | None = None
     metadata: dict[str, JsonScalar] = Field(default_factory=dict)
-    input: str | None = None
-    output: str | None = None
+    input: StrictStr | None = None
+    output: StrictStr | None = None
+
+    @field_validator("user_id", "text", "id", "category", "input", "output")
+    @classmethod
+    def _storable(cls, value: str | None) -> str | None:
+        return None if value is None else _utf8(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _storable_metadata(cls, value: dict[str, JsonScalar]) -> dict[str, JsonScalar]:
+        for key, item in value.items():
+            _utf8(key)
+            if isinstance(item, str):
+                _utf8(item)
+        return value
 
     @field_validator("user_id")
     @classmethod
@@ -95,6 +118,33 @@ class Record(BaseModel):
         return self
 
 
+def _utf8(value: str) -> str:
+    """``value`` if SQL can store it: a lone surrogate (valid in JSON as an escape) is not UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"holds a character that is not valid UTF-8 (a lone surrogate, {value[exc.start]!r}, at "
+            f"position {exc.start}); it cannot be stored"
+        ) from None
+    return value
+
+
+def check_user_id(user_id: object) -> str:
+    """``user_id`` if it is a non-empty string; the one check every read and erase path makes.
+
+    Raises:
+        InvalidInputError: bytes, a number, None, an empty string (a lax coercion would read or
+            erase another user's records).
+    """
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise InvalidInputError(f"user_id must be a non-empty string, got {user_id!r}")
+    try:
+        return _utf8(user_id)
+    except ValueError as exc:
+        raise InvalidInputError(f"user_id {exc}") from None
+
+
 def parse_record(data: dict[str, Any], *, default_user: str | None = None) -> Record:
     """Build a record from a plain dict (a JSONL line, an API payload), with one readable error.
 
@@ -111,6 +161,7 @@ def parse_record(data: dict[str, Any], *, default_user: str | None = None) -> Re
         return Record.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'record'}: {err['msg']}" for err in exc.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or 'record'}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors()
         )
         raise InvalidRecordError(problems) from None

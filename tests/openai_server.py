@@ -18,7 +18,23 @@ import torch
 
 from personamem.llm.hf import TransformersLLM
 
-Mode = Literal["normal", "fail", "flaky", "stall", "no_logprobs", "bad_request", "no_zero_max_tokens"]
+Mode = Literal[
+    "normal",
+    "fail",
+    "flaky",
+    "stall",
+    "no_logprobs",
+    "bad_request",
+    "no_zero_max_tokens",
+    "not_json",
+    "wrong_shape",
+    "html",
+]
+_GARBAGE: dict[str, tuple[str, bytes]] = {  # status 200 with a body no OpenAI client can use
+    "not_json": ("application/json", b"this is not json {"),
+    "wrong_shape": ("application/json", b'{"result": [1, 2, 3], "choices": "none"}'),
+    "html": ("text/html", b"<html><body><h1>Welcome to nginx!</h1></body></html>"),
+}
 
 
 class OpenAIServer:
@@ -27,7 +43,9 @@ class OpenAIServer:
     Modes: ``normal``; ``fail`` (every request answered with ``status``); ``flaky`` (``status`` for the
     first ``failures`` requests, then normal); ``stall`` (answers nothing until ``stall`` seconds have
     passed or the server stops); ``no_logprobs`` (completions without logprobs, as chat-only hosted
-    APIs); ``bad_request`` (400 always); ``no_zero_max_tokens`` (400 for ``max_tokens=0``, as older vLLM).
+    APIs); ``bad_request`` (400 always); ``no_zero_max_tokens`` (400 for ``max_tokens=0``, as older vLLM);
+    ``not_json``, ``wrong_shape``, ``html`` (status 200 with a body that is not the API's answer, as a
+    broken proxy or a captive portal gives).
     """
 
     def __init__(
@@ -198,6 +216,16 @@ def _handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if server.mode in _GARBAGE:
+                with server._lock:
+                    server.bodies.append(body)
+                kind, data = _GARBAGE[server.mode]
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             try:
                 status, answer = server.answer(self.path, body)
             except (KeyError, ValueError) as e:

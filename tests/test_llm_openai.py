@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from personamem import PersonaMem
 from personamem.llm.base import FrozenLLM, LLMError, Prompt
 from personamem.llm.hf import TransformersLLM
 from personamem.llm.openai_backend import OpenAICompatibleLLM
@@ -199,3 +200,46 @@ class TestRemoteContract(FrozenLLMContract):
     @pytest.fixture
     def llm(self, remote: OpenAICompatibleLLM) -> OpenAICompatibleLLM:
         return remote
+
+
+@pytest.mark.parametrize("mode", ["not_json", "wrong_shape", "html"])
+def test_a_200_answer_that_is_not_the_apis_is_retried_then_an_llm_error(
+    local: TransformersLLM, mode: str
+) -> None:
+    with OpenAIServer(local, mode) as server, _client(server.url, max_retries=1) as remote:  # type: ignore[arg-type]
+        for call in (
+            lambda: remote.generate(["hi"], max_tokens=2),
+            lambda: remote.generate([CHAT], max_tokens=2),
+            lambda: remote.loglikelihood([("The capital of France is", " Paris")]),
+        ):
+            before = server.requests
+            with pytest.raises(LLMError, match=rf"{server.url} failed 2 attempt"):
+                call()
+            assert server.requests - before == 2
+
+
+@pytest.mark.parametrize("mode", ["not_json", "wrong_shape", "html"])
+def test_pbr_over_a_garbage_server_degrades_to_the_plain_query(
+    local: TransformersLLM, mem: PersonaMem, mode: str
+) -> None:
+    from personamem.errors import PBRFallbackWarning
+    from personamem.pipeline import Pipeline, PipelineConfig
+
+    for text in (
+        "I'm vegan and avoid dairy.",
+        "I cycle to work every day.",
+        "Spicy curries are my favourite.",
+    ):
+        mem.add("ana", text)
+    with (
+        OpenAIServer(local, mode) as server,  # type: ignore[arg-type]
+        OpenAICompatibleLLM(server.url, "m", max_retries=0, tokenizer=local.tokenizer) as remote,
+    ):
+        pbr = Pipeline(
+            mem.store, PipelineConfig(personalizer="pbr-no-anchor", first_stage="dense"), llm=remote
+        )
+        with pytest.warns(PBRFallbackWarning, match="the LLM failed"):
+            context = pbr.context("ana", "what should I eat tonight?")
+    dense = mem.search("ana", "what should I eat tonight?", k=5, method="dense")
+    assert [h.record.id for h in context.hits] == [h.record.id for h in dense]
+    assert context.warnings and "the LLM failed" in context.warnings[0]

@@ -7,8 +7,9 @@ they can still generate.
 
 Remote calls fail in ways a local model does not, so every request goes through one retry loop of our
 own (the openai client's retries are off, so the attempt count is exact): timeouts, connection errors,
-429 and 5xx are retried with exponential backoff and jitter; other 4xx fail at once. Whatever goes
-wrong ends as :class:`~personamem.llm.base.LLMError`.
+429 and 5xx are retried with exponential backoff and jitter, and so is a status 200 whose body is not
+the API's answer (not JSON, an HTML page, JSON of another shape: a broken proxy or a captive portal);
+other 4xx fail at once. Whatever goes wrong ends as :class:`~personamem.errors.LLMError`.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ class OpenAICompatibleLLM:
         rendered = [(self._render(prompt), target) for prompt, target in requests]  # fail before sending
         if any(not target for _, target in rendered):
             raise ValueError("target '' has no tokens to score")
-        results = self._map(self._score, rendered)
+        results = self._map(_shape_checked(self._score, self.base_url), rendered)
         return Scores(
             logprobs=[float(sum(values)) for values, _ in results],
             token_logprobs=[values for values, _ in results],
@@ -200,7 +201,7 @@ class OpenAICompatibleLLM:
                 raise LLMError(f"{self.base_url} returned {len(texts)} completions where {n} were asked for")
             return [cut_at_stop(t, stop) for t in texts], _usage(usage)
 
-        results = self._map(sample, prompts)
+        results = self._map(_shape_checked(sample, self.base_url), prompts)
         return Generations([texts for texts, _ in results], sum((usage for _, usage in results), Usage()))
 
     # -- internals -------------------------------------------------------------------------------
@@ -259,15 +260,24 @@ class OpenAICompatibleLLM:
             if attempt:
                 time.sleep(self._backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.0))
             try:
-                return create(**kwargs)
+                answer = create(**kwargs)
             except self._openai.APIStatusError as e:
                 if e.status_code != 429 and e.status_code < 500:
                     raise LLMError(f"{self.base_url} rejected the request: {e}") from e
                 last = e
+                continue
             except self._openai.APIConnectionError as e:  # timeouts included
                 last = e
+                continue
             except self._openai.OpenAIError as e:  # e.g. an answer that is not the API's shape
                 raise LLMError(f"{self.base_url} gave an unusable answer: {e}") from e
+            except ValueError as e:  # status 200 with a body that is not JSON: a proxy's or portal's page
+                last = e
+                continue
+            if isinstance(getattr(answer, "choices", None), list):
+                return answer
+            # status 200 with JSON of another shape, or a page the client returned as text
+            last = ValueError(f"an answer without a list of choices: {str(answer)[:80]!r}")
         raise LLMError(f"{self.base_url} failed {attempts} attempt(s); the last error: {last}") from last
 
     def _map(self, fn: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
@@ -293,6 +303,18 @@ class OpenAICompatibleLLM:
         if self._tokenizer is None:
             raise LLMError(f"pass the served model's tokenizer to OpenAICompatibleLLM to {task}")
         return self._tokenizer
+
+
+def _shape_checked(read: Callable[[_T], _R], base_url: str) -> Callable[[_T], _R]:
+    """``read``, with an answer of the wrong shape (a choice without text...) as :class:`LLMError`."""
+
+    def checked(item: _T) -> _R:
+        try:
+            return read(item)
+        except (AttributeError, TypeError, KeyError, IndexError) as e:
+            raise LLMError(f"{base_url} gave an answer of the wrong shape ({type(e).__name__}: {e})") from e
+
+    return checked
 
 
 def _usage(usage: Any) -> Usage:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from personamem.encoder import Encoder
-from personamem.errors import collect_fallbacks
+from personamem.errors import InvalidInputError, LLMError, collect_fallbacks
 from personamem.llm.base import FrozenLLM, Usage
 from personamem.llm.budget import fit_to_budget
 from personamem.personalize import QueryPersonalizer
@@ -27,6 +27,7 @@ from personamem.pipeline.metered import MeteredLLM, metering
 from personamem.pipeline.prompt import render_record
 from personamem.pipeline.stages import build_personalizer, build_selector
 from personamem.profile import ProfileSelector
+from personamem.records import check_user_id
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetriever, Preparable
 from personamem.retrieval.base import ranked
 from personamem.store import Store
@@ -125,6 +126,7 @@ class Pipeline:
 
     def search(self, user_id: str, query: str, k: int) -> list[Hit]:
         """The profile, then the other candidates, cut to ``k`` (no selector: the first stage's top ``k``)."""
+        _check(user_id, query)
         with metering(self.config.llm_timeout_s):
             if self.selector is None:
                 return self._candidates(user_id, query, k, {})
@@ -136,6 +138,7 @@ class Pipeline:
 
     def context(self, user_id: str, query: str, *, budget_tokens: int | None = None) -> Context:
         """The profile for ``query``, rendered and fitted to ``budget_tokens`` (default: the config's)."""
+        _check(user_id, query)
         budget = self.config.budget_tokens if budget_tokens is None else budget_tokens
         if budget < 0:
             raise ValueError(f"budget_tokens must be >= 0, got {budget}")
@@ -215,6 +218,12 @@ class _VectorSearch:
         return self.dense.search_vector(user_id, self.vector, k)
 
 
+def _check(user_id: object, query: object) -> None:
+    check_user_id(user_id)
+    if not isinstance(query, str):
+        raise InvalidInputError(f"query must be a string, got {query!r}")
+
+
 def _unit(vector: np.ndarray, user_id: str) -> np.ndarray:
     norm = float(np.linalg.norm(vector))
     if not math.isfinite(norm) or norm == 0.0:
@@ -223,9 +232,16 @@ def _unit(vector: np.ndarray, user_id: str) -> np.ndarray:
 
 
 def _token_counter(llm: FrozenLLM | None, encoder: Encoder) -> Callable[[str], int]:
-    """The LLM's tokenizer; without an LLM, the encoder's word pieces (or ~4 characters a token)."""
+    """The LLM's tokenizer, else the encoder's word pieces, else ~4 characters a token.
+
+    An LLM that cannot count (a remote one given no tokenizer) counts as no LLM here.
+    """
     if llm is not None:
-        return llm.count_tokens
+        try:
+            llm.count_tokens("probe")
+            return llm.count_tokens
+        except LLMError:
+            pass
     count = getattr(encoder, "count_tokens", None)
     if count is not None:
         return lambda text: int(count([text])[0])
