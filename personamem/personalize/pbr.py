@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from personamem.errors import PBRFallbackWarning, warn_fallback
+from personamem.errors import FallbackWarning, PBRFallbackWarning, warn_fallback
 from personamem.llm import FrozenLLM, LLMError, Message
 from personamem.llm.budget import fit_to_budget
 from personamem.llm.parsing import extract_string_list
@@ -49,12 +49,14 @@ def cached_llm_outputs(
     *,
     who: str,
     fallback: str,
+    category: type[FallbackWarning] = PBRFallbackWarning,
 ) -> list[Any | None]:
     """Cached LLM outputs per (user id, key), the misses computed in batches of a few requests.
 
     ``compute`` gets positions in ``keys`` and returns their outputs (one batched LLM call). A batch
-    whose call fails gives None for each of its requests, with a :class:`PBRFallbackWarning` naming
+    whose call fails gives None for each of its requests, with a warning of ``category`` naming
     ``who`` and the ``fallback``; the other batches are kept, so one failure loses at most a batch.
+    Nothing of a failed batch is cached, so a later call asks again.
     """
     found: list[Any | None] = []
     for start in range(0, len(keys), _REQUESTS_PER_CALL):
@@ -62,7 +64,7 @@ def cached_llm_outputs(
         try:
             found += store.derived_many(namespace, chunk, partial(_shifted, compute, start))
         except LLMError as exc:
-            warn_fallback(f"{who}: the LLM failed ({exc}); {fallback}", PBRFallbackWarning, stacklevel=4)
+            warn_fallback(f"{who}: the LLM failed ({exc}); {fallback}", category, stacklevel=4)
             found += [None] * len(chunk)
     return found
 

@@ -37,9 +37,10 @@ from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
-from personamem.errors import LLMError, RewriteFallbackWarning, warn_fallback
+from personamem.errors import RewriteFallbackWarning, warn_fallback
 from personamem.llm.base import FrozenLLM, Message
 from personamem.llm.budget import fit_to_budget
+from personamem.personalize.pbr import cached_llm_outputs
 from personamem.records import RecordKind
 from personamem.rewriting.config import RewriteConfig
 from personamem.rewriting.prompts import rewrite_prompt, select_and_rewrite_prompt, select_prompt
@@ -53,7 +54,6 @@ PersonalStrategy: TypeAlias = Literal["all", "str", "sar"]
 PERSONAL_STRATEGIES: tuple[PersonalStrategy, ...] = ("all", "str", "sar")
 PROMPT_VERSION = "1"  # part of the cache key: changing a prompt or the parsing must not reuse old rewrites
 NAMESPACE = "rewrite"
-_REQUESTS_PER_CALL = 16  # (user, query) pairs per batched LLM call: a failure loses only these
 _TEMPLATE_TOKENS = 64  # room for the chat template's special tokens around the messages
 _ID_CHARS = 60  # characters of a query quoted as the turn's id in warnings
 
@@ -143,32 +143,31 @@ class RewritePersonalizer:
             asks.setdefault(key, _Ask(user_id, query, shown))
             positions.setdefault(key, []).append(i)
         keys = list(asks)
-        for start in range(0, len(keys), _REQUESTS_PER_CALL):
-            chunk = keys[start : start + _REQUESTS_PER_CALL]
-            computed: set[int] = set()
-            compute = partial(self._compute, [asks[key] for key in chunk], computed)
-            try:
-                values = self.store.derived_many(NAMESPACE, chunk, compute)
-            except LLMError as exc:
+        computed: set[int] = set()  # positions the LLM answered now; the others came from the cache
+        values = cached_llm_outputs(
+            self.store,
+            NAMESPACE,
+            keys,
+            partial(self._compute, [asks[key] for key in keys], computed),
+            who="rewrite",
+            fallback="searching with the raw query",
+            category=RewriteFallbackWarning,
+        )
+        for j, (key, value) in enumerate(zip(keys, values, strict=True)):
+            if value is None:  # the LLM failed on this batch (already warned): the raw query
+                continue
+            found = value if isinstance(value, dict) else {}
+            rewrite = found["rewrite"] if isinstance(found.get("rewrite"), str) else ""
+            query = asks[key].query
+            if j not in computed and found.get("fell_back", True):
                 warn_fallback(
-                    f"rewrite: the LLM failed on {len(chunk)} queries ({exc}); searching with the raw query",
+                    f"rewrite: the cached answer for {query!r} was unusable in part; searching with "
+                    f"{'the raw query' if rewrite in ('', query) else repr(rewrite)}",
                     RewriteFallbackWarning,
                     stacklevel=3,
                 )
-                continue
-            for j, (key, value) in enumerate(zip(chunk, values, strict=True)):
-                found = value if isinstance(value, dict) else {}
-                rewrite = found["rewrite"] if isinstance(found.get("rewrite"), str) else ""
-                query = asks[key].query
-                if j not in computed and found.get("fell_back", True):
-                    warn_fallback(
-                        f"rewrite: the cached answer for {query!r} was unusable in part; searching with "
-                        f"{'the raw query' if rewrite in ('', query) else repr(rewrite)}",
-                        RewriteFallbackWarning,
-                        stacklevel=3,
-                    )
-                for i in positions[key]:
-                    out[i] = rewrite or query
+            for i in positions[key]:
+                out[i] = rewrite or query
         return out
 
     # -- internals --------------------------------------------------------------------------------
