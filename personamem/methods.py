@@ -34,13 +34,10 @@ __all__ = [
 ]
 
 _STAGES: dict[str, Any] = {
-    "personalizer": "none",
-    "first_stage": "hybrid",
-    "selector": "none",
-    "candidates": 20,
-    "profile_k": 5,
+    name: PipelineConfig.model_fields[name].default
+    for name in ("personalizer", "first_stage", "selector", "candidates", "profile_k")
 }
-"""Every stage field a preset sets; what a preset leaves out takes these values."""
+"""Every stage field a preset sets; what a preset leaves out takes the config's default."""
 
 _PROFILE = {"first_stage": "hybrid", "candidates": 20, "profile_k": 5}
 """Profile selection over hybrid's top 20, a 5-record profile (PURPLE's setting)."""
