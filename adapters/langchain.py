@@ -42,11 +42,10 @@ try:
     from langchain_core.runnables import run_in_executor
 except ImportError as exc:  # an adapter module: without its framework it has nothing to offer
     raise MissingExtraError(["langchain-core"], "langchain") from exc
-from pydantic import ConfigDict, Field, StrictStr, field_validator, model_validator
+from pydantic import ConfigDict, Field, StrictStr, model_validator
 
 from personamem.llm.base import FrozenLLM, Prompt
 from personamem.memory import PersonaMem
-from personamem.methods import is_method, method_names
 from personamem.pipeline import PipelineConfig
 from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind, check_user_id, parse_record
@@ -116,13 +115,6 @@ class PersonaMemRetriever(BaseRetriever):
     method: str = "dense"
     pipeline: PipelineConfig | None = None
 
-    @field_validator("method")
-    @classmethod
-    def _known_method(cls, method: str) -> str:
-        if not is_method(method):
-            raise ValueError(f"unknown method {method!r}; choose from: {', '.join(method_names())}")
-        return method
-
     @model_validator(mode="after")
     def _buildable(self) -> PersonaMemRetriever:
         if self.pipeline is not None and "method" in self.model_fields_set:
@@ -138,10 +130,9 @@ class PersonaMemRetriever(BaseRetriever):
         k = self.k if k is None else k
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        if self.pipeline is None:
-            hits = self.memory.search(self.user_id, query, k, method=self.method)
-        else:
-            hits = self.memory.pipeline(self.pipeline).search(self.user_id, query, k)
+        hits = self.memory.pipeline(self.method if self.pipeline is None else self.pipeline).search(
+            self.user_id, query, k
+        )
         return [_hit_to_document(hit) for hit in hits]
 
     async def _aget_relevant_documents(

@@ -39,7 +39,6 @@ from personamem.encoder import Encoder
 from personamem.errors import MethodError, MissingExtraError
 from personamem.llm.base import FrozenLLM, Generations, Prompt
 from personamem.memory import PersonaMem
-from personamem.methods import is_method, method_names
 from personamem.pipeline import Context, PipelineConfig
 from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind, check_user_id
@@ -56,7 +55,7 @@ try:
         LLMMetadata,
         MessageRole,
     )
-    from llama_index.core.bridge.pydantic import ConfigDict, Field, field_validator, model_validator
+    from llama_index.core.bridge.pydantic import ConfigDict, Field, model_validator
     from llama_index.core.callbacks import CallbackManager
     from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
     from llama_index.core.llms.custom import CustomLLM
@@ -135,7 +134,6 @@ class PersonaMemRetriever(BaseRetriever):
     ) -> None:
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        _known_method(method)
         if method != "dense" and pipeline is not None:
             raise MethodError(f"give method ({method!r}) or pipeline, not both")
         memory.pipeline(method if pipeline is None else pipeline)  # built and kept by the memory now
@@ -150,10 +148,9 @@ class PersonaMemRetriever(BaseRetriever):
         if query_bundle.embedding is not None:
             vector = self._query_vector(query_bundle.embedding)
             hits = self.memory.search_vector(self.user_id, vector, self.k)
-        elif self.pipeline is not None:
-            hits = self.memory.pipeline(self.pipeline).search(self.user_id, query_bundle.query_str, self.k)
         else:
-            hits = self.memory.search(self.user_id, query_bundle.query_str, self.k, self.method)
+            pipeline = self.memory.pipeline(self.method if self.pipeline is None else self.pipeline)
+            hits = pipeline.search(self.user_id, query_bundle.query_str, self.k)
         return [_node(hit) for hit in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -170,12 +167,6 @@ class PersonaMemRetriever(BaseRetriever):
                 "encoder's space (e.g. with PersonaMemEmbedding over mem.store.encoder)"
             )
         return vector
-
-
-def _known_method(method: str) -> str:
-    if not is_method(method):
-        raise MethodError(f"unknown method {method!r}; choose from: {', '.join(method_names())}")
-    return method
 
 
 def _record(node: BaseNode, user_id: str) -> Record | None:
@@ -280,11 +271,6 @@ class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
         default=None,
         description="A method name (see personamem.methods) or a pipeline config; None: the memory's own.",
     )
-
-    @field_validator("pipeline")
-    @classmethod
-    def _known_name(cls, pipeline: PipelineConfig | str | None) -> PipelineConfig | str | None:
-        return _known_method(pipeline) if isinstance(pipeline, str) else pipeline
 
     @model_validator(mode="after")
     def _buildable(self) -> PersonaMemMemoryBlock:
