@@ -24,6 +24,7 @@ from personamem.eval.evaluate import EvalConfig
 from personamem.memory import PersonaMem
 from personamem.methods import method_help
 from personamem.pipeline import PipelineConfig, load_pipeline
+from personamem.pipeline.config import pipeline_config
 from personamem.records import Record
 
 __all__ = ["app", "main"]
@@ -63,7 +64,7 @@ class StoreOptions:
         given = {key: value for key, value in overrides.items() if value is not None}
         path = self.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
         if path is None:
-            return PipelineConfig.model_validate(given)
+            return pipeline_config(given, source="options")
         return load_pipeline(path, **given)
 
     def open(self, **overrides: object) -> PersonaMem:
@@ -278,7 +279,6 @@ def eval_(
     from personamem.eval.vectors import default_vector_cache
     from personamem.llm.packaged import default_cache_dir
 
-    seeds = config.seeds
     with progress_bar() as progress:
         report = run_eval(
             config,
@@ -291,7 +291,7 @@ def eval_(
         out.print_json(data=report.to_json())
         return
     shown = [m for m in _SHOWN_METRICS if m in report.runs[0].scores]
-    title = f"{report.benchmark.name} (mean ± std over {seeds} seeds for stochastic methods)"
+    title = f"{report.benchmark.name} (mean ± std over {config.seeds} seeds for stochastic methods)"
     table = Table("method", *map(metric_label, shown), title=title, box=box.SIMPLE_HEAD)
     for run in report.runs:
         cells = []
