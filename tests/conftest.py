@@ -69,3 +69,31 @@ def purple_checkpoint(tmp_path_factory: pytest.TempPathFactory, encoder: Sentenc
     folder = tmp_path_factory.mktemp("purple")
     train_purple(_examples(4), _examples(2, "v"), encoder, food_reward, _config(steps=2), folder)
     return folder / "best"
+
+
+@pytest.fixture(scope="module")
+def purple(purple_checkpoint: Path) -> str:
+    """``purple:<folder>`` of the session's toy checkpoint, as a method or selector name."""
+    return f"purple:{purple_checkpoint}"
+
+
+@pytest.fixture(scope="module")
+def cook_mem(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
+    """A cook with eight records (more than a 5-record profile) and another user."""
+    from tests.test_purple_train import FOOD, OTHER
+
+    with PersonaMem.open(tmp_path_factory.mktemp("cook") / "store", encoder=encoder) as memory:
+        memory.add_many([{"id": f"r{i}", "text": t} for i, t in enumerate([*OTHER, *FOOD])], user_id="cook")
+        memory.add("bob", "I love smoked brisket and pork ribs.")
+        yield memory
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Generate on one thread: on an oversubscribed CPU, torch's thread team ran ~8x slower than one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

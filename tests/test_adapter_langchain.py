@@ -31,7 +31,6 @@ from personamem.methods import method_config
 from personamem.profile import RelevanceSelector
 from personamem.retrieval.base import Hit, ranked
 from personamem.testing import FakeLLM
-from tests.test_purple_train import FOOD, OTHER
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "langchain_chain.py"
 PURPLE_EXAMPLE = EXAMPLE.with_name("langchain_purple.py")
@@ -56,21 +55,6 @@ def shared_mem(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncode
     with PersonaMem.open(tmp_path_factory.mktemp("lc") / "store", encoder=encoder) as memory:
         memory.add_many([{"text": t, "kind": "knowledge"} for t in ALICE], user_id="alice")
         memory.add_many([{"text": t, "kind": "knowledge"} for t in BOB], user_id="bob")
-        yield memory
-
-
-@pytest.fixture(scope="module")
-def purple(purple_checkpoint: Path) -> str:
-    """``purple:<folder>`` of the session's toy checkpoint (conftest)."""
-    return f"purple:{purple_checkpoint}"
-
-
-@pytest.fixture(scope="module")
-def cook_mem(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
-    """A cook with eight records (more than a 5-record profile) and another user."""
-    with PersonaMem.open(tmp_path_factory.mktemp("cook") / "store", encoder=encoder) as memory:
-        memory.add_many([{"id": f"r{i}", "text": t} for i, t in enumerate([*OTHER, *FOOD])], user_id="cook")
-        memory.add("bob", "I love smoked brisket and pork ribs.")
         yield memory
 
 

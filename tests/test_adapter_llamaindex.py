@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import runpy
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 
@@ -31,7 +31,6 @@ from personamem.errors import MethodError
 from personamem.llm import TransformersLLM
 from personamem.methods import method_config
 from personamem.profile import RelevanceSelector
-from tests.test_purple_train import FOOD, OTHER
 
 FACTS = {
     "alice": [
@@ -62,21 +61,6 @@ def filled(mem: PersonaMem) -> PersonaMem:
         )
     mem.add("alice", "Booked a cello lesson.", kind="note", timestamp="2024-05-01T10:00:00+00:00")
     return mem
-
-
-@pytest.fixture(scope="module")
-def purple(purple_checkpoint: Path) -> str:
-    """``purple:<folder>`` of the session's toy checkpoint (conftest)."""
-    return f"purple:{purple_checkpoint}"
-
-
-@pytest.fixture(scope="module")
-def cook_mem(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
-    """A cook with eight records (more than a 5-record profile) and another user."""
-    with PersonaMem.open(tmp_path_factory.mktemp("cook") / "store", encoder=encoder) as memory:
-        memory.add_many([{"id": f"r{i}", "text": t} for i, t in enumerate([*OTHER, *FOOD])], user_id="cook")
-        memory.add("bob", "I love smoked brisket and pork ribs.")
-        yield memory
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -242,17 +242,6 @@ class Counting:
     def generate(self, prompts: Sequence[Any], **kwargs: Any) -> Generations:
         self.calls += 1
         return self.llm.generate(prompts, **kwargs)
-
-
-@pytest.fixture
-def one_torch_thread() -> Iterator[None]:
-    """Generate on one thread: on an oversubscribed CPU, torch's thread team ran ~8x slower than one."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.slow

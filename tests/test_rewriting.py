@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -400,17 +400,6 @@ def test_ikat_train_demonstrations() -> None:
     assert sum(bool(d.selected) for d in demos) == 42
     test_turns, _ = load_ikat_turns(IKAT, split="2023_test")
     assert not {d.user_id for d in demos} & {t.user_id for t in test_turns}
-
-
-@pytest.fixture
-def one_torch_thread() -> Iterator[None]:
-    """Generate on one thread: on an oversubscribed CPU, torch's thread team ran ~8x slower than one."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.slow
