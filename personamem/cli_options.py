@@ -226,7 +226,7 @@ def command_line(config: BaseModel) -> list[str]:
             continue
         if name not in config.model_fields_set or value is None:
             continue
-        option = "--" + (field.alias if isinstance(field.alias, str) else name).replace("_", "-")
+        option = "--" + _stem(name, field).replace("_", "-")
         if isinstance(value, bool):
             args.append(option if value else f"--no-{option[2:]}")
             continue
@@ -269,7 +269,7 @@ def _leaves(
             yield from _leaves(annotation, param, exclude, unused, flatten, prefill, nested, key, path)
             continue
         kind, is_bool, is_list = _option_type(annotation, f"{model.__name__}.{name}")
-        label = (*path[:-1], field.alias if isinstance(field.alias, str) else name)  # an alias names it
+        label = (*path[:-1], _stem(name, field))
         option = "--" + "-".join(label[-1:] if flatten else label).replace("_", "-")
         info = typer.Option(
             f"{option}/--no-{option[2:]}" if is_bool else option,
@@ -291,6 +291,11 @@ def _leaves(
 
 
 _NO_DEFAULT = object()  # a required field, or a default factory (not called just to show it)
+
+
+def _stem(name: str, field: FieldInfo) -> str:
+    """What a field's option is named after: its alias if it has one, else its name."""
+    return field.alias if isinstance(field.alias, str) else name
 
 
 def _field_default(field: FieldInfo) -> Any:
