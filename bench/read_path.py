@@ -239,7 +239,7 @@ def dense_breakdown(mem, encoder, user: str, iters: int) -> dict[str, list[float
         start = time.perf_counter()
         vector = encoder.encode([query])[0]
         t1 = time.perf_counter()
-        hits = store.index.query(user, vector, 10)
+        hits = store.index.query(store.names.collection(user), vector, 10)
         t2 = time.perf_counter()
         store.catalog.by_vector_ids(user, [vid for vid, _ in hits])
         t3 = time.perf_counter()

@@ -26,6 +26,7 @@ __all__ = [
     "MethodError",
     "MissingExtraError",
     "PBRFallbackWarning",
+    "PartialWriteError",
     "PersonaMemError",
     "PersonaMemWarning",
     "PipelineFallbackWarning",
@@ -64,6 +65,19 @@ class IngestError(PersonaMemError, ValueError):
 
 class StoreError(PersonaMemError):
     """The SQL database or the vector index failed or disagreed in a way repair could not fix."""
+
+
+class PartialWriteError(StoreError):
+    """A batch write stopped part way through: the first ``stored`` records (in input order) are durable.
+
+    Writes are idempotent by (user, id), so adding the same records again, or re-running the same
+    ``personamem ingest``, skips those and finishes the job.
+    """
+
+    def __init__(self, message: str, *, stored: int, total: int) -> None:
+        super().__init__(message)
+        self.stored = stored
+        self.total = total
 
 
 class LLMError(PersonaMemError):

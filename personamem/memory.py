@@ -112,12 +112,12 @@ class PersonaMem:
         ``timestamp``, ``metadata``, ``input``, ``output``). Adding the same record again is a no-op.
         """
         record = parse_record({"user_id": user_id, "text": text, **fields})
-        self.store.add_many([record])
+        self.store.add(record)
         return record
 
     def add_many(
         self,
-        records: Iterable[Record | Mapping[str, Any]],
+        records: Iterable[Record | Mapping[str, Any] | str],
         *,
         user_id: str | None = None,
         progress: Callable[[int], None] | None = None,
@@ -125,7 +125,7 @@ class PersonaMem:
         """Remember many records; all are validated before any is written.
 
         Args:
-            records: records, or dicts with Record fields.
+            records: records, dicts with Record fields, or plain texts (of ``user_id``).
             user_id: owner of records that name none (a record naming another user is an error).
             progress: called with the count of records finished after each durable batch.
 
@@ -139,8 +139,13 @@ class PersonaMem:
                     if user_id is not None and item.user_id != user_id:
                         raise InvalidRecordError(f"record is for user {item.user_id!r}, not {user_id!r}")
                     parsed.append(item)
-                else:
+                elif isinstance(item, str):
+                    parsed.append(parse_record({"text": item}, default_user=user_id))
+                elif isinstance(item, Mapping):
                     parsed.append(parse_record(dict(item), default_user=user_id))
+                else:
+                    kind = type(item).__name__
+                    raise InvalidRecordError(f"expected a Record, a dict or a text, got {kind}")
             except InvalidRecordError as exc:
                 raise InvalidRecordError(f"record {position}: {exc}") from None
         self.store.add_many(parsed, progress=progress)

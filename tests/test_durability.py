@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from personamem import PersonaMem, Record, SentenceEncoder, StoreError
+from personamem import PartialWriteError, PersonaMem, Record, SentenceEncoder, StoreError
 
 WRITER = textwrap.dedent(
     """
@@ -70,7 +70,7 @@ def test_sigkill_during_ingest_loses_no_returned_record(tmp_path: Path, encoder:
 def test_pending_rows_are_indexed_on_reopen(tmp_path: Path, encoder: SentenceEncoder) -> None:
     with PersonaMem.open(tmp_path, encoder=encoder) as mem:
         mem.store.catalog.stage(
-            [Record(user_id="u", text="I adopted a greyhound named Pixel.")]
+            [Record(user_id="u", text="I adopted a greyhound named Pixel.")], mem.store.names
         )  # crash here
         assert mem.store.check().pending
     with PersonaMem.open(tmp_path, encoder=encoder) as mem:
@@ -100,13 +100,17 @@ def test_vector_index_failure_keeps_rows_pending_then_repairs(
             raise ConnectionError("vector index unreachable")
 
         monkeypatch.setattr(mem.store.index, "upsert", index_down)
+        mem.add("u", "written while the index was down")  # acknowledged: the row and vector are in SQL
+        assert mem.search("u", "index down", k=1)[0].record.text == "written while the index was down"
         with pytest.raises(StoreError, match="pending"):
-            mem.add("u", "written while the index was down")
+            mem.store.flush()
+        with pytest.raises(PartialWriteError, match="pending"):
+            mem.add_many(["a batch written while the index was down"], user_id="u")
         monkeypatch.undo()
         assert mem.get("u", Record(user_id="u", text="already stored").id) is not None
     with PersonaMem.open(tmp_path, encoder=encoder) as mem:
         assert mem.store.check().ok
-        assert mem.count("u") == 2
+        assert mem.count("u") == 3
 
 
 def test_store_refuses_a_different_encoder(tmp_path: Path, encoder: SentenceEncoder) -> None:
@@ -120,3 +124,54 @@ def test_store_refuses_a_different_encoder(tmp_path: Path, encoder: SentenceEnco
         mem.add("u", "hello")
     with PersonaMem.open(tmp_path, encoder=Other()) as mem, pytest.raises(StoreError, match="encoder"):
         mem.add("u", "world")
+
+
+def _index_fails_after(monkeypatch: pytest.MonkeyPatch, calls: int) -> None:
+    """Let the vector index take ``calls`` upserts, then fail like a full disk."""
+    from personamem.store.vectors import VectorIndex
+
+    real, seen = VectorIndex.upsert, [0]
+
+    def upsert(self: VectorIndex, *args: object) -> None:
+        seen[0] += 1
+        if seen[0] > calls:
+            raise OSError(28, "No space left on device")
+        real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(VectorIndex, "upsert", upsert)
+
+
+def test_a_batch_that_fails_at_the_write_says_what_is_stored_and_resumes(
+    tmp_path: Path, encoder: SentenceEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = [f"note {i} about my garden" for i in range(300)]
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        _index_fails_after(monkeypatch, 1)
+        with pytest.raises(PartialWriteError, match="stored 256 of 300") as caught:
+            mem.add_many(texts, user_id="ana")
+        assert (caught.value.stored, caught.value.total) == (256, 300)
+        monkeypatch.undo()
+        assert mem.add_many(texts, user_id="ana") and mem.count("ana") == 300
+        assert mem.store.check().ok
+
+
+def test_ingest_that_fails_at_the_write_reports_and_the_same_command_finishes(
+    tmp_path: Path,
+    encoder: SentenceEncoder,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from personamem.cli import main
+
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("".join(f'{{"text": "note {i}", "id": "n{i}"}}\n' for i in range(300)), encoding="utf-8")
+    command = ["--store", str(tmp_path / "store"), "ingest", str(notes), "--user", "ana"]
+    _index_fails_after(monkeypatch, 1)
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert "stored 256 of 300" in err and "No space left" in err and "Traceback" not in err
+    monkeypatch.undo()
+    assert main(command) == 0
+    assert "stored 300 record(s)" in capsys.readouterr().out
+    with PersonaMem.open(tmp_path / "store", encoder=encoder) as mem:
+        assert mem.count("ana") == 300 and mem.store.check().ok

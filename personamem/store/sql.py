@@ -7,11 +7,14 @@ without having to register anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
 import threading
+import time
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -19,17 +22,34 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Column, Engine, UniqueConstraint, event, func, update
+import numpy as np
+from filelock import FileLock
+from sqlalchemy import (
+    JSON,
+    Column,
+    Engine,
+    LargeBinary,
+    UniqueConstraint,
+    event,
+    func,
+    inspect,
+    text,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine.url import make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
 from personamem.errors import StoreError
 from personamem.records import Record, RecordKind
+from personamem.store.pseudonyms import Pseudonyms
 
-__all__ = ["DerivedRow", "RecordRow", "RecordStatus", "SqlCatalog", "UserRow", "UserStatus", "vector_key"]
+__all__ = ["DerivedRow", "RecordRow", "RecordStatus", "SqlCatalog", "UserRow", "UserStatus"]
 
 _IN_CHUNK = 500  # stays under SQLite's bound-parameter limit
+PSEUDONYM_KEY = "pseudonym_key"
 
 
 class RecordStatus(StrEnum):
@@ -83,6 +103,9 @@ class RecordRow(SQLModel, table=True):
     output: str | None = None
     content_hash: str
     status: str = Field(default=RecordStatus.PENDING.value, index=True)
+    # the vector of a pending record written by ``Store.add`` (float32 bytes), cleared once indexed:
+    # searches score it from here until the vector index has it, and repair needs no re-encoding
+    pending_vector: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
 
     def to_record(self) -> Record:
         """The public, immutable form."""
@@ -126,26 +149,16 @@ class DerivedRow(SQLModel, table=True):
     value: Any = Field(sa_column=Column(JSON, nullable=False))
 
 
-def vector_key(user_id: str, record_id: str) -> str:
-    """The pseudonymous id a record's vector has in the vector index.
-
-    The index never sees user or record ids, so nothing readable about a user survives in its files
-    (Chroma keeps deleted ids in free database pages) once the user is forgotten.
-    """
-    key = f"{user_id}\x00{record_id}".encode()
-    return hashlib.blake2b(key, digest_size=16).hexdigest()
-
-
 def _content_hash(record: Record) -> str:
     payload = record.model_dump(mode="json", exclude={"user_id", "id"})
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def _row(record: Record) -> dict[str, Any]:
+def _row(record: Record, names: Pseudonyms) -> dict[str, Any]:
     return {
         "user_id": record.user_id,
         "record_id": record.id,
-        "vector_id": vector_key(record.user_id, record.id),
+        "vector_id": names.vector_id(record.user_id, record.id),
         "text": record.text,
         "kind": record.kind.value,
         "category": record.category,
@@ -156,6 +169,10 @@ def _row(record: Record) -> dict[str, Any]:
         "content_hash": _content_hash(record),
         "status": RecordStatus.PENDING.value,
     }
+
+
+def _blob(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype="<f4").tobytes()
 
 
 def _chunks(items: Sequence[Any], size: int = _IN_CHUNK) -> Iterator[Sequence[Any]]:
@@ -171,36 +188,114 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA secure_delete=ON")  # forgotten users' bytes are zeroed, not left in free pages
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+    # transactions are begun by _begin_immediate (writer) or lazily by the driver (readers)
+    dbapi_connection.isolation_level = None
+
+
+def _begin_deferred(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN")
+
+
+def _begin_immediate(connection: Any) -> None:
+    """Take SQLite's write lock when a write transaction begins, not at its first write.
+
+    A deferred transaction that reads, then writes, fails at once with "database is locked" when
+    another process committed in between (WAL cannot upgrade a stale snapshot, and the busy timeout
+    does not apply); an immediate one waits its turn. Two processes writing one new user's first
+    record hit exactly that.
+    """
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _is_already_exists(error: Exception) -> bool:
+    return "already exists" in str(error).lower()
+
+
+def vacuum_sqlite(database: Path, *, wal: bool = False, attempts: int = 50) -> None:
+    """Rewrite a SQLite file without free pages or stale bytes; with ``wal``, then empty the WAL.
+
+    Readers of an older snapshot hold the WAL's old pages; the checkpoint waits them out for up to
+    ``attempts`` tries (a reader that stays longer leaves that to the next checkpoint).
+    """
+    with contextlib.closing(sqlite3.connect(database, timeout=30, isolation_level=None)) as db:
+        db.execute("VACUUM")
+        for _ in range(attempts if wal else 0):
+            busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+            if not busy:
+                return
+            time.sleep(0.02)
 
 
 class SqlCatalog:
-    """Records and users in any SQLAlchemy database; every query names the user it reads."""
+    """Records and users in any SQLAlchemy database; every query names the user it reads.
+
+    Safe for several processes over one database: the schema is created idempotently (under a lock
+    file for SQLite), writes on SQLite begin immediately, and user rows are inserted-or-ignored.
+    """
 
     def __init__(self, url: str) -> None:
         parsed = make_url(url)
-        kwargs: dict[str, Any] = {}
-        if parsed.get_backend_name() == "sqlite":
-            kwargs["connect_args"] = {"check_same_thread": False}
         self.url = url
-        self.engine: Engine = create_engine(url, **kwargs)
-        if parsed.get_backend_name() == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
-        SQLModel.metadata.create_all(self.engine)
-        database = parsed.database if parsed.get_backend_name() == "sqlite" else None
+        self._dialect = parsed.get_backend_name()
+        database = parsed.database if self._dialect == "sqlite" else None
         self._sqlite_file = Path(database).resolve() if database and database != ":memory:" else None
+        if self._dialect == "sqlite":
+            args = {"connect_args": {"check_same_thread": False}}
+            self.engine: Engine = create_engine(url, **args)
+            # a second engine for writes: SQLAlchemy begins a transaction one way per engine
+            self._writer: Engine = create_engine(url, **args)
+            for engine, begin in ((self.engine, _begin_deferred), (self._writer, _begin_immediate)):
+                event.listen(engine, "connect", _sqlite_pragmas)
+                event.listen(engine, "begin", begin)
+        else:
+            self.engine = self._writer = create_engine(url)
+        self._create_schema()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
 
+    def _create_schema(self) -> None:
+        """Create missing tables and columns; losing the race to another process is not an error."""
+        if self._sqlite_file is not None:
+            with FileLock(f"{self._sqlite_file}.lock"):
+                self._create_missing()
+            return
+        try:
+            self._create_missing()
+        except (OperationalError, ProgrammingError, IntegrityError) as error:
+            if not _is_already_exists(error) and not isinstance(error, IntegrityError):
+                raise
+            self._create_missing()  # the other process finished; check again
+
+    def _create_missing(self) -> None:
+        SQLModel.metadata.create_all(self._writer)
+        # columns added since a table was first created (create_all leaves existing tables alone)
+        present = {c["name"] for c in inspect(self._writer).get_columns(RecordRow.__tablename__)}
+        if "pending_vector" not in present:
+            blob = LargeBinary().compile(dialect=self._writer.dialect)
+            with self._writer.begin() as connection:
+                connection.execute(text(f"ALTER TABLE records ADD COLUMN pending_vector {blob}"))
+
     @contextmanager
-    def session(self) -> Iterator[Session]:
-        """A session that commits on success and rolls back on error."""
-        with Session(self.engine, expire_on_commit=False) as session:
+    def session(self, *, write: bool = False) -> Iterator[Session]:
+        """A session that commits on success and rolls back on error.
+
+        ``write=True`` on SQLite takes the database's write lock up front (see ``_begin_immediate``).
+        A database that stays locked past the busy timeout, or fails at the driver, raises
+        :class:`StoreError`; integrity errors pass through for the callers that expect them.
+        """
+        with Session(self._writer if write else self.engine, expire_on_commit=False) as session:
             try:
                 yield session
                 session.commit()
+            except OperationalError as error:
+                session.rollback()
+                raise StoreError(f"the SQL database {self._where()} failed: {error.orig}") from error
             except BaseException:
                 session.rollback()
                 raise
+
+    def _where(self) -> str:
+        return str(self._sqlite_file) if self._sqlite_file else make_url(self.url).render_as_string()
 
     def close(self) -> None:
         """Release pooled connections and the revision readers."""
@@ -209,20 +304,63 @@ class SqlCatalog:
         self._readers.clear()
         self._local = threading.local()
         self.engine.dispose()
+        self._writer.dispose()
 
     # -- store facts ---------------------------------------------------------------------------
 
     def claim_info(self, key: str, value: str) -> str:
         """Record a fact unless one is stored already; return the stored value (atomic across processes)."""
         try:
-            with self.session() as s:
+            with self.session(write=True) as s:
                 s.add(StoreInfo(key=key, value=value))
         except IntegrityError:  # somebody else recorded it first
             pass
+        stored = self.info(key)
+        assert stored is not None
+        return stored
+
+    def info(self, key: str) -> str | None:
+        """A stored fact, or None."""
         with self.session() as s:
             row = s.get(StoreInfo, key)
-            assert row is not None
-            return row.value
+            return None if row is None else row.value
+
+    def adopt_pseudonym_key(self, key: str) -> str:
+        """Store ``key`` as the pseudonym key unless one exists; return the key in force.
+
+        A store written before keys existed has rows with unkeyed vector ids: in the same
+        transaction they get their keyed ids and go back to ``pending``, so opening re-indexes them
+        (the caller drops the old, unkeyed collections first).
+        """
+        try:
+            with self.session(write=True) as s:
+                existing = s.get(StoreInfo, PSEUDONYM_KEY)
+                if existing is not None:
+                    return existing.value
+                s.add(StoreInfo(key=PSEUDONYM_KEY, value=key))
+                s.flush()
+                names = Pseudonyms(key)
+                rows = s.exec(select(RecordRow.pk, RecordRow.user_id, RecordRow.record_id)).all()
+                if rows:
+                    warnings.warn(
+                        f"re-indexing {len(rows)} record(s) under this store's keyed pseudonyms (once)",
+                        stacklevel=4,
+                    )
+                for pk, user_id, record_id in rows:
+                    s.execute(
+                        update(RecordRow)
+                        .where(col(RecordRow.pk) == pk)
+                        .values(
+                            vector_id=names.vector_id(user_id, record_id), status=RecordStatus.PENDING.value
+                        )
+                    )
+                for user_id in {user_id for _, user_id, _ in rows}:
+                    self._bump(s, user_id)
+                return key
+        except IntegrityError:  # another process adopted its key first
+            stored = self.info(PSEUDONYM_KEY)
+            assert stored is not None
+            return stored
 
     # -- derived values ------------------------------------------------------------------------
 
@@ -241,7 +379,7 @@ class SqlCatalog:
         A concurrent writer of the same key wins harmlessly: equal keys mean equal inputs.
         """
         try:
-            with self.session() as s:
+            with self.session(write=True) as s:
                 user = s.get(UserRow, user_id)
                 if user is None or user.status != UserStatus.ACTIVE.value:
                     return False
@@ -252,17 +390,24 @@ class SqlCatalog:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def stage(self, records: Sequence[Record]) -> list[Record]:
+    def stage(
+        self, records: Sequence[Record], names: Pseudonyms, vectors: np.ndarray | None = None
+    ) -> list[Record]:
         """Write ``records`` as pending in one transaction; return those that need (re)indexing.
 
         A record whose id the user already has with identical content is skipped (idempotent
-        ingest); one with different content replaces the stored one and is indexed again.
+        ingest); one with different content replaces the stored one and is indexed again. Vector
+        ids come from ``names``, the store's keyed pseudonyms; ``vectors`` (rows aligned with
+        ``records``), when given, are kept with the pending rows.
         """
+        blobs = {}
+        if vectors is not None:
+            blobs = {(r.user_id, r.id): _blob(v) for r, v in zip(records, vectors, strict=True)}
         by_user: dict[str, dict[str, Record]] = {}
         for record in records:
             by_user.setdefault(record.user_id, {})[record.id] = record  # last one wins within a batch
         changed: list[Record] = []
-        with self.session() as s:
+        with self.session(write=True) as s:
             for user_id, batch in by_user.items():
                 self._ensure_user(s, user_id)
                 existing: dict[str, tuple[str, str]] = {}
@@ -275,7 +420,8 @@ class SqlCatalog:
                     existing.update({rid: (h, st) for rid, h, st in rows})
                 inserts, updates = [], []
                 for record in batch.values():
-                    row = _row(record)
+                    row = _row(record, names)
+                    row["pending_vector"] = blobs.get((user_id, record.id))
                     old = existing.get(record.id)
                     if old is None:
                         inserts.append(row)
@@ -298,24 +444,33 @@ class SqlCatalog:
                     self._bump(s, user_id)
         return changed
 
-    def mark_indexed(self, user_id: str, record_ids: Sequence[str]) -> None:
-        """Close the write protocol for these records.
+    def mark_indexed(self, user_id: str, records: Sequence[Record]) -> bool:
+        """Close the write protocol for these records, as they were when their vectors were written.
 
+        A row whose content changed since (a newer pending version) stays pending. False, marking
+        nothing, when the user is gone or being forgotten: the caller must remove the vectors.
         The revision changes again here: a cache built from vectors between staging and indexing
         (P-Anchor reads every vector) would otherwise pass for current while missing these records.
         """
-        with self.session() as s:
-            for ids in _chunks(list(record_ids)):
+        with self.session(write=True) as s:
+            user = s.get(UserRow, user_id)
+            if user is None or user.status != UserStatus.ACTIVE.value:
+                return False
+            for chunk in _chunks([(r.id, _content_hash(r)) for r in records]):
                 s.execute(
                     update(RecordRow)
-                    .where(col(RecordRow.user_id) == user_id, col(RecordRow.record_id).in_(ids))
-                    .values(status=RecordStatus.INDEXED.value)
+                    .where(
+                        col(RecordRow.user_id) == user_id,
+                        tuple_(col(RecordRow.record_id), col(RecordRow.content_hash)).in_(chunk),
+                    )
+                    .values(status=RecordStatus.INDEXED.value, pending_vector=None)
                 )
             self._bump(s, user_id)
+            return True
 
     def begin_forget(self, user_id: str) -> bool:
         """Mark the user as being forgotten; False if the user is unknown."""
-        with self.session() as s:
+        with self.session(write=True) as s:
             user = s.get(UserRow, user_id)
             if user is None:
                 return False
@@ -327,23 +482,31 @@ class SqlCatalog:
     def finish_forget(self, user_id: str) -> None:
         """Delete every row of the user in every table that has a ``user_id`` column.
 
-        On SQLite the WAL is then checkpointed and truncated, since it still holds the old pages.
+        On SQLite the database is then vacuumed: secure-delete zeroes deleted cells, but a b-tree
+        page rebuilt while rows move keeps stale bytes in its unused space (an index entry with a
+        forgotten user id was found there), and the WAL holds the old pages until checkpointed.
         """
-        with self.session() as s:
+        with self.session(write=True) as s:
             for table in reversed(SQLModel.metadata.sorted_tables):
                 if "user_id" in table.c:
                     s.execute(table.delete().where(table.c.user_id == user_id))
-        if self.engine.dialect.name == "sqlite":
-            with self.engine.connect() as conn:
-                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        if self._sqlite_file is not None:
+            vacuum_sqlite(self._sqlite_file, wal=True)
 
     @staticmethod
     def _ensure_user(s: Session, user_id: str) -> None:
-        user = s.get(UserRow, user_id)
-        if user is None:
+        """Insert the user's row unless another writer (in any process) already did."""
+        dialect = s.get_bind().dialect.name
+        if dialect in ("sqlite", "postgresql"):
+            insert = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(UserRow)
+            row = {"user_id": user_id, "revision": uuid.uuid4().hex, "status": UserStatus.ACTIVE.value}
+            s.execute(insert.values(**row).on_conflict_do_nothing())
+        elif s.get(UserRow, user_id) is None:
             s.add(UserRow(user_id=user_id))
             s.flush()
-        elif user.status == UserStatus.FORGETTING.value:
+        user = s.get(UserRow, user_id)
+        assert user is not None
+        if user.status == UserStatus.FORGETTING.value:
             # a write for a user whose forget was interrupted: the forget must finish first
             raise StoreError(f"user {user_id!r} is being forgotten; reopen the store to finish it")
 
@@ -363,8 +526,9 @@ class SqlCatalog:
         """
         reader = self._revision_reader()
         if reader is not None:
-            row = reader.execute("SELECT revision FROM users WHERE user_id = ?", (user_id,)).fetchone()
-            return None if row is None else str(row[0])
+            # fetchall steps the statement to its end, so no read snapshot outlives the call
+            rows = reader.execute("SELECT revision FROM users WHERE user_id = ?", (user_id,)).fetchall()
+            return str(rows[0][0]) if rows else None
         with self.engine.connect() as connection:
             return connection.execute(
                 select(UserRow.revision).where(col(UserRow.user_id) == user_id)
@@ -433,14 +597,36 @@ class SqlCatalog:
                 stmt = stmt.where(RecordRow.status == status.value)
             return set(s.exec(stmt))
 
-    def pending(self) -> dict[str, list[Record]]:
-        """Records whose write was interrupted, by user."""
-        out: dict[str, list[Record]] = {}
+    def pending(self) -> dict[str, list[tuple[Record, np.ndarray | None]]]:
+        """Records not yet indexed (written just now, or interrupted), by user, with kept vectors."""
+        out: dict[str, list[tuple[Record, np.ndarray | None]]] = {}
         with self.session() as s:
             rows = s.exec(select(RecordRow).where(RecordRow.status == RecordStatus.PENDING.value))
             for row in rows:
-                out.setdefault(row.user_id, []).append(row.to_record())
+                vector = None if row.pending_vector is None else np.frombuffer(row.pending_vector, "<f4")
+                out.setdefault(row.user_id, []).append((row.to_record(), vector))
         return out
+
+    def pending_vectors(self, user_id: str) -> tuple[list[str], np.ndarray | None]:
+        """Vector ids and kept vectors of the user's pending rows that have one (searched directly).
+
+        On the read path, so a SQLite file is read like :meth:`revision`, without SQLAlchemy.
+        """
+        reader = self._revision_reader()
+        query = "SELECT vector_id, pending_vector FROM records WHERE user_id = ? AND status = ?"
+        if reader is not None:
+            rows = reader.execute(query, (user_id, RecordStatus.PENDING.value)).fetchall()
+        else:
+            with self.session() as s:
+                rows = s.exec(
+                    select(RecordRow.vector_id, RecordRow.pending_vector).where(
+                        RecordRow.user_id == user_id, RecordRow.status == RecordStatus.PENDING.value
+                    )
+                ).all()
+        kept = [(vid, blob) for vid, blob in rows if blob is not None]
+        if not kept:
+            return [], None
+        return [vid for vid, _ in kept], np.stack([np.frombuffer(blob, "<f4") for _, blob in kept])
 
     def users_being_forgotten(self) -> list[str]:
         """Users whose forget was interrupted."""

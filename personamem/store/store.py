@@ -10,10 +10,15 @@ Write protocol, idempotent by (user, id):
 A process killed anywhere leaves at worst pending rows, which opening the store repairs (re-encode,
 upsert, mark). A vector never exists without its row, because the row is committed first. ``forget``
 marks the user, drops the vectors, then deletes the rows; an interrupted forget is finished on open.
+
+``add`` (one record, the chat path) encodes first, stages the row with its vector, and leaves steps
+3–4 to a background thread (``store/indexer.py``); until then searches score the pending vector from
+SQL, so every acknowledged record is searchable at once, from any process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -24,11 +29,13 @@ from typing import Any
 import numpy as np
 
 from personamem.encoder import Encoder, default_encoder
-from personamem.errors import StoreError
+from personamem.errors import PartialWriteError, StoreError
 from personamem.records import Record
 from personamem.store.cache import UserCache
-from personamem.store.sql import RecordStatus, SqlCatalog, vector_key
-from personamem.store.vectors import VectorIndex, collection_name
+from personamem.store.indexer import BackgroundIndexer
+from personamem.store.pseudonyms import Pseudonyms, legacy_collection, new_key
+from personamem.store.sql import PSEUDONYM_KEY, RecordStatus, SqlCatalog
+from personamem.store.vectors import VectorIndex
 
 __all__ = ["ConsistencyReport", "Store"]
 
@@ -62,7 +69,23 @@ class Store:
         self._encoder_lock = threading.Lock()
         self._write_lock = threading.RLock()
         self._caches: weakref.WeakSet[UserCache[Any]] = weakref.WeakSet()
+        self._indexer = BackgroundIndexer(self._index)
+        self.names = self._pseudonyms()
         self.repair()
+
+    def _pseudonyms(self) -> Pseudonyms:
+        """The store's keyed pseudonyms; a store from before keys is re-keyed here, once.
+
+        Its unkeyed collections are dropped before the new key is committed, so a crash in between
+        only repeats the drop; the rows then come back as pending and ``repair`` re-indexes them.
+        """
+        key = self.catalog.info(PSEUDONYM_KEY)
+        if key is None:
+            users = list(self.catalog.all_users())
+            if users:
+                self.index.drop(legacy_collection(user_id) for user_id in users)
+            key = self.catalog.adopt_pseudonym_key(new_key())
+        return Pseudonyms(key)
 
     @classmethod
     def open(cls, path: str | Path, *, encoder: Encoder | None = None) -> Store:
@@ -113,11 +136,37 @@ class Store:
         return self._encoder
 
     def close(self) -> None:
-        """Release database connections and the vector client."""
+        """Index what ``add`` queued, then release database connections and the vector client.
+
+        A failed indexing is not raised here: its rows stay pending and the next open indexes them.
+        """
+        with contextlib.suppress(StoreError):
+            self._indexer.close()
         self.catalog.close()
         self.index.close()
 
+    def flush(self) -> None:
+        """Wait until every record from :meth:`add` is in the vector index (searches never need it).
+
+        Raises:
+            StoreError: indexing failed; the records stay pending and searchable, and are indexed later.
+        """
+        self._indexer.flush()
+
     # -- writes ---------------------------------------------------------------------------------
+
+    def add(self, record: Record) -> bool:
+        """Store one record durably and return at once; False if it was stored already, unchanged.
+
+        The row is committed with its vector before this returns, so the record is searchable at
+        once and survives a crash; the vector index gets it from a background thread.
+        """
+        vector = self.encoder.encode([record.text])
+        with self._write_lock:
+            changed = self.catalog.stage([record], self.names, vector)
+        if changed:
+            self._indexer.submit(changed, vector)
+        return bool(changed)
 
     def add_many(
         self,
@@ -136,6 +185,10 @@ class Store:
             batch_size: records per transaction; each batch is durable once its call to
                 ``progress`` happens.
             progress: called with the number of records finished after each batch.
+
+        Raises:
+            PartialWriteError: a batch failed at the write (disk, database, vector index); it says
+                how many records before it are durable. Adding the same records again finishes.
         """
         # self.encoder also records the encoder's signature, so bulk-loaded vectors are checked later
         if vectors is not None and vectors.shape != (len(records), self.encoder.dim):
@@ -146,7 +199,15 @@ class Store:
         for start in range(0, len(records), batch_size):
             batch = records[start : start + batch_size]
             batch_vectors = vectors[start : start + batch_size] if vectors is not None else None
-            written += self._write_batch(batch, batch_vectors)
+            try:
+                written += self._write_batch(batch, batch_vectors)
+            except Exception as error:
+                raise PartialWriteError(
+                    f"stored {start} of {len(records)} record(s), then the write failed: {error}; adding "
+                    "the same records again skips the stored ones and finishes the job",
+                    stored=start,
+                    total=len(records),
+                ) from error
             if progress is not None:
                 progress(len(batch))
         return written
@@ -154,7 +215,7 @@ class Store:
     def _write_batch(self, batch: Sequence[Record], vectors: np.ndarray | None) -> int:
         position = {(r.user_id, r.id): i for i, r in enumerate(batch)}
         with self._write_lock:
-            changed = self.catalog.stage(batch)
+            changed = self.catalog.stage(batch, self.names)
             if not changed:
                 return 0
             if vectors is None:
@@ -165,22 +226,42 @@ class Store:
         return len(changed)
 
     def _index(self, records: Sequence[Record], vectors: np.ndarray) -> None:
+        """Steps 3–4 for staged records: upsert their vectors per user, then mark the rows indexed.
+
+        Under the write lock, so a ``forget`` in this process is never undone by a late upsert; a
+        user forgotten meanwhile by another process has the vectors just written removed again.
+        """
+        # a record changed twice while queued: only its latest version is indexed
+        latest = {(record.user_id, record.id): i for i, record in enumerate(records)}
         by_user: dict[str, list[int]] = {}
-        for i, record in enumerate(records):
-            by_user.setdefault(record.user_id, []).append(i)
-        for user_id, rows in by_user.items():
-            ids = [records[i].id for i in rows]
-            try:
-                self.index.upsert(user_id, [vector_key(user_id, rid) for rid in ids], vectors[rows])
-            except Exception as exc:
-                raise StoreError(
-                    f"vector index failed while writing {len(ids)} record(s) of user {user_id!r}; they are "
-                    "kept as pending in SQL and will be indexed when the store is next opened"
-                ) from exc
-            self.catalog.mark_indexed(user_id, ids)
+        for (user_id, _), i in sorted(latest.items(), key=lambda item: item[1]):
+            by_user.setdefault(user_id, []).append(i)
+        with self._write_lock:
+            for user_id, rows in by_user.items():
+                if self.catalog.revision(user_id) is None:
+                    continue  # forgotten since it was staged: nothing to index
+                batch = [records[i] for i in rows]
+                collection = self.names.collection(user_id)
+                vector_ids = [self.names.vector_id(user_id, r.id) for r in batch]
+                try:
+                    self.index.upsert(collection, vector_ids, vectors[rows])
+                except Exception as exc:
+                    raise StoreError(
+                        f"vector index failed while writing {len(batch)} record(s) of user {user_id!r} "
+                        f"({exc}); they are kept as pending in SQL and will be indexed when the store is "
+                        "next opened"
+                    ) from exc
+                if not self.catalog.mark_indexed(user_id, batch):
+                    self.index.drop([collection])
 
     def forget(self, user_id: str) -> bool:
-        """Delete every row, vector and cached value of the user; False if there was no such user."""
+        """Delete every row, vector and cached value of the user; False if there was no such user.
+
+        With the embedded index, the user's vectors, vector ids and collection name are then gone
+        from every file of the store's folder (see ``VectorIndex.drop``).
+        """
+        with contextlib.suppress(StoreError):  # queued records of the user are erased below anyway
+            self._indexer.flush()
         with self._write_lock:
             if not self.catalog.begin_forget(user_id):
                 return False
@@ -190,7 +271,7 @@ class Store:
     def _finish_forget(self, user_id: str) -> None:
         for cache in list(self._caches):
             cache.evict(user_id)
-        self.index.drop_user(user_id)
+        self.index.drop([self.names.collection(user_id)])
         self.catalog.finish_forget(user_id)
 
     def repair(self) -> int:
@@ -199,8 +280,12 @@ class Store:
             for user_id in self.catalog.users_being_forgotten():
                 self._finish_forget(user_id)
             repaired = 0
-            for records in self.catalog.pending().values():
-                self._index(records, self.encoder.encode([r.text for r in records]))
+            for pending in self.catalog.pending().values():
+                records = [record for record, _ in pending]
+                missing = [i for i, (_, vector) in enumerate(pending) if vector is None]
+                encoded = iter(self.encoder.encode([records[i].text for i in missing]) if missing else [])
+                vectors = np.stack([next(encoded) if v is None else v for _, v in pending])
+                self._index(records, vectors)
                 repaired += len(records)
             return repaired
 
@@ -233,17 +318,30 @@ class Store:
 
     def nearest(self, user_id: str, vector: np.ndarray, k: int) -> list[tuple[Record, float]]:
         """The user's ``k`` records closest to ``vector`` by cosine, best first."""
-        hits = self.index.query(user_id, vector, k)
+        # pending first: a row indexed between the two reads is then in both, never in neither
+        pending_ids, pending = self.catalog.pending_vectors(user_id)
+        hits = self.index.query(self.names.collection(user_id), vector, k)
+        if pending is not None:
+            scores = pending @ np.asarray(vector, dtype=np.float32)
+            fresh = dict(zip(pending_ids, scores.tolist(), strict=True))
+            hits = [(vid, score) for vid, score in hits if vid not in fresh] + list(fresh.items())
+            hits = sorted(hits, key=lambda hit: -hit[1])[:k]
         found = self.catalog.by_vector_ids(user_id, [vid for vid, _ in hits])
         return [(found[vid], score) for vid, score in hits if vid in found]
 
     def vectors(self, user_id: str) -> tuple[list[Record], np.ndarray]:
         """The user's indexed records and their vectors (rows aligned), for corpus-level methods.
 
-        P-Anchor's similarity graph needs every vector of a user at once; pending records (not yet
-        indexed) are left out, as they are from search.
+        P-Anchor's similarity graph needs every vector of a user at once. Pending records are in
+        when their vector is kept in SQL (from :meth:`add`), as they are in search.
         """
-        vector_ids, matrix = self.index.vectors(user_id)
+        pending_ids, pending = self.catalog.pending_vectors(user_id)
+        vector_ids, matrix = self.index.vectors(self.names.collection(user_id))
+        if pending is not None:
+            kept = set(pending_ids)
+            indexed = [i for i, vid in enumerate(vector_ids) if vid not in kept]
+            matrix = np.vstack([matrix[indexed], pending]) if indexed else pending
+            vector_ids = [vector_ids[i] for i in indexed] + pending_ids
         found = self.catalog.by_vector_ids(user_id, vector_ids)
         keep = [i for i, vid in enumerate(vector_ids) if vid in found]
         return [found[vector_ids[i]] for i in keep], matrix[keep] if keep else matrix[:0]
@@ -284,14 +382,18 @@ class Store:
         return cache
 
     def check(self) -> ConsistencyReport:
-        """Compare SQL rows with vectors for every user (a full scan: for tests and operators)."""
+        """Compare SQL rows with vectors for every user (a full scan: for tests and operators).
+
+        Records queued by :meth:`add` are indexed first, so only interrupted writes show as pending.
+        """
+        self.flush()
         report = ConsistencyReport()
         sql_users = self.catalog.all_users()
-        report.orphan_collections = self.index.collection_names() - {collection_name(u) for u in sql_users}
+        report.orphan_collections = self.index.names() - {self.names.collection(u) for u in sql_users}
         for user_id in sql_users:
             rows = self.catalog.vector_ids(user_id)
             pending = self.catalog.vector_ids(user_id, RecordStatus.PENDING)
-            vectors = self.index.ids(user_id)
+            vectors = self.index.ids(self.names.collection(user_id))
             if pending:
                 report.pending[user_id] = pending
             if rows - pending - vectors:

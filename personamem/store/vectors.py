@@ -3,34 +3,49 @@
 A collection per user makes isolation physical (a query cannot reach another user's vectors, whatever
 the filter says), keeps a query over one user's few hundred vectors fast (about 2 ms, against 60 ms
 for a ``where={"user_id": ...}`` query over a shared 100k-vector collection, measured here), and turns
-``forget`` into dropping one collection. Collection names and vector ids are hashes and no metadata
-is stored, because Chroma's database keeps deleted strings in free pages.
+``forget`` into dropping one collection. The index is addressed by the store's keyed pseudonyms
+(``store/pseudonyms.py``) and holds no metadata.
+
+Dropping a collection is not erasure in embedded Chroma (1.5, measured here): its SQLite file runs
+without secure-delete, so the vectors and ids stay in free pages, and the collection's HNSW folder is
+left on disk. :meth:`VectorIndex.drop` therefore also removes segment folders that no collection
+owns and vacuums the database. And Chroma's HNSW files persist their unused capacity straight from
+``malloc``: that memory can hold freed bytes of *another* user's vectors (107 of a forgotten user's
+300 vectors were found in a second user's ``data_level0.bin``). An embedded index therefore asks
+glibc to overwrite freed memory (``M_PERTURB``), process-wide; see :func:`_perturb_freed_memory`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import ctypes
+import ctypes.util
+import re
+import shutil
+import sqlite3
+import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import numpy as np
+from filelock import FileLock
+
+from personamem.store.pseudonyms import COLLECTION_PREFIX
+from personamem.store.sql import vacuum_sqlite
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.models.Collection import Collection
 
-__all__ = ["VectorIndex", "collection_name"]
+__all__ = ["VectorIndex"]
 
-_PREFIX = "pm-"
-
-
-def collection_name(user_id: str) -> str:
-    """A Chroma-legal, fixed-length name for a user's collection (Chroma allows [a-zA-Z0-9._-])."""
-    return _PREFIX + hashlib.blake2b(user_id.encode("utf-8"), digest_size=16).hexdigest()
+CHROMA_DB = "chroma.sqlite3"
+_SEGMENT_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_M_PERTURB = -6  # glibc mallopt parameter: fill freed (and fresh) heap memory with a byte pattern
+_perturbed = False
 
 
 def _settings() -> Any:
@@ -39,22 +54,48 @@ def _settings() -> Any:
     return Settings(anonymized_telemetry=False)  # this library holds personal data: no telemetry
 
 
-class VectorIndex:
-    """Per-user vector collections in a Chroma client (embedded or remote)."""
+def _perturb_freed_memory() -> bool:
+    """Make glibc overwrite heap memory on free and on allocation, once per process.
 
-    def __init__(self, client: ClientAPI, *, location: str) -> None:
+    Needed for erasure, not hygiene: Chroma writes its HNSW files' unused capacity from memory that
+    ``malloc`` did not clear, so without it any user's file may carry freed bytes of another user's
+    vectors past that user's ``forget``. The cost is a fill of each small allocation (large ones are
+    fresh pages from the kernel, already zero). A no-op, returning False, off glibc; there, start
+    the process with the allocator's own option (``MallocScribble=1`` on macOS).
+    """
+    global _perturbed
+    if not _perturbed and sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _perturbed = bool(libc.mallopt(_M_PERTURB, 0x5A))
+    return _perturbed
+
+
+class VectorIndex:
+    """Per-user vector collections in a Chroma client (embedded or remote), addressed by name."""
+
+    def __init__(self, client: ClientAPI, *, location: str, folder: Path | None = None) -> None:
         self._client = client
         self.location = location
+        self._folder = folder
         self._collections: dict[str, Collection] = {}
         self._lock = threading.Lock()
 
     @classmethod
     def persistent(cls, path: str | Path) -> VectorIndex:
-        """An embedded, on-disk Chroma in ``path``."""
+        """An embedded, on-disk Chroma in ``path``.
+
+        Chroma creates its schema on first open without a lock between processes, so opening is
+        serialized by a lock file beside the folder.
+        """
         import chromadb
 
-        Path(path).mkdir(parents=True, exist_ok=True)
-        return cls(chromadb.PersistentClient(path=str(path), settings=_settings()), location=str(path))
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        _perturb_freed_memory()
+        with FileLock(str(folder) + ".lock"):
+            client = chromadb.PersistentClient(path=str(folder), settings=_settings())
+        return cls(client, location=str(folder), folder=folder)
 
     @classmethod
     def http(cls, url: str) -> VectorIndex:
@@ -72,14 +113,13 @@ class VectorIndex:
         )
         return cls(client, location=url)
 
-    def _collection(self, user_id: str, *, create: bool) -> Collection | None:
+    def _collection(self, name: str, *, create: bool) -> Collection | None:
         from chromadb.errors import NotFoundError
 
         with self._lock:
-            cached = self._collections.get(user_id)
+            cached = self._collections.get(name)
             if cached is not None:
                 return cached
-            name = collection_name(user_id)
             try:
                 if create:
                     found = self._client.get_or_create_collection(
@@ -91,32 +131,32 @@ class VectorIndex:
                     found = self._client.get_collection(name, embedding_function=None)
             except NotFoundError:
                 return None
-            self._collections[user_id] = found
+            self._collections[name] = found
             return found
 
-    def upsert(self, user_id: str, ids: Sequence[str], vectors: np.ndarray) -> None:
-        """Add or replace the user's vectors for ``ids``."""
+    def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Add or replace vectors for ``ids`` in collection ``name`` (created if absent)."""
         if len(ids) != len(vectors):
             raise ValueError(f"{len(ids)} ids but {len(vectors)} vectors")
         if not ids:
             return
-        collection = self._collection(user_id, create=True)
+        collection = self._collection(name, create=True)
         assert collection is not None
         batch = self._client.get_max_batch_size()
         for start in range(0, len(ids), batch):
             collection.upsert(ids=list(ids[start : start + batch]), embeddings=vectors[start : start + batch])
 
-    def delete(self, user_id: str, ids: Sequence[str]) -> None:
-        """Remove the user's vectors for ``ids`` (absent ids are ignored)."""
-        collection = self._collection(user_id, create=False)
+    def delete(self, name: str, ids: Sequence[str]) -> None:
+        """Remove vectors for ``ids`` from collection ``name`` (absent ids are ignored)."""
+        collection = self._collection(name, create=False)
         if collection is not None and ids:
             collection.delete(ids=list(ids))
 
-    def query(self, user_id: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """The user's ``k`` nearest vectors to ``vector`` as (vector id, cosine similarity), best first."""
+    def query(self, name: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """The ``k`` nearest vectors to ``vector`` as (vector id, cosine similarity), best first."""
         from chromadb.errors import NotFoundError
 
-        collection = self._collection(user_id, create=False)
+        collection = self._collection(name, create=False)
         if collection is None or k <= 0:
             return []
         try:
@@ -126,15 +166,15 @@ class VectorIndex:
                 include=["distances"],
             )
         except NotFoundError:  # dropped by another process since we cached the handle
-            self.evict(user_id)
+            self.evict(name)
             return []
         distances = result["distances"]
         assert distances is not None
         return [(rid, 1.0 - float(d)) for rid, d in zip(result["ids"][0], distances[0], strict=True)]
 
-    def vectors(self, user_id: str) -> tuple[list[str], np.ndarray]:
-        """All of the user's vector ids and their vectors (rows aligned); empty for an unknown user."""
-        collection = self._collection(user_id, create=False)
+    def vectors(self, name: str) -> tuple[list[str], np.ndarray]:
+        """Every vector id of the collection and its vector (rows aligned); empty when absent."""
+        collection = self._collection(name, create=False)
         if collection is None:
             return [], np.zeros((0, 0), dtype=np.float32)
         result = collection.get(include=["embeddings"])
@@ -142,22 +182,39 @@ class VectorIndex:
         assert embeddings is not None
         return list(result["ids"]), np.asarray(embeddings, dtype=np.float32)
 
-    def ids(self, user_id: str) -> set[str]:
-        """Ids of the user's vectors."""
-        collection = self._collection(user_id, create=False)
+    def ids(self, name: str) -> set[str]:
+        """Ids of the collection's vectors."""
+        collection = self._collection(name, create=False)
         return set(collection.get(include=[])["ids"]) if collection is not None else set()
 
-    def drop_user(self, user_id: str) -> None:
-        """Delete the user's collection; a no-op if it does not exist."""
+    def drop(self, names: Iterable[str]) -> None:
+        """Delete these collections (absent ones are skipped) and, when embedded, erase their bytes."""
         from chromadb.errors import NotFoundError
 
-        self.evict(user_id)
-        with contextlib.suppress(NotFoundError):
-            self._client.delete_collection(collection_name(user_id))
+        for name in names:
+            self.evict(name)
+            with contextlib.suppress(NotFoundError):
+                self._client.delete_collection(name)
+        if self._folder is not None:
+            self._erase_unowned(self._folder)
 
-    def collection_names(self) -> set[str]:
+    def _erase_unowned(self, folder: Path) -> None:
+        """Remove segment folders no collection owns, then vacuum Chroma's database.
+
+        Folders are listed before the ``segments`` table is read: Chroma inserts a segment's row
+        before it creates the folder, so a folder without a row was dropped, never half-made.
+        """
+        folders = [p for p in folder.iterdir() if p.is_dir() and _SEGMENT_DIR.match(p.name)]
+        with contextlib.closing(sqlite3.connect(folder / CHROMA_DB, timeout=30)) as db:
+            owned = {row[0] for row in db.execute("SELECT id FROM segments")}
+        for segment in folders:
+            if segment.name not in owned:
+                _shred(segment)
+        vacuum_sqlite(folder / CHROMA_DB)  # rewrites the file without its free pages
+
+    def names(self) -> set[str]:
         """Names of all per-user collections (for consistency checks)."""
-        return {c.name for c in self._client.list_collections() if c.name.startswith(_PREFIX)}
+        return {c.name for c in self._client.list_collections() if c.name.startswith(COLLECTION_PREFIX)}
 
     def close(self) -> None:
         """Release the client (database handles, HTTP connections)."""
@@ -172,7 +229,22 @@ class VectorIndex:
         if close is not None:
             close()
 
-    def evict(self, user_id: str) -> None:
+    def evict(self, name: str) -> None:
         """Forget the cached collection handle."""
         with self._lock:
-            self._collections.pop(user_id, None)
+            self._collections.pop(name, None)
+
+
+def _shred(folder: Path) -> None:
+    """Overwrite every file in ``folder`` with zeros, then delete it.
+
+    Zeroing first means the bytes are gone even while another process still holds a file open (an
+    unlinked file lives on until closed).
+    """
+    for file in folder.rglob("*"):
+        if file.is_file():
+            with contextlib.suppress(OSError), file.open("r+b") as handle:
+                size = handle.seek(0, 2)
+                handle.seek(0)
+                handle.write(bytes(size))
+    shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,109 @@
+"""The chat path: ``PersonaMem.add`` of one record against the bare encoder call for one text, in one run.
+
+A chat backend stores each turn as it arrives, seconds apart, and waits for ``add`` to return. So each
+iteration lets the background indexer finish the previous record (untimed), then times, in
+alternating order, ``encoder.encode([text])`` and ``mem.add(user, text)`` on a fresh text; the gate
+is the median of the paired ratios. Read-your-writes is checked on the way: right after ``add``
+returns, a dense search for the text must find it (the vector is still pending in SQL, or indexed).
+
+Also reported, not gated: back-to-back adds with no pause, where the indexer competes for the CPU.
+
+Gate: median add / encode <= 1.3. The last stdout line is
+``single_add_ratio: R (target <= 1.3)`` and the exit status is 1 when the target is missed.
+
+    python bench/single_add.py [--records 300] [--users 10] [--check-every 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import log, realistic_text
+
+TARGET_RATIO = 1.3
+
+
+def run(args: argparse.Namespace, root: Path) -> float:
+    from personamem import PersonaMem
+    from personamem.encoder import default_encoder
+
+    encoder = default_encoder()
+    rng = random.Random(args.seed)
+    texts = [f"turn {i}: {realistic_text(rng)}" for i in range(args.records)]
+    encoder.encode(texts[:32])  # warm up torch before anything is timed
+    ratios, adds, encodes = [], [], []
+    with PersonaMem.open(root, encoder=encoder) as mem:
+        mem.add("warm-up", "warm up the store")
+        for i, text in enumerate(texts):
+            mem.store.flush()  # the previous turn's indexing happens between turns, as in a chat
+            user = f"user{i % args.users}"
+            order = (0, 1) if i % 2 == 0 else (1, 0)
+            spent = [0.0, 0.0]
+            for side in order:
+                start = time.perf_counter()
+                if side == 0:
+                    encoder.encode([text + " (baseline)"])  # same length, never cached
+                else:
+                    mem.add(user, text)
+                spent[side] = time.perf_counter() - start
+            if i % args.check_every == 0:
+                hits = mem.search(user, text, k=1)
+                if not hits or hits[0].record.text != text:
+                    raise SystemExit(f"read-your-writes failed: turn {i} not found right after add")
+            encodes.append(spent[0])
+            adds.append(spent[1])
+            ratios.append(spent[1] / spent[0])
+        burst_texts = [f"burst {i}: {realistic_text(rng)}" for i in range(args.records // 3)]
+        start = time.perf_counter()
+        for text in burst_texts:
+            mem.add("burst-user", text)
+        burst = time.perf_counter() - start
+        mem.store.flush()
+        drained = time.perf_counter() - start
+        start = time.perf_counter()
+        for text in burst_texts:
+            encoder.encode([text + " (baseline)"])
+        burst_encode = time.perf_counter() - start
+        if not mem.store.check().ok:
+            raise SystemExit("store inconsistent after the run")
+    ratio = statistics.median(ratios)
+    print(f"{args.records} single adds for {args.users} users, each after the previous was indexed")
+    print(f"encoder.encode([text]) median {statistics.median(encodes) * 1e3:6.1f} ms")
+    print(f"mem.add(user, text)    median {statistics.median(adds) * 1e3:6.1f} ms")
+    print(f"paired ratio add/encode median {ratio:.2f} (p90 {statistics.quantiles(ratios, n=10)[-1]:.2f})")
+    n = len(burst_texts)
+    print(
+        f"back-to-back: {n} adds returned in {burst:.2f} s, all indexed after {drained:.2f} s; "
+        f"{n} encoder calls alone {burst_encode:.2f} s (ratio {drained / burst_encode:.2f}, not gated)"
+    )
+    return ratio
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=300)
+    parser.add_argument("--users", type=int, default=10)
+    parser.add_argument("--check-every", type=int, default=10, help="search after every Nth add")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="personamem-bench-add-"))
+    try:
+        log("[setup] loading encoder")
+        ratio = run(args, root / "store")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"single_add_ratio: {ratio:.2f} (target <= {TARGET_RATIO})")
+    return 0 if ratio <= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
