@@ -150,6 +150,32 @@ def test_a_stalling_server_times_out(local: TransformersLLM) -> None:
     assert timeout * (retries + 1) <= elapsed < timeout * (retries + 1) + 1.0
 
 
+def test_the_call_deadline_bounds_all_attempts(local: TransformersLLM, mem: PersonaMem) -> None:
+    """A stalled server holds a caller for ``deadline_s``, whatever the timeout and retries add up to."""
+    from personamem.errors import PBRFallbackWarning
+    from personamem.pipeline import Pipeline, PipelineConfig
+
+    mem.add("ana", "I'm vegan and avoid dairy.")
+    with (
+        OpenAIServer(local, "stall") as server,
+        OpenAICompatibleLLM(
+            server.url, "m", timeout=10, deadline_s=1.5, max_retries=3, tokenizer=local.tokenizer
+        ) as remote,
+    ):
+        start = time.monotonic()
+        with pytest.raises(LLMError, match=r"1\.5 s deadline"):
+            remote.loglikelihood([("The capital of France is", " Paris")])
+        assert 1.5 <= time.monotonic() - start < 3.0
+        pbr = Pipeline(
+            mem.store, PipelineConfig(personalizer="pbr-no-anchor", first_stage="dense"), llm=remote
+        )
+        start = time.monotonic()
+        with pytest.warns(PBRFallbackWarning, match="the LLM failed"):
+            context = pbr.context("ana", "what should I eat tonight?")
+        assert time.monotonic() - start < 4.0
+    assert [h.record.text for h in context.hits] == ["I'm vegan and avoid dairy."]
+
+
 def test_a_bad_request_fails_at_once(local: TransformersLLM) -> None:
     with OpenAIServer(local, "bad_request") as server, _client(server.url) as remote:
         with pytest.raises(LLMError, match="400"):

@@ -10,11 +10,16 @@ own (the openai client's retries are off, so the attempt count is exact): timeou
 429 and 5xx are retried with exponential backoff and jitter, and so is a status 200 whose body is not
 the API's answer (not JSON, an HTML page, JSON of another shape: a broken proxy or a captive portal);
 other 4xx fail at once. Whatever goes wrong ends as :class:`~personamem.errors.LLMError`.
+
+One call (``loglikelihood`` or ``generate``) has a deadline, 30 s by default, that bounds all of its
+attempts and backoff: a stalled server holds an interactive caller for seconds, not the minutes that
+per-attempt timeouts times retries add up to.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import random
 import time
@@ -54,7 +59,8 @@ class OpenAICompatibleLLM:
         model: str,
         *,
         api_key: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = 15.0,
+        deadline_s: float | None = 30.0,
         max_retries: int = 3,
         backoff: float = 0.5,
         context_window: int = 8192,
@@ -67,10 +73,12 @@ class OpenAICompatibleLLM:
             base_url: the API root, ending in ``/v1`` for most servers.
             model: the model name the server knows; also this backend's :attr:`name`.
             api_key: defaults to ``$OPENAI_API_KEY``, else ``"EMPTY"`` (local servers ignore it).
-            timeout: seconds for each phase of one attempt (connecting, each read of the answer). A
-                request fails after at most about
-                ``timeout × (max_retries + 1) + backoff × (2**max_retries - 1)`` seconds, unless a
-                server trickles its answer in pieces each just under ``timeout`` apart.
+            timeout: seconds for each phase of one attempt (connecting, each read of the answer);
+                15 s covers a long generation's first token from a loaded server, and leaves a
+                stalled attempt time to be retried within the deadline.
+            deadline_s: seconds for one whole call, all requests, attempts and backoff included;
+                past it no attempt starts, the one in flight is cut off, and the call raises
+                :class:`LLMError`. None: no deadline (a batch job that would rather wait).
             max_retries: further attempts after a transient failure (0: one attempt only).
             backoff: seconds before the first retry; doubles each retry, times a jitter in [0.5, 1]
                 so that concurrent requests do not retry in lock step.
@@ -96,6 +104,8 @@ class OpenAICompatibleLLM:
             max_retries=0,
         )
         self._model = model
+        self._timeout = timeout
+        self._deadline_s = deadline_s
         self._max_retries = max_retries
         self._backoff = backoff
         self._context_window = context_window
@@ -147,7 +157,8 @@ class OpenAICompatibleLLM:
         rendered = [(self._render(prompt), target) for prompt, target in requests]  # fail before sending
         if any(not target for _, target in rendered):
             raise ValueError("target '' has no tokens to score")
-        results = self._map(_shape_checked(self._score, self.base_url), rendered)
+        score = functools.partial(self._score, deadline=self._deadline())
+        results = self._map(_shape_checked(score, self.base_url), rendered)
         return Scores(
             logprobs=[float(sum(values)) for values, _ in results],
             token_logprobs=[values for values, _ in results],
@@ -186,15 +197,18 @@ class OpenAICompatibleLLM:
             options["seed"] = seed
         if stop:
             options["stop"] = list(stop)
+        deadline = self._deadline()
 
         def sample(prompt: Prompt) -> tuple[list[str], Usage]:
             if isinstance(prompt, str):
-                completion = self._call(self._client.completions.create, prompt=prompt, **options)
+                completion = self._call(self._client.completions.create, deadline, prompt=prompt, **options)
                 texts = [c.text for c in sorted(completion.choices, key=lambda c: c.index)]
                 usage = completion.usage
             else:
                 messages = [dict(m) for m in prompt]
-                chat = self._call(self._client.chat.completions.create, messages=messages, **options)
+                chat = self._call(
+                    self._client.chat.completions.create, deadline, messages=messages, **options
+                )
                 texts = [c.message.content or "" for c in sorted(chat.choices, key=lambda c: c.index)]
                 usage = chat.usage
             if len(texts) != n:
@@ -206,11 +220,15 @@ class OpenAICompatibleLLM:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _score(self, request: tuple[str, str]) -> tuple[list[float], Usage]:
+    def _deadline(self) -> float | None:
+        """When a call starting now must be done (``time.monotonic`` seconds), or None."""
+        return None if self._deadline_s is None else time.monotonic() + self._deadline_s
+
+    def _score(self, request: tuple[str, str], deadline: float | None) -> tuple[list[float], Usage]:
         """One target's token log-probabilities, picked out of the echoed prompt by ``text_offset``."""
         context, target = request
         text = context + target
-        answer = self._echo(text)
+        answer = self._echo(text, deadline)
         logprobs = answer.choices[0].logprobs if answer.choices else None
         if logprobs is None or not logprobs.token_logprobs or not logprobs.text_offset:
             raise LLMError(NO_PROMPT_LOGPROBS.format(url=self.base_url))
@@ -229,7 +247,7 @@ class OpenAICompatibleLLM:
         usage = _usage(answer.usage) if answer.usage else Usage(prompt_tokens=end)
         return [float(v) for v in values], usage
 
-    def _echo(self, text: str) -> Any:
+    def _echo(self, text: str, deadline: float | None) -> Any:
         """Score ``text`` generating nothing where the server allows ``max_tokens=0``, else one token."""
         request: dict[str, Any] = {
             "model": self._model,
@@ -240,7 +258,7 @@ class OpenAICompatibleLLM:
         }
         if self._zero_max_tokens:
             try:
-                return self._call(self._client.completions.create, max_tokens=0, **request)
+                return self._call(self._client.completions.create, deadline, max_tokens=0, **request)
             except LLMError as e:
                 cause = e.__cause__
                 if not (
@@ -250,17 +268,28 @@ class OpenAICompatibleLLM:
                 ):
                     raise
             self._zero_max_tokens = False  # remembered: later requests go straight to one token
-        return self._call(self._client.completions.create, max_tokens=1, **request)
+        return self._call(self._client.completions.create, deadline, max_tokens=1, **request)
 
-    def _call(self, create: Callable[..., _T], **kwargs: Any) -> _T:
-        """``create(**kwargs)``, retrying timeouts, connection errors, 429 and 5xx with backoff."""
+    def _call(self, create: Callable[..., _T], deadline: float | None, **kwargs: Any) -> _T:
+        """``create(**kwargs)`` by ``deadline``, retrying timeouts, connection errors, 429 and 5xx."""
         attempts = self._max_retries + 1
         last: Exception | None = None
         for attempt in range(attempts):
             if attempt:
-                time.sleep(self._backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.0))
+                pause = self._backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.0)
+                time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+            timeout = self._timeout
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise LLMError(
+                        f"{self.base_url} gave no usable answer within the call's {self._deadline_s:g} s "
+                        f"deadline ({attempt} attempt(s); the last error: {last}); raise deadline_s= "
+                        "for slow servers"
+                    ) from last
+                timeout = min(timeout, left)
             try:
-                answer = create(**kwargs)
+                answer = create(**kwargs, timeout=timeout)
             except self._openai.APIStatusError as e:
                 if e.status_code != 429 and e.status_code < 500:
                     raise LLMError(f"{self.base_url} rejected the request: {e}") from e
