@@ -81,7 +81,7 @@ def main() -> int:
     try:
         for rep in range(args.repeats):
             runs.append(one_repeat(args, base / f"run{rep}", rep))
-            write_s, forget_s, size = runs[-1]
+            write_s, forget_s, _ = runs[-1]
             log(f"[rep {rep + 1}/{args.repeats}] add_many {write_s:.2f} s, forget {forget_s:.2f} s")
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -175,3 +175,18 @@ def test_ingest_that_fails_at_the_write_reports_and_the_same_command_finishes(
     assert "stored 300 record(s)" in capsys.readouterr().out
     with PersonaMem.open(tmp_path / "store", encoder=encoder) as mem:
         assert mem.count("ana") == 300 and mem.store.check().ok
+
+
+def test_a_store_from_before_kept_vectors_gains_the_column(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    import sqlite3
+
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.add_many(["I keep bees"], user_id="ana")
+    with sqlite3.connect(tmp_path / "personamem.sqlite") as db:
+        db.execute("ALTER TABLE records DROP COLUMN pending_vector")  # the table as older versions made it
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.add("ana", "my hives are in the orchard")
+        assert [h.record.text for h in mem.search("ana", "orchard hives", k=1)] == [
+            "my hives are in the orchard"
+        ]
+        assert mem.store.check().ok

@@ -188,7 +188,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA secure_delete=ON")  # forgotten users' bytes are zeroed, not left in free pages
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
-    # transactions are begun by _begin_immediate (writer) or lazily by the driver (readers)
+    # the driver's own implicit BEGIN is off: the engine's "begin" listener emits BEGIN [IMMEDIATE]
     dbapi_connection.isolation_level = None
 
 
@@ -236,10 +236,10 @@ class SqlCatalog:
     def __init__(self, url: str) -> None:
         parsed = make_url(url)
         self.url = url
-        self._dialect = parsed.get_backend_name()
-        database = parsed.database if self._dialect == "sqlite" else None
+        sqlite_url = parsed.get_backend_name() == "sqlite"
+        database = parsed.database if sqlite_url else None
         self._sqlite_file = Path(database).resolve() if database and database != ":memory:" else None
-        if self._dialect == "sqlite":
+        if sqlite_url:
             args = {"connect_args": {"check_same_thread": False}}
             self.engine: Engine = create_engine(url, **args)
             # a second engine for writes: SQLAlchemy begins a transaction one way per engine
@@ -614,6 +614,7 @@ class SqlCatalog:
         """
         reader = self._revision_reader()
         query = "SELECT vector_id, pending_vector FROM records WHERE user_id = ? AND status = ?"
+        rows: Sequence[tuple[str, bytes | None]]
         if reader is not None:
             rows = reader.execute(query, (user_id, RecordStatus.PENDING.value)).fetchall()
         else:

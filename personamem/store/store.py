@@ -7,9 +7,10 @@ Write protocol, idempotent by (user, id):
 3. upsert their vectors;
 4. mark them ``indexed``.
 
-A process killed anywhere leaves at worst pending rows, which opening the store repairs (re-encode,
-upsert, mark). A vector never exists without its row, because the row is committed first. ``forget``
-marks the user, drops the vectors, then deletes the rows; an interrupted forget is finished on open.
+A process killed anywhere leaves at worst pending rows, which opening the store repairs (encode
+unless the vector was kept, upsert, mark). A vector never exists without its row, because the row is
+committed first. ``forget`` marks the user, drops the vectors, then deletes the rows; an interrupted
+forget is finished on open.
 
 ``add`` (one record, the chat path) encodes first, stages the row with its vector, and leaves steps
 3–4 to a background thread (``store/indexer.py``); until then searches score the pending vector from
