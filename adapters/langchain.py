@@ -303,15 +303,8 @@ class PersonaMemChatMessageHistory(BaseChatMessageHistory):
         self.memory.add_many(records, user_id=self.user_id)
 
     def clear(self) -> None:
-        """Not supported: records are durable and PersonaMem has no per-record delete.
-
-        Raises:
-            NotImplementedError: always; ``memory.forget(user_id)`` erases all of a user's records.
-        """
-        raise NotImplementedError(
-            "PersonaMem records are durable and cannot be deleted one session at a time; "
-            f"memory.forget({self.user_id!r}) erases all of this user's records, sessions included"
-        )
+        """Delete this session's messages, leaving no trace of them; the user's other records stay."""
+        self.memory.delete(self.user_id, [record.id for record in self._session_records()])
 
 
 def _record_to_message(record: Record) -> BaseMessage:

@@ -7,7 +7,7 @@ or config, built on first use and kept (a PURPLE checkpoint or an LLM is loaded 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -150,6 +150,41 @@ class PersonaMem:
                 raise InvalidRecordError(f"record {position}: {exc}") from None
         self.store.add_many(parsed, progress=progress)
         return parsed
+
+    def delete(self, user_id: str, record_ids: str | Sequence[str]) -> list[str]:
+        """Delete records of ``user_id`` by id, leaving no trace of them; returns the ids deleted.
+
+        Ids the user does not have are skipped. The user's cached derived values (LLM outputs that
+        may quote a deleted record) are dropped; the cost grows with the user's record count.
+
+        Raises:
+            InvalidInputError: a user id or record id that is not a non-empty string.
+        """
+        ids = [record_ids] if isinstance(record_ids, str) else list(record_ids)
+        for record_id in ids:
+            if not isinstance(record_id, str) or not record_id:
+                raise InvalidInputError(f"record ids must be non-empty strings, got {record_id!r}")
+        return self.store.delete(check_user_id(user_id), ids)
+
+    def update(self, user_id: str, record_id: str, **changes: Any) -> Record:
+        """Replace fields of one record (``text``, ``category``, ``metadata``...); returns the new record.
+
+        The record keeps its id; the new version is validated like any record, written as ``add``
+        writes, and re-indexed.
+
+        Raises:
+            InvalidInputError: the user has no record ``record_id``, or ``changes`` include an
+                ``id`` (delete and add instead).
+            InvalidRecordError: the changed record is not valid.
+        """
+        if "id" in changes:
+            raise InvalidInputError("update cannot change a record's id; delete it and add a new one")
+        current = self.get(user_id, record_id)
+        if current is None:
+            raise InvalidInputError(f"user {user_id!r} has no record {record_id!r}")
+        record = parse_record({**current.model_dump(), **changes})
+        self.store.add(record)
+        return record
 
     def forget(self, user_id: str) -> bool:
         """Erase the user: records, vectors and cached derived data. False if unknown."""

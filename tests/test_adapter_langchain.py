@@ -427,12 +427,18 @@ def test_history_refuses_textless_messages_before_writing(mem: PersonaMem) -> No
     assert mem.count("alice") == 0
 
 
-def test_history_clear_is_refused_and_points_to_forget(mem: PersonaMem) -> None:
+def test_history_clear_deletes_only_its_session(mem: PersonaMem) -> None:
     history = PersonaMemChatMessageHistory(mem, "alice", "s1")
-    history.add_user_message("hello")
-    with pytest.raises(NotImplementedError, match=r"forget\('alice'\)"):
-        history.clear()
-    assert len(history.messages) == 1
+    history.add_user_message("hello from the first session")
+    other = PersonaMemChatMessageHistory(mem, "alice", "s2")
+    other.add_user_message("hello from the second session")
+    mem.add("alice", "I like tea")
+    history.clear()
+    assert history.messages == []
+    assert [m.text for m in other.messages] == ["hello from the second session"]
+    assert sorted(r.text for r in mem.records("alice")) == ["I like tea", "hello from the second session"]
+    history.add_user_message("a fresh start")  # positions restart in a cleared session
+    assert [m.text for m in history.messages] == ["a fresh start"]
 
 
 async def test_history_async_defaults(mem: PersonaMem) -> None:

@@ -30,6 +30,7 @@ from sqlalchemy import (
     Engine,
     LargeBinary,
     UniqueConstraint,
+    delete,
     event,
     func,
     inspect,
@@ -468,6 +469,57 @@ class SqlCatalog:
             self._bump(s, user_id)
             return True
 
+    def delete_records(
+        self, user_id: str, record_ids: Sequence[str], kept: tuple[list[str], np.ndarray]
+    ) -> list[str]:
+        """Delete the user's records with these ids in one transaction; return the ids deleted.
+
+        The user's other records go back to ``pending`` with their vectors (``kept``: vector ids and
+        vectors as read from the index), because the caller rebuilds the user's collection to erase
+        the deleted vectors; a crash during the rebuild leaves pending rows that repair indexes. The
+        user's derived values are dropped too: an LLM's output may quote a deleted record.
+        """
+        blobs = dict(zip(kept[0], (_blob(v) for v in kept[1]), strict=True))
+        with self.session(write=True) as s:
+            found: list[str] = []
+            for ids in _chunks(list(record_ids)):
+                found += s.exec(
+                    select(RecordRow.record_id).where(
+                        RecordRow.user_id == user_id, col(RecordRow.record_id).in_(ids)
+                    )
+                )
+            if not found:
+                return []
+            for ids in _chunks(found):
+                s.execute(
+                    delete(RecordRow).where(
+                        col(RecordRow.user_id) == user_id, col(RecordRow.record_id).in_(ids)
+                    )
+                )
+            s.execute(delete(DerivedRow).where(col(DerivedRow.user_id) == user_id))
+            rows = s.exec(
+                select(RecordRow.pk, RecordRow.vector_id).where(
+                    RecordRow.user_id == user_id, RecordRow.status == RecordStatus.INDEXED.value
+                )
+            ).all()
+            for pk, vector_id in rows:
+                if vector_id in blobs:
+                    s.execute(
+                        update(RecordRow)
+                        .where(col(RecordRow.pk) == pk)
+                        .values(status=RecordStatus.PENDING.value, pending_vector=blobs[vector_id])
+                    )
+                else:  # indexed, yet not in the index: repair re-encodes it
+                    s.execute(
+                        update(RecordRow)
+                        .where(col(RecordRow.pk) == pk)
+                        .values(status=RecordStatus.PENDING.value)
+                    )
+            self._bump(s, user_id)
+        if self._sqlite_file is not None:
+            vacuum_sqlite(self._sqlite_file, wal=True)
+        return found
+
     def begin_forget(self, user_id: str) -> bool:
         """Mark the user as being forgotten; False if the user is unknown."""
         with self.session(write=True) as s:
@@ -597,11 +649,12 @@ class SqlCatalog:
                 stmt = stmt.where(RecordRow.status == status.value)
             return set(s.exec(stmt))
 
-    def pending(self) -> dict[str, list[tuple[Record, np.ndarray | None]]]:
+    def pending(self, user_id: str | None = None) -> dict[str, list[tuple[Record, np.ndarray | None]]]:
         """Records not yet indexed (written just now, or interrupted), by user, with kept vectors."""
         out: dict[str, list[tuple[Record, np.ndarray | None]]] = {}
         with self.session() as s:
-            rows = s.exec(select(RecordRow).where(RecordRow.status == RecordStatus.PENDING.value))
+            stmt = select(RecordRow).where(RecordRow.status == RecordStatus.PENDING.value)
+            rows = s.exec(stmt if user_id is None else stmt.where(RecordRow.user_id == user_id))
             for row in rows:
                 vector = None if row.pending_vector is None else np.frombuffer(row.pending_vector, "<f4")
                 out.setdefault(row.user_id, []).append((row.to_record(), vector))

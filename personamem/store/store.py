@@ -269,6 +269,25 @@ class Store:
             self._finish_forget(user_id)
             return True
 
+    def delete(self, user_id: str, record_ids: Sequence[str]) -> list[str]:
+        """Delete these records of the user, leaving no trace of them; return the ids deleted.
+
+        A deleted vector is erased, not only unlinked: Chroma's HNSW ``delete`` marks a vector
+        deleted and keeps its bytes, so the user's collection is rebuilt from the vectors that stay
+        (the rows wait as pending with their vectors meanwhile: searchable, and repaired after a
+        crash). The cost grows with the user's record count, not with the number deleted.
+        """
+        with contextlib.suppress(StoreError):
+            self._indexer.flush()
+        with self._write_lock:
+            collection = self.names.collection(user_id)
+            deleted = self.catalog.delete_records(user_id, record_ids, self.index.vectors(collection))
+            if deleted:
+                self.index.drop([collection])
+                for pending in self.catalog.pending(user_id).values():
+                    self._index_pending(pending)
+            return deleted
+
     def _finish_forget(self, user_id: str) -> None:
         for cache in list(self._caches):
             cache.evict(user_id)
@@ -280,15 +299,15 @@ class Store:
         with self._write_lock:
             for user_id in self.catalog.users_being_forgotten():
                 self._finish_forget(user_id)
-            repaired = 0
-            for pending in self.catalog.pending().values():
-                records = [record for record, _ in pending]
-                missing = [i for i, (_, vector) in enumerate(pending) if vector is None]
-                encoded = iter(self.encoder.encode([records[i].text for i in missing]) if missing else [])
-                vectors = np.stack([next(encoded) if v is None else v for _, v in pending])
-                self._index(records, vectors)
-                repaired += len(records)
-            return repaired
+            return sum(self._index_pending(pending) for pending in self.catalog.pending().values())
+
+    def _index_pending(self, pending: list[tuple[Record, np.ndarray | None]]) -> int:
+        """Index pending rows, encoding only those whose vector was not kept; return how many."""
+        records = [record for record, _ in pending]
+        missing = [i for i, (_, vector) in enumerate(pending) if vector is None]
+        encoded = iter(self.encoder.encode([records[i].text for i in missing]) if missing else [])
+        self._index(records, np.stack([next(encoded) if v is None else v for _, v in pending]))
+        return len(records)
 
     # -- reads ------------------------------------------------------------------------------------
 

@@ -117,6 +117,20 @@ class MemoryContract:
         hits = two_users.search("alice", "cello violin", k=5, method="bm25")
         assert [h.record.text for h in hits] == ["I started learning the violin."]
 
+    def test_delete_and_update_one_record(self, two_users: PersonaMem) -> None:
+        cello = two_users.records("alice")[1]
+        assert two_users.search("alice", "cello", k=1, method="bm25")  # warms alice's BM25 cache
+        assert two_users.delete("alice", [cello.id]) == [cello.id]
+        assert two_users.get("alice", cello.id) is None and two_users.count("alice") == 2
+        for method in FIRST_STAGES:
+            assert cello.id not in {
+                h.record.id for h in two_users.search("alice", "cello", k=3, method=method)
+            }
+        lisbon = two_users.records("alice")[-1]
+        two_users.update("alice", lisbon.id, text="My favourite city is Porto.")
+        assert two_users.search("alice", "Porto", k=1, method="bm25")[0].record.id == lisbon.id
+        assert two_users.count("bob") == 3 and two_users.store.check().ok
+
     def test_invalid_batch_stores_nothing(self, two_users: PersonaMem) -> None:
         with pytest.raises(InvalidRecordError, match="record 1"):
             two_users.add_many([{"text": "fine"}, {"text": "   "}], user_id="alice")
