@@ -3,23 +3,15 @@
 import hashlib
 from pathlib import Path
 
-import numpy as np
 import pytest
 from sqlmodel import select
 
 from personamem import PersonaMem, SentenceEncoder
 from personamem.store.pseudonyms import legacy_collection
 from personamem.store.sql import PSEUDONYM_KEY, RecordRow, StoreInfo
+from tests.bytescan import files_containing, store_files, vectors_in
 
 MARKERS = ["ZQXTEXTMARK", "ZQXIDMARK", "ZQXUSERMARK", "ZQXMETAMARK", "ZQXCATMARK"]
-
-
-def _store_bytes(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-def _files_containing(files: dict[str, bytes], needle: bytes) -> list[str]:
-    return [name for name, data in files.items() if needle in data]
 
 
 def test_forget_leaves_no_trace_on_disk(tmp_path: Path, encoder: SentenceEncoder) -> None:
@@ -44,20 +36,19 @@ def test_forget_leaves_no_trace_on_disk(tmp_path: Path, encoder: SentenceEncoder
         names = mem.store.names
         collection = names.collection("ZQXUSERMARK").encode()
         vector_ids = [names.vector_id("ZQXUSERMARK", r.id).encode() for r in records]
-        prefixes = [row[:4].astype(np.float32).tobytes() for row in vectors]  # 16 bytes of each vector
-        before = _store_bytes(store)
-        assert _files_containing(before, b"ZQXTEXTMARK"), "the marker should be on disk before forget"
-        assert _files_containing(before, collection), "the collection name should be on disk before"
-        assert sum(any(p in data for data in before.values()) for p in prefixes) > 200
+        before = store_files(store)
+        assert files_containing(before, b"ZQXTEXTMARK"), "the marker should be on disk before forget"
+        assert files_containing(before, collection), "the collection name should be on disk before"
+        assert len(vectors_in(before, vectors)) > 200
 
         assert mem.forget("ZQXUSERMARK")
 
-        after = _store_bytes(store)
+        after = store_files(store)
         for marker in MARKERS:
-            assert _files_containing(after, marker.encode()) == [], marker
-        assert _files_containing(after, collection) == []
-        assert [vid for vid in vector_ids if _files_containing(after, vid)] == []
-        assert [i for i, p in enumerate(prefixes) if _files_containing(after, p)] == []
+            assert files_containing(after, marker.encode()) == [], marker
+        assert files_containing(after, collection) == []
+        assert [vid for vid in vector_ids if files_containing(after, vid)] == []
+        assert vectors_in(after, vectors) == set()
         assert [r.text for r in mem.records("other-1")][:1] == ["note 0 of user 1"]
     with PersonaMem.open(store, encoder=encoder) as mem:
         assert mem.users() == ["other-0", "other-1", "other-2"]
