@@ -502,19 +502,12 @@ class SqlCatalog:
                     RecordRow.user_id == user_id, RecordRow.status == RecordStatus.INDEXED.value
                 )
             ).all()
-            for pk, vector_id in rows:
-                if vector_id in blobs:
-                    s.execute(
-                        update(RecordRow)
-                        .where(col(RecordRow.pk) == pk)
-                        .values(status=RecordStatus.PENDING.value, pending_vector=blobs[vector_id])
-                    )
-                else:  # indexed, yet not in the index: repair re-encodes it
-                    s.execute(
-                        update(RecordRow)
-                        .where(col(RecordRow.pk) == pk)
-                        .values(status=RecordStatus.PENDING.value)
-                    )
+            # one executemany (an ORM bulk update by primary key); a row not in the index gets no
+            # vector and is re-encoded by repair
+            pending = RecordStatus.PENDING.value
+            changes = [{"pk": pk, "status": pending, "pending_vector": blobs.get(vid)} for pk, vid in rows]
+            if changes:
+                s.execute(update(RecordRow), changes)
             self._bump(s, user_id)
         if self._sqlite_file is not None:
             vacuum_sqlite(self._sqlite_file, wal=True)
