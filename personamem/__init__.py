@@ -6,6 +6,7 @@ an LLM should see for a query, and forget users without a trace.
 
 from personamem.encoder import Encoder, SentenceEncoder, TokenStates, default_encoder
 from personamem.errors import (
+    AuthenticationError,
     CheckpointError,
     ConfigError,
     FallbackWarning,
@@ -17,6 +18,7 @@ from personamem.errors import (
     PartialWriteError,
     PersonaMemError,
     PersonaMemWarning,
+    RemoteError,
     StoreError,
     TruncationWarning,
 )
@@ -29,6 +31,7 @@ from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetri
 from personamem.store import ConsistencyReport, Store
 
 __all__ = [
+    "AuthenticationError",
     "BM25Retriever",
     "CheckpointError",
     "ConfigError",
@@ -55,6 +58,7 @@ __all__ = [
     "Record",
     "RecordKind",
     "RelevanceSelector",
+    "RemoteError",
     "Retriever",
     "SentenceEncoder",
     "Store",

@@ -17,11 +17,12 @@ from rich.table import Table
 
 from personamem.cli_analyze import analyze_app
 from personamem.cli_options import config_options
+from personamem.cli_server import keys_app, serve
 from personamem.cli_train import train_app
 from personamem.console import err, out, progress_bar
 from personamem.errors import CheckpointError, ConfigError, MethodError, PersonaMemError
 from personamem.eval.evaluate import EvalConfig
-from personamem.memory import PersonaMem
+from personamem.memory import PersonaMem, open_memory
 from personamem.methods import method_help
 from personamem.pipeline import PipelineConfig, load_pipeline
 from personamem.pipeline.config import pipeline_config
@@ -38,6 +39,8 @@ app = typer.Typer(
 )
 app.add_typer(train_app, name="train")
 app.add_typer(analyze_app, name="analyze")
+app.add_typer(keys_app, name="keys")
+app.command()(serve)
 
 
 def default_store() -> Path:
@@ -69,14 +72,10 @@ class StoreOptions:
 
     def open(self, **overrides: object) -> PersonaMem:
         """Open the configured store: a local folder unless a SQL URL is given."""
-        pipeline = self.pipeline(**overrides)
-        if self.sql_url:
-            if self.chroma_url:
-                return PersonaMem.connect(self.sql_url, chroma_url=self.chroma_url, pipeline=pipeline)
-            return PersonaMem.connect(self.sql_url, chroma_path=self.path / "chroma", pipeline=pipeline)
-        if self.chroma_url:
+        if self.chroma_url and not self.sql_url:
             raise typer.BadParameter("--chroma-url needs --sql-url (the SQL side is the source of truth)")
-        return PersonaMem.open(self.path, pipeline=pipeline)
+        pipeline = self.pipeline(**overrides)
+        return open_memory(self.path, sql_url=self.sql_url, chroma_url=self.chroma_url, pipeline=pipeline)
 
 
 class RewriteStrategy(StrEnum):

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 
 __all__ = [
+    "AuthenticationError",
     "CheckpointError",
     "ConfigError",
     "FallbackWarning",
@@ -30,6 +31,7 @@ __all__ = [
     "PersonaMemError",
     "PersonaMemWarning",
     "PipelineFallbackWarning",
+    "RemoteError",
     "RewriteFallbackWarning",
     "StoreError",
     "TruncationWarning",
@@ -105,6 +107,18 @@ class MissingExtraError(PersonaMemError, ImportError):
     def __init__(self, modules: list[str], extra: str) -> None:
         super().__init__(f'{", ".join(modules)} not installed: pip install "personamem[{extra}]"')
         self.extra = extra
+
+
+class RemoteError(PersonaMemError):
+    """A personamem server could not be reached, or failed (5xx); ``status`` is the HTTP status, if any."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AuthenticationError(RemoteError):
+    """The server refused the API key: missing, malformed, unknown or revoked (HTTP 401)."""
 
 
 class PersonaMemWarning(UserWarning):

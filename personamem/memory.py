@@ -15,17 +15,17 @@ from typing import Any
 import numpy as np
 
 from personamem.encoder import Encoder
-from personamem.errors import ConfigError, InvalidInputError, InvalidRecordError, MethodError
+from personamem.errors import ConfigError, InvalidInputError, MethodError
 from personamem.llm.base import FrozenLLM
 from personamem.methods import check_llm, method_config
 from personamem.pipeline import Context, Pipeline, PipelineConfig, load_pipeline
 from personamem.pipeline.config import pipeline_config
 from personamem.profile import ProfileSelector
-from personamem.records import Record, check_user_id, parse_record
+from personamem.records import Record, check_user_id, parse_record, parse_records
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
 from personamem.store import Store
 
-__all__ = ["PersonaMem"]
+__all__ = ["PersonaMem", "open_memory"]
 
 
 class PersonaMem:
@@ -91,6 +91,20 @@ class PersonaMem:
         store = Store.connect(sql_url, chroma_url=chroma_url, chroma_path=chroma_path, encoder=encoder)
         return cls(store, pipeline=config, llm=llm)
 
+    def tenant(self, name: str) -> PersonaMem:
+        """This memory as tenant ``name`` sees it: its own users, even where ids equal another's.
+
+        Isolation is the store's (:meth:`Store.for_tenant`), so every method, pipeline and adapter
+        built on the returned object reads and erases that tenant's records only. It shares this
+        object's store, pipeline config and loaded LLMs; closing it does nothing.
+
+        Raises:
+            InvalidInputError: a tenant name that is not 1-64 letters, digits, ``_``, ``.``, ``-``.
+        """
+        view = PersonaMem(self.store.for_tenant(name), pipeline=self.config, llm=self._llm)
+        view._llms, view._lock = self._llms, self._lock  # an LLM named by the config loads once
+        return view
+
     def __enter__(self) -> PersonaMem:
         return self
 
@@ -121,6 +135,7 @@ class PersonaMem:
         *,
         user_id: str | None = None,
         progress: Callable[[int], None] | None = None,
+        batch_size: int = 256,
     ) -> list[Record]:
         """Remember many records; all are validated before any is written.
 
@@ -128,27 +143,15 @@ class PersonaMem:
             records: records, dicts with Record fields, or plain texts (of ``user_id``).
             user_id: owner of records that name none (a record naming another user is an error).
             progress: called with the count of records finished after each durable batch.
+            batch_size: records per SQL transaction; ``len(records)`` makes the whole call one
+                transaction, so after any crash all of it or none of it is stored (the server's
+                batch route does this).
 
         Raises:
             InvalidRecordError: naming the position of the first bad record; nothing was written.
         """
-        parsed = []
-        for position, item in enumerate(records):
-            try:
-                if isinstance(item, Record):
-                    if user_id is not None and item.user_id != user_id:
-                        raise InvalidRecordError(f"record is for user {item.user_id!r}, not {user_id!r}")
-                    parsed.append(item)
-                elif isinstance(item, str):
-                    parsed.append(parse_record({"text": item}, default_user=user_id))
-                elif isinstance(item, Mapping):
-                    parsed.append(parse_record(dict(item), default_user=user_id))
-                else:
-                    kind = type(item).__name__
-                    raise InvalidRecordError(f"expected a Record, a dict or a text, got {kind}")
-            except InvalidRecordError as exc:
-                raise InvalidRecordError(f"record {position}: {exc}") from None
-        self.store.add_many(parsed, progress=progress)
+        parsed = parse_records(records, user_id=user_id)
+        self.store.add_many(parsed, progress=progress, batch_size=max(batch_size, 1))
         return parsed
 
     def delete(self, user_id: str, record_ids: str | Sequence[str]) -> list[str]:
@@ -166,7 +169,7 @@ class PersonaMem:
                 raise InvalidInputError(f"record ids must be non-empty strings, got {record_id!r}")
         return self.store.delete(check_user_id(user_id), ids)
 
-    def update(self, user_id: str, record_id: str, **changes: Any) -> Record:
+    def update(self, user_id: str, record_id: str, /, **changes: Any) -> Record:
         """Replace fields of one record (``text``, ``category``, ``metadata``...); returns the new record.
 
         The record keeps its id; the new version is validated like any record, written as ``add``
@@ -174,11 +177,11 @@ class PersonaMem:
 
         Raises:
             InvalidInputError: the user has no record ``record_id``, or ``changes`` include an
-                ``id`` (delete and add instead).
+                ``id`` or a ``user_id`` (delete and add instead).
             InvalidRecordError: the changed record is not valid.
         """
-        if "id" in changes:
-            raise InvalidInputError("update cannot change a record's id; delete it and add a new one")
+        if "id" in changes or "user_id" in changes:
+            raise InvalidInputError("update cannot change a record's id or user; delete it and add a new one")
         current = self.get(user_id, record_id)
         if current is None:
             raise InvalidInputError(f"user {user_id!r} has no record {record_id!r}")
@@ -272,14 +275,22 @@ class PersonaMem:
             return found
 
     def _llm_for(self, config: PipelineConfig) -> FrozenLLM | None:
-        """The LLM given to the constructor, else the one ``config.llm`` names (loaded once)."""
+        """The LLM given to the constructor, else the one ``config.llm`` names (loaded once).
+
+        With ``config.llm_url`` it is that server's model, reached through the OpenAI-compatible backend.
+        """
         if self._llm is not None or config.llm is None:
             return self._llm
-        if config.llm not in self._llms:
-            from personamem.llm import TransformersLLM
+        name = f"{config.llm}@{config.llm_url}" if config.llm_url else config.llm
+        if name not in self._llms:
+            from personamem.llm import OpenAICompatibleLLM, TransformersLLM
 
-            self._llms[config.llm] = TransformersLLM.local(config.llm)
-        return self._llms[config.llm]
+            self._llms[name] = (
+                OpenAICompatibleLLM(config.llm_url, config.llm)
+                if config.llm_url
+                else TransformersLLM.local(config.llm)
+            )
+        return self._llms[name]
 
     def search_vector(self, user_id: str, vector: np.ndarray, k: int = 5) -> list[Hit]:
         """The user's top ``k`` records for a ready query vector (e.g. a personalized one from PBR).
@@ -310,6 +321,29 @@ class PersonaMem:
     def count(self, user_id: str | None = None) -> int:
         """Records of one user, or of all users."""
         return self.store.count(None if user_id is None else check_user_id(user_id))
+
+
+def open_memory(
+    path: str | Path,
+    *,
+    sql_url: str | None = None,
+    chroma_url: str | None = None,
+    pipeline: PipelineConfig | str | Path | None = None,
+) -> PersonaMem:
+    """The memory that the CLI's and the server's settings name: a local folder unless a SQL URL is given.
+
+    With ``sql_url``, vectors go to the Chroma server at ``chroma_url``, else to ``path/chroma``.
+
+    Raises:
+        ConfigError: ``chroma_url`` without ``sql_url`` (SQL is the source of truth).
+    """
+    if sql_url:
+        if chroma_url:
+            return PersonaMem.connect(sql_url, chroma_url=chroma_url, pipeline=pipeline)
+        return PersonaMem.connect(sql_url, chroma_path=Path(path) / "chroma", pipeline=pipeline)
+    if chroma_url:
+        raise ConfigError("a Chroma server URL needs a SQL URL too (the SQL side is the source of truth)")
+    return PersonaMem.open(path, pipeline=pipeline)
 
 
 def _pipeline(pipeline: PipelineConfig | str | Path | None) -> PipelineConfig | None:

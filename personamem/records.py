@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -26,7 +27,7 @@ from pydantic import (
 
 from personamem.errors import InvalidInputError, InvalidRecordError
 
-__all__ = ["Record", "RecordKind", "check_user_id", "content_id", "parse_record"]
+__all__ = ["Record", "RecordKind", "check_user_id", "content_id", "parse_record", "parse_records"]
 
 JsonScalar = str | int | float | bool | None
 
@@ -165,3 +166,30 @@ def parse_record(data: dict[str, Any], *, default_user: str | None = None) -> Re
             for err in exc.errors()
         )
         raise InvalidRecordError(problems) from None
+
+
+def parse_records(
+    records: Iterable[Record | Mapping[str, Any] | str], *, user_id: str | None
+) -> list[Record]:
+    """Validate a batch (records, dicts with Record fields, or plain texts of ``user_id``) before any write.
+
+    Raises:
+        InvalidRecordError: naming the position of the first bad record; a record of another user
+            than ``user_id`` is one.
+    """
+    parsed = []
+    for position, item in enumerate(records):
+        try:
+            if isinstance(item, Record):
+                if user_id is not None and item.user_id != user_id:
+                    raise InvalidRecordError(f"record is for user {item.user_id!r}, not {user_id!r}")
+                parsed.append(item)
+            elif isinstance(item, str):
+                parsed.append(parse_record({"text": item}, default_user=user_id))
+            elif isinstance(item, Mapping):
+                parsed.append(parse_record(dict(item), default_user=user_id))
+            else:
+                raise InvalidRecordError(f"expected a Record, a dict or a text, got {type(item).__name__}")
+        except InvalidRecordError as exc:
+            raise InvalidRecordError(f"record {position}: {exc}") from None
+    return parsed

@@ -91,6 +91,9 @@ class PipelineConfig(BaseModel):
     llm: str | None = None
     """The frozen LLM for LLM stages: smollm2, qwen2.5-coder-0.5b or a local model folder (None: no
     LLM, so no LLM stage)."""
+    llm_url: str | None = None
+    """An OpenAI-compatible server (vLLM, llama.cpp, a hosted API; ``.../v1``) that serves the model
+    named by ``llm``; its key comes from ``$OPENAI_API_KEY``. None: ``llm`` is loaded locally."""
     llm_timeout_s: float | None = Field(default=None, gt=0)
     """Deadline for a call's LLM work; past it, the LLM stage is skipped and the context says so."""
     seed: int = 0
@@ -104,6 +107,8 @@ class PipelineConfig(BaseModel):
             )
         if not is_selector(self.selector):
             raise ValueError(f"unknown selector {self.selector!r}; choose from: {', '.join(SELECTORS)}")
+        if self.llm_url is not None and self.llm is None:
+            raise ValueError("llm_url needs llm: the name of the model that server serves")
         if self.personalizer != "none" and self.first_stage == "bm25":
             raise ValueError("a query personalizer gives a vector: use the dense or hybrid first stage")
         if self.selector != "none" and self.candidates < self.profile_k:

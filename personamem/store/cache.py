@@ -16,35 +16,44 @@ class UserCache(Generic[T]):
     """An LRU of per-user values, each valid for the user's revision it was built at.
 
     Validity is checked against the store's revision token on every read, so a write from another
-    process invalidates the entry too; ``evict`` drops a user at once (used by ``forget``).
+    process invalidates the entry too; ``evict`` drops a user at once (used by ``forget``). Entries are
+    kept under the store's user key (``key`` maps a tenant's user id to it), so ``forget`` finds them
+    whichever tenant view built them.
     """
 
     def __init__(
-        self, revision: Callable[[str], str | None], build: Callable[[str], T], *, max_users: int = 256
+        self,
+        revision: Callable[[str], str | None],
+        build: Callable[[str], T],
+        *,
+        key: Callable[[str], str] = str,
+        max_users: int = 256,
     ):
         self._revision = revision
         self._build = build
+        self._key = key
         self._max_users = max_users
         self._entries: OrderedDict[str, tuple[str, T]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, user_id: str) -> T:
         """The cached value, rebuilt if the user was written since it was built."""
-        revision = self._revision(user_id) or ""
+        key = self._key(user_id)
+        revision = self._revision(key) or ""
         with self._lock:
-            entry = self._entries.get(user_id)
+            entry = self._entries.get(key)
             if entry is not None and entry[0] == revision:
-                self._entries.move_to_end(user_id)
+                self._entries.move_to_end(key)
                 return entry[1]
         value = self._build(user_id)  # built outside the lock: slow, and other users need not wait
         with self._lock:
-            self._entries[user_id] = (revision, value)
-            self._entries.move_to_end(user_id)
+            self._entries[key] = (revision, value)
+            self._entries.move_to_end(key)
             while len(self._entries) > self._max_users:
                 self._entries.popitem(last=False)
         return value
 
-    def evict(self, user_id: str) -> None:
-        """Drop the user's entry."""
+    def evict(self, key: str) -> None:
+        """Drop the entry of the user stored under ``key``."""
         with self._lock:
-            self._entries.pop(user_id, None)
+            self._entries.pop(key, None)

@@ -612,6 +612,12 @@ class SqlCatalog:
                 stmt = stmt.where(RecordRow.user_id == user_id)
             return int(s.exec(stmt).one())
 
+    def count_by_user(self) -> dict[str, int]:
+        """Records per user key (a tenant view sums the keys it owns)."""
+        with self.session() as s:
+            stmt = select(RecordRow.user_id, func.count()).group_by(RecordRow.user_id)
+            return {user_id: int(n) for user_id, n in s.exec(stmt)}
+
     def get_many(self, user_id: str, record_ids: Sequence[str]) -> dict[str, Record]:
         """The user's records with these ids (missing ids are absent from the result)."""
         return self._lookup(user_id, RecordRow.record_id, record_ids)

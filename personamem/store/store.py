@@ -15,11 +15,15 @@ forget is finished on open.
 ``add`` (one record, the chat path) encodes first, stages the row with its vector, and leaves steps
 3–4 to a background thread (``store/indexer.py``); until then searches score the pending vector from
 SQL, so every acknowledged record is searchable at once, from any process.
+
+``for_tenant`` gives a view of the store in which one tenant's user ids are mapped to their own keys
+(``store/tenants.py``); every public method maps at the boundary, so below it there are only keys.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -34,8 +38,10 @@ from personamem.errors import PartialWriteError, StoreError
 from personamem.records import Record
 from personamem.store.cache import UserCache
 from personamem.store.indexer import BackgroundIndexer
+from personamem.store.keys import KeyRing
 from personamem.store.pseudonyms import Pseudonyms, legacy_collection, new_key
 from personamem.store.sql import PSEUDONYM_KEY, RecordStatus, SqlCatalog
+from personamem.store.tenants import Scope
 from personamem.store.vectors import VectorIndex
 
 __all__ = ["ConsistencyReport", "Store"]
@@ -63,6 +69,8 @@ class Store:
     """Records in SQL and vectors in Chroma, consistent and isolated per user; safe across threads."""
 
     def __init__(self, catalog: SqlCatalog, index: VectorIndex, encoder: Encoder | None = None) -> None:
+        self.scope = Scope()
+        self._owner: Store | None = None  # the store a tenant view was made from
         self.catalog = catalog
         self.index = index
         self._encoder = encoder
@@ -115,12 +123,55 @@ class Store:
             raise ValueError("give exactly one of chroma_url (a Chroma server) or chroma_path (a folder)")
         return cls(SqlCatalog(sql_url), index, encoder)
 
+    def for_tenant(self, tenant: str) -> Store:
+        """This store as ``tenant`` sees it: only its users, whose ids may equal other tenants' ids.
+
+        The view shares connections, caches and the background indexer with this store; closing it
+        does nothing (the store it came from owns them).
+
+        Raises:
+            InvalidInputError: a tenant name that is not 1-64 letters, digits, ``_``, ``.``, ``-``.
+        """
+        view = copy.copy(self)
+        view.scope = Scope(tenant)
+        view._owner = self._owner or self
+        return view
+
+    @property
+    def keys(self) -> KeyRing:
+        """The API keys kept in this store's database (each names a tenant)."""
+        return KeyRing(self.catalog)
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant this view belongs to (None: the store's own users)."""
+        return self.scope.tenant
+
+    def _key(self, user_id: str) -> str:
+        return self.scope.key(user_id)
+
+    def _inward(self, records: Sequence[Record]) -> list[Record]:
+        """Records with their user ids mapped to store keys."""
+        if self.scope.tenant is None:
+            for record in records:
+                self._key(record.user_id)
+            return list(records)
+        return [r.model_copy(update={"user_id": self._key(r.user_id)}) for r in records]
+
+    def _outward(self, records: list[Record]) -> list[Record]:
+        """Records with their store keys mapped back to this view's user ids."""
+        if self.scope.tenant is None:
+            return records
+        return [r.model_copy(update={"user_id": self.scope.user(r.user_id)}) for r in records]
+
     @property
     def encoder(self) -> Encoder:
         """The encoder, checked once against the one the store's vectors came from.
 
         The default encoder is loaded on first use, so opening a store stays cheap.
         """
+        if self._owner is not None:
+            return self._owner.encoder
         if not self._encoder_checked:
             with self._encoder_lock:
                 if not self._encoder_checked:
@@ -140,7 +191,10 @@ class Store:
         """Index what ``add`` queued, then release database connections and the vector client.
 
         A failed indexing is not raised here: its rows stay pending and the next open indexes them.
+        A tenant view's ``close`` does nothing.
         """
+        if self._owner is not None:
+            return
         with contextlib.suppress(StoreError):
             self._indexer.close()
         self.catalog.close()
@@ -162,6 +216,7 @@ class Store:
         The row is committed with its vector before this returns, so the record is searchable at
         once and survives a crash; the vector index gets it from a background thread.
         """
+        [record] = self._inward([record])
         vector = self.encoder.encode([record.text])
         with self._write_lock:
             changed = self.catalog.stage([record], self.names, vector)
@@ -196,6 +251,7 @@ class Store:
             raise ValueError(
                 f"vectors must have shape ({len(records)}, {self.encoder.dim}), got {vectors.shape}"
             )
+        records = self._inward(records)
         written = 0
         for start in range(0, len(records), batch_size):
             batch = records[start : start + batch_size]
@@ -261,6 +317,7 @@ class Store:
         With the embedded index, the user's vectors, vector ids and collection name are then gone
         from every file of the store's folder (see ``VectorIndex.drop``).
         """
+        user_id = self._key(user_id)
         with contextlib.suppress(StoreError):  # queued records of the user are erased below anyway
             self._indexer.flush()
         with self._write_lock:
@@ -277,6 +334,7 @@ class Store:
         (the rows wait as pending with their vectors meanwhile: searchable, and repaired after a
         crash). The cost grows with the user's record count, not with the number deleted.
         """
+        user_id = self._key(user_id)
         with contextlib.suppress(StoreError):
             self._indexer.flush()
         with self._write_lock:
@@ -313,31 +371,36 @@ class Store:
 
     def get(self, user_id: str, record_id: str) -> Record | None:
         """The user's record with this id, or None."""
-        return self.catalog.get_many(user_id, [record_id]).get(record_id)
+        found = self.get_many(user_id, [record_id])
+        return found[0] if found else None
 
     def get_many(self, user_id: str, record_ids: Sequence[str]) -> list[Record]:
         """The user's records with these ids, in the order asked (missing ids are skipped)."""
-        found = self.catalog.get_many(user_id, record_ids)
-        return [found[rid] for rid in record_ids if rid in found]
+        found = self.catalog.get_many(self._key(user_id), record_ids)
+        return self._outward([found[rid] for rid in record_ids if rid in found])
 
     def records(self, user_id: str) -> list[Record]:
         """All of the user's records, in insertion order."""
-        return self.catalog.records(user_id)
+        return self._outward(self.catalog.records(self._key(user_id)))
 
     def users(self) -> list[str]:
-        """Users with records, sorted."""
-        return self.catalog.users()
+        """Users with records, sorted (a tenant view: that tenant's users only)."""
+        return [user for key in self.catalog.users() if (user := self.scope.user(key)) is not None]
 
     def count(self, user_id: str | None = None) -> int:
-        """Records of one user, or of all users."""
-        return self.catalog.count(user_id)
+        """Records of one user, or of all users (of this view)."""
+        if user_id is not None:
+            return self.catalog.count(self._key(user_id))
+        counts = self.catalog.count_by_user()
+        return sum(n for key, n in counts.items() if self.scope.user(key) is not None)
 
     def revision(self, user_id: str) -> str | None:
         """A token that changes whenever the user's records change (None: unknown user)."""
-        return self.catalog.revision(user_id)
+        return self.catalog.revision(self._key(user_id))
 
     def nearest(self, user_id: str, vector: np.ndarray, k: int) -> list[tuple[Record, float]]:
         """The user's ``k`` records closest to ``vector`` by cosine, best first."""
+        user_id = self._key(user_id)
         # pending first: a row indexed between the two reads is then in both, never in neither
         pending_ids, pending = self.catalog.pending_vectors(user_id)
         hits = self.index.query(self.names.collection(user_id), vector, k)
@@ -347,7 +410,8 @@ class Store:
             hits = [(vid, score) for vid, score in hits if vid not in fresh] + list(fresh.items())
             hits = sorted(hits, key=lambda hit: -hit[1])[:k]
         found = self.catalog.by_vector_ids(user_id, [vid for vid, _ in hits])
-        return [(found[vid], score) for vid, score in hits if vid in found]
+        kept = [(found[vid], score) for vid, score in hits if vid in found]
+        return list(zip(self._outward([r for r, _ in kept]), [s for _, s in kept], strict=True))
 
     def vectors(self, user_id: str) -> tuple[list[Record], np.ndarray]:
         """The user's indexed records and their vectors (rows aligned), for corpus-level methods.
@@ -355,6 +419,7 @@ class Store:
         P-Anchor's similarity graph needs every vector of a user at once. Pending records are in
         when their vector is kept in SQL (from :meth:`add`), as they are in search.
         """
+        user_id = self._key(user_id)
         pending_ids, pending = self.catalog.pending_vectors(user_id)
         vector_ids, matrix = self.index.vectors(self.names.collection(user_id))
         if pending is not None:
@@ -364,7 +429,7 @@ class Store:
             vector_ids = [vector_ids[i] for i in indexed] + pending_ids
         found = self.catalog.by_vector_ids(user_id, vector_ids)
         keep = [i for i, vid in enumerate(vector_ids) if vid in found]
-        return [found[vector_ids[i]] for i in keep], matrix[keep] if keep else matrix[:0]
+        return self._outward([found[vector_ids[i]] for i in keep]), matrix[keep] if keep else matrix[:0]
 
     def derived(self, user_id: str, namespace: str, key: str, compute: Callable[[], Any]) -> Any:
         """``compute()``, cached durably per user under (namespace, key); JSON values only.
@@ -386,6 +451,7 @@ class Store:
         ``compute(missing)`` gets the positions of the uncached pairs and returns their values in that
         order, so one batched LLM call fills them.
         """
+        requests = [(self._key(user_id), key) for user_id, key in requests]
         values = [self.catalog.get_derived(user_id, namespace, key) for user_id, key in requests]
         missing = [i for i, value in enumerate(values) if value is None]
         if missing:
@@ -397,7 +463,7 @@ class Store:
 
     def user_cache(self, build: Callable[[str], Any], *, max_users: int = 256) -> UserCache[Any]:
         """A per-user cache that this store invalidates on writes and empties on ``forget``."""
-        cache: UserCache[Any] = UserCache(self.revision, build, max_users=max_users)
+        cache: UserCache[Any] = UserCache(self.catalog.revision, build, key=self._key, max_users=max_users)
         self._caches.add(cache)
         return cache
 
@@ -405,6 +471,7 @@ class Store:
         """Compare SQL rows with vectors for every user (a full scan: for tests and operators).
 
         Records queued by :meth:`add` are indexed first, so only interrupted writes show as pending.
+        It covers the whole store, every tenant, and reports by store key.
         """
         self.flush()
         report = ConsistencyReport()

@@ -1,0 +1,96 @@
+"""``personamem serve`` and ``personamem keys``: run the REST server, and manage its API keys."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from personamem.console import err, out
+from personamem.errors import MissingExtraError
+
+__all__ = ["keys_app", "serve"]
+
+keys_app = typer.Typer(help="API keys of the REST server: each key names one tenant.", no_args_is_help=True)
+
+
+@keys_app.command("create")
+def create_key(
+    ctx: typer.Context,
+    tenant: Annotated[str, typer.Option(help="The tenant the key opens (letters, digits, _ . -).")],
+    label: Annotated[str, typer.Option(help="A note for listings, e.g. which service holds it.")] = "",
+) -> None:
+    """Create a key; it is printed once and only its hash is kept."""
+    with ctx.obj.open() as mem:
+        key, listing = mem.store.keys.create(tenant, label=label)
+    typer.echo(key)
+    err.print(f"key {listing.key_id} for tenant {listing.tenant}: store it now, it is not shown again")
+
+
+@keys_app.command("list")
+def list_keys(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+) -> None:
+    """List keys (ids, tenants, when created and revoked; never the secrets)."""
+    with ctx.obj.open() as mem:
+        keys = mem.store.keys.list(tenant)
+    table = Table("key id", "tenant", "label", "created", "revoked")
+    for key in keys:
+        table.add_row(key.key_id, key.tenant, key.label, key.created_at, key.revoked_at or "")
+    out.print(table)
+
+
+@keys_app.command("revoke")
+def revoke_key(ctx: typer.Context, key_id: Annotated[str, typer.Argument(help="The key's id.")]) -> None:
+    """Revoke a key: every request with it gets 401 from then on, on every worker."""
+    with ctx.obj.open() as mem:
+        listing = mem.store.keys.revoke(key_id)
+    out.print(f"revoked key {listing.key_id} of tenant {listing.tenant}")
+
+
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for all).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes over the same store.")] = 1,
+    max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body, MiB.")] = 16.0,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the memory over HTTP (JSON routes under /v1, OpenAPI docs at /docs).
+
+    Needs API keys (`personamem keys create --tenant NAME`). The store options (--store, --sql-url,
+    --chroma-url, --config) say what every worker opens.
+    """
+    try:
+        import uvicorn
+    except ImportError:
+        raise MissingExtraError(["fastapi", "uvicorn"], "server") from None
+    from personamem.cli import DEFAULT_CONFIG
+
+    options = ctx.obj
+    with options.open() as mem:  # fail here, readably, rather than in every worker
+        if not any(key.active for key in mem.store.keys.list()):
+            err.print(
+                "[yellow]warning:[/yellow] no API keys yet: every request will get 401; create one "
+                "with `personamem keys create --tenant NAME`"
+            )
+    config = options.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
+    settings = {
+        "PERSONAMEM_STORE": str(options.path),
+        "PERSONAMEM_SQL_URL": options.sql_url or "",
+        "PERSONAMEM_CHROMA_URL": options.chroma_url or "",
+        "PERSONAMEM_CONFIG": str(config.resolve()) if config else "",
+        "PERSONAMEM_MAX_BODY_BYTES": str(int(max_body_mb * 1024 * 1024)),
+    }
+    os.environ.update(settings)  # the worker processes build their app from these
+    uvicorn.run(
+        "personamem.server.app:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+    )

@@ -1,0 +1,294 @@
+"""``personamem serve``: the SDK's calls as versioned JSON routes, one tenant per API key.
+
+Every route but health and metrics takes ``Authorization: Bearer <key>`` (or ``X-API-Key``); the key
+names a tenant and the route works on ``mem.tenant(tenant)``, so isolation is the store's, not the
+route's. Errors are JSON ``{"error": {"type", "message"}}`` with a 4xx status for anything the
+request got wrong; a 500 says only that the server failed (the traceback goes to the server's log).
+Handlers are plain functions: FastAPI runs them in its thread pool, and ``PersonaMem`` is
+thread-safe. (No ``from __future__ import annotations`` here: FastAPI reads the handlers'
+annotations at definition time, and they name a dependency made inside :func:`create_app`.)
+"""
+
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from importlib.metadata import version
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.exceptions import HTTPException
+
+from personamem.errors import (
+    CheckpointError,
+    ConfigError,
+    InvalidInputError,
+    InvalidRecordError,
+    LLMError,
+    MethodError,
+    MissingExtraError,
+    PartialWriteError,
+    PersonaMemError,
+    StoreError,
+    collect_fallbacks,
+)
+from personamem.memory import PersonaMem, open_memory
+from personamem.server.schemas import (
+    MAX_BATCH,
+    BatchIn,
+    ContextIn,
+    DeleteIn,
+    SearchIn,
+    context_json,
+    hit_json,
+)
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "app_from_env", "create_app"]
+
+log = logging.getLogger("personamem.server")
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+_STATUS: list[tuple[type[PersonaMemError], int]] = [  # most specific first
+    (PartialWriteError, 503),
+    (InvalidInputError, 422),
+    (MethodError, 400),
+    (ConfigError, 400),
+    (CheckpointError, 400),
+    (MissingExtraError, 501),
+    (LLMError, 503),
+    (StoreError, 503),
+    (PersonaMemError, 400),
+]
+
+
+def _error(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"error": {"type": kind, "message": message, **extra}}, status, headers=headers)
+
+
+class _Metrics:
+    """Request counts and latencies per route, in a registry of this app's own (Prometheus text)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "personamem_requests", "HTTP requests", ["method", "route", "status"], registry=self.registry
+        )
+        self.seconds = Histogram(
+            "personamem_request_seconds", "HTTP request latency", ["method", "route"], registry=self.registry
+        )
+
+    def observe(self, request: Request, status: int, seconds: float) -> None:
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        self.requests.labels(request.method, route, str(status)).inc()
+        self.seconds.labels(request.method, route).observe(seconds)
+
+
+class _Tenants:
+    """One ``PersonaMem`` view per tenant, made on its first request and kept."""
+
+    def __init__(self, mem: PersonaMem) -> None:
+        self.mem = mem
+        self._views: dict[str, PersonaMem] = {}
+        self._lock = threading.Lock()
+
+    def of(self, request: Request) -> PersonaMem:
+        """The tenant memory the request's API key names; 401 when there is no valid key."""
+        header = request.headers.get("authorization", "")
+        key = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else None
+        key = key or request.headers.get("x-api-key")
+        tenant = self.mem.store.keys.tenant_of(key) if key else None
+        if tenant is None:
+            raise HTTPException(401, "a valid API key is required (Authorization: Bearer <key>)")
+        with self._lock:
+            view = self._views.get(tenant)
+            if view is None:
+                view = self._views[tenant] = self.mem.tenant(tenant)
+        return view
+
+
+def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+    """The REST API over ``mem``; the app closes ``mem`` when it shuts down."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        mem.close()
+
+    app = FastAPI(
+        title="personamem",
+        version=version("personamem"),
+        description="Per-user memory for LLM applications: store, search, context, forget.",
+        lifespan=lifespan,
+        max_body_size=max_body_bytes,  # counted as it arrives: an undeclared length cannot pass it
+        telemetry={"tracing": False, "metrics": False, "logs": False},  # paths name users
+    )
+    tenants = _Tenants(mem)
+    metrics = _Metrics()
+    Tenant = Annotated[PersonaMem, Depends(tenants.of)]
+    _install_error_handlers(app)
+
+    @app.middleware("http")
+    async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Any]]) -> Any:
+        start = time.perf_counter()
+        response = await call_next(request)
+        metrics.observe(request, response.status_code, time.perf_counter() - start)
+        return response
+
+    @app.get("/v1/health", tags=["operations"])
+    def health() -> JSONResponse:
+        """Whether the store answers (for load balancers); needs no key and names no tenant."""
+        try:
+            mem.store.keys.tenant_of("pm_health_check")
+        except StoreError as exc:
+            log.warning("health check failed: %s", exc)
+            return JSONResponse({"status": "unavailable"}, 503)
+        return JSONResponse({"status": "ok", "version": app.version})
+
+    @app.get("/v1/metrics", tags=["operations"], response_class=PlainTextResponse)
+    def prometheus() -> PlainTextResponse:
+        """Request counts and latencies per route, in Prometheus' text format (no tenant labels)."""
+        return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/records", status_code=201, tags=["records"])
+    def add(body: dict[str, Any], tenant: Tenant) -> dict[str, Any]:
+        """Add one record: ``user_id`` and Record fields (text, id, kind, category, timestamp...)."""
+        fields = dict(body)
+        user_id = fields.pop("user_id", None)
+        if not isinstance(user_id, str):
+            raise InvalidRecordError(f"user_id must be a non-empty string, got {user_id!r}")
+        return tenant.add(user_id, **fields).model_dump(mode="json")
+
+    @app.post("/v1/records/batch", status_code=201, tags=["records"])
+    def add_many(body: BatchIn, tenant: Tenant) -> dict[str, Any]:
+        """Add many records in one transaction: after any failure, all of them or none are stored."""
+        records = tenant.add_many(body.records, user_id=body.user_id, batch_size=len(body.records))
+        return {"records": [r.model_dump(mode="json") for r in records]}
+
+    @app.post("/v1/records/delete", tags=["records"])
+    def delete(body: DeleteIn, tenant: Tenant) -> dict[str, Any]:
+        """Delete records by id (ids the user does not have are skipped); returns the ids deleted."""
+        return {"deleted": tenant.delete(body.user_id, body.ids)}
+
+    @app.get("/v1/records", tags=["records"])
+    def memory(user_id: str, tenant: Tenant, offset: int = 0, limit: int = 1000) -> dict[str, Any]:
+        """The user's memory: their records in insertion order, a page at a time."""
+        if offset < 0 or not 1 <= limit <= MAX_BATCH:
+            raise InvalidInputError(f"need offset >= 0 and 1 <= limit <= {MAX_BATCH}, got {offset}, {limit}")
+        records = tenant.records(user_id)
+        page = records[offset : offset + limit]
+        return {"count": len(records), "records": [r.model_dump(mode="json") for r in page]}
+
+    # a record id is the rest of the path, so ids with "/" work; user ids travel in queries and bodies
+    @app.get("/v1/records/{record_id:path}", tags=["records"])
+    def get(record_id: str, user_id: str, tenant: Tenant) -> dict[str, Any]:
+        """One record; 404 when the user has no record with this id."""
+        record = tenant.get(user_id, record_id)
+        if record is None:
+            raise HTTPException(404, f"user {user_id!r} has no record {record_id!r}")
+        return record.model_dump(mode="json")
+
+    @app.patch("/v1/records/{record_id:path}", tags=["records"])
+    def update(record_id: str, user_id: str, body: dict[str, Any], tenant: Tenant) -> dict[str, Any]:
+        """Replace fields of one record (not its id or user); it is re-indexed."""
+        if {"id", "user_id", "record_id"} & body.keys():
+            raise InvalidInputError("update cannot change a record's id or user; delete it and add a new one")
+        return tenant.update(user_id, record_id, **body).model_dump(mode="json")
+
+    @app.delete("/v1/records/{record_id:path}", tags=["records"])
+    def delete_one(record_id: str, user_id: str, tenant: Tenant) -> dict[str, Any]:
+        """Delete one record, leaving no trace of it; 404 when there is no such record."""
+        deleted = tenant.delete(user_id, [record_id])
+        if not deleted:
+            raise HTTPException(404, f"user {user_id!r} has no record {record_id!r}")
+        return {"deleted": deleted}
+
+    @app.post("/v1/search", tags=["retrieval"])
+    def search(body: SearchIn, tenant: Tenant) -> dict[str, Any]:
+        """The user's top k records by any method name; LLM stages that fell back are listed."""
+        with collect_fallbacks() as notes:
+            hits = tenant.search(body.user_id, body.query, k=body.k, method=body.method)
+        return {"hits": [hit_json(h) for h in hits], "warnings": notes, "degraded": bool(notes)}
+
+    @app.post("/v1/context", tags=["retrieval"])
+    def context(body: ContextIn, tenant: Tenant) -> dict[str, Any]:
+        """What to paste into the LLM's prompt for the query, within the token budget."""
+        result = tenant.context(
+            body.user_id, body.query, budget_tokens=body.budget_tokens, pipeline=body.pipeline
+        )
+        return {**context_json(result), "degraded": bool(result.warnings)}
+
+    @app.get("/v1/users", tags=["users"])
+    def users(tenant: Tenant) -> dict[str, Any]:
+        """The tenant's users with at least one record, sorted."""
+        return {"users": tenant.users()}
+
+    @app.delete("/v1/users", tags=["users"])
+    def forget(user_id: str, tenant: Tenant) -> dict[str, Any]:
+        """Erase the user: records, vectors, cached derived data."""
+        return {"forgotten": tenant.forget(user_id)}
+
+    @app.get("/v1/count", tags=["users"])
+    def count(tenant: Tenant, user_id: str | None = None) -> dict[str, Any]:
+        """Records of one user (0 for an unknown user), or of all the tenant's users."""
+        return {"count": tenant.count(user_id)}
+
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """JSON errors: 4xx for the request's mistakes, 503 for a failing store or LLM, 500 otherwise."""
+
+    @app.exception_handler(PersonaMemError)
+    async def _known(_: Request, exc: PersonaMemError) -> JSONResponse:
+        status = next(code for kind, code in _STATUS if isinstance(exc, kind))
+        extra = {"stored": exc.stored, "total": exc.total} if isinstance(exc, PartialWriteError) else {}
+        if status >= 500:
+            log.error("%s: %s", type(exc).__name__, exc)
+        return _error(status, type(exc).__name__, str(exc), **extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = exc.errors()
+        if any(p.get("type") == "json_invalid" for p in problems):
+            reason = problems[0].get("ctx", {}).get("error", "parse error")
+            return _error(400, "MalformedJSON", f"the body is not valid JSON: {reason}")
+        text = "; ".join(
+            f"{'.'.join(str(p) for p in problem['loc'])}: {str(problem['msg']).removeprefix('Value error, ')}"
+            for problem in problems
+        )
+        return _error(422, "InvalidInputError", text)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        kinds = {401: "AuthenticationError", 404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge"}
+        message = exc.detail
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}"
+        return _error(exc.status_code, kinds.get(exc.status_code, "HTTPError"), str(message))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return _error(500, "InternalError", "the server failed on this request; its log has the details")
+
+
+def app_from_env() -> FastAPI:
+    """The app ``personamem serve`` runs (a uvicorn factory, so every worker process builds its own).
+
+    Reads the CLI's settings from the environment: ``PERSONAMEM_STORE``, ``PERSONAMEM_SQL_URL``,
+    ``PERSONAMEM_CHROMA_URL``, ``PERSONAMEM_CONFIG`` and ``PERSONAMEM_MAX_BODY_BYTES``.
+    """
+    env = os.environ
+    mem = open_memory(
+        env["PERSONAMEM_STORE"],
+        sql_url=env.get("PERSONAMEM_SQL_URL") or None,
+        chroma_url=env.get("PERSONAMEM_CHROMA_URL") or None,
+        pipeline=env.get("PERSONAMEM_CONFIG") or None,
+    )
+    return create_app(mem, max_body_bytes=int(env.get("PERSONAMEM_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)))

@@ -1,0 +1,88 @@
+"""The JSON bodies of the REST API (v1): what a request may hold and what a response holds.
+
+Records travel as :class:`~personamem.records.Record` fields (``model_dump(mode="json")``), so the
+server validates them with the same rules as the SDK and a client rebuilds the same objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from personamem.pipeline import Context
+from personamem.retrieval import Hit
+
+__all__ = [
+    "MAX_BATCH",
+    "MAX_K",
+    "BatchIn",
+    "ContextIn",
+    "DeleteIn",
+    "SearchIn",
+    "context_json",
+    "hit_json",
+]
+
+MAX_K = 1000
+"""Most records one search returns (a larger k is a 422, not a slow request)."""
+MAX_BATCH = 10_000
+"""Most records one batch request adds (the body size limit applies too)."""
+MAX_QUERY = 8192
+"""Longest query in characters (longer ones are truncated by the encoder anyway)."""
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchIn(_Body):
+    """``POST /v1/search``."""
+
+    user_id: str
+    query: str = Field(min_length=1, max_length=MAX_QUERY)
+    k: int = 5
+    method: str = "dense"
+
+    @field_validator("k")
+    @classmethod
+    def _k_in_range(cls, k: int) -> int:
+        if not 1 <= k <= MAX_K:
+            raise ValueError(f"k must be at least 1 and at most {MAX_K}, got {k}")
+        return k
+
+
+class ContextIn(_Body):
+    """``POST /v1/context``; ``pipeline`` names a method run over the server's config."""
+
+    user_id: str
+    query: str = Field(min_length=1, max_length=MAX_QUERY)
+    budget_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    pipeline: str | None = None
+
+
+class BatchIn(_Body):
+    """``POST /v1/records/batch``: records (dicts with Record fields or texts), one transaction."""
+
+    records: list[dict[str, Any] | str] = Field(min_length=1, max_length=MAX_BATCH)
+    user_id: str | None = None
+
+
+class DeleteIn(_Body):
+    """``POST /v1/records/delete``."""
+
+    user_id: str
+    ids: list[str] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+def hit_json(hit: Hit) -> dict[str, Any]:
+    """A hit as JSON: its rank, score and the whole record."""
+    return {"rank": hit.rank, "score": hit.score, "record": hit.record.model_dump(mode="json")}
+
+
+def context_json(context: Context) -> dict[str, Any]:
+    """A context as JSON, with whole records (``Context.to_json`` keeps only id and text)."""
+    body = context.to_json()
+    body["records"] = [hit_json(h) for h in context.hits]
+    body["dropped"] = [hit_json(h) for h in context.dropped]
+    return body

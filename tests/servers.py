@@ -1,0 +1,84 @@
+"""Real servers on 127.0.0.1 for tests and benches: ``chroma run`` and ``personamem serve``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+__all__ = ["chroma_server", "free_port", "personamem_server"]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _serving(
+    command: Sequence[str], ready_url: str, log_file: Path, env: dict[str, str] | None
+) -> Iterator[None]:
+    """Run ``command`` until the block ends, once ``ready_url`` answers; its output goes to ``log_file``."""
+    with log_file.open("wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    with urllib.request.urlopen(ready_url, timeout=2):
+                        break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"{command[0]} did not start: {log_file.read_text(errors='replace')[-3000:]}"
+                        ) from None
+                    time.sleep(0.2)
+            yield
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.contextmanager
+def chroma_server(folder: Path) -> Iterator[str]:
+    """A Chroma server (the ``chroma`` executable chromadb ships) keeping its data in ``folder``."""
+    exe = shutil.which("chroma", path=str(Path(sys.executable).parent)) or shutil.which("chroma")
+    if exe is None:
+        raise RuntimeError("the `chroma` executable (shipped with chromadb) was not found")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [exe, "run", "--path", str(folder / "db"), "--host", "127.0.0.1", "--port", str(port)]
+    folder.mkdir(parents=True, exist_ok=True)
+    with _serving(command, f"{url}/api/v2/heartbeat", folder / "chroma.log", None):
+        yield url
+
+
+@contextlib.contextmanager
+def personamem_server(folder: Path, *options: str, workers: int = 1) -> Iterator[str]:
+    """``personamem [options] serve`` on a free port; ``options`` are the global store options.
+
+    ``folder`` holds the log (and is the ``--store`` unless ``options`` name another).
+    """
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        sys.executable, "-m", "personamem", "--store", str(folder), *options,
+        "serve", "--port", str(port), "--workers", str(workers), "--log-level", "warning",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    folder.mkdir(parents=True, exist_ok=True)
+    with _serving(command, f"{url}/v1/health", folder / "server.log", env):
+        yield url
