@@ -15,7 +15,7 @@ import pytest
 from personamem import PersonaMem
 from personamem.client import Client
 from personamem.testing import MemoryContract
-from tests.servers import chroma_server, personamem_server
+from personamem.testing.servers import chroma_server, personamem_server
 
 pytestmark = [pytest.mark.server, pytest.mark.enable_socket]
 _tenants = itertools.count()

@@ -9,7 +9,7 @@ import pytest
 
 from personamem import PersonaMem, SentenceEncoder
 from personamem.testing import MemoryContract
-from tests.servers import chroma_server
+from personamem.testing.servers import chroma_server
 
 pytestmark = [pytest.mark.server, pytest.mark.enable_socket]
 

@@ -8,6 +8,7 @@ import personamem.errors
 
 def test_public_api_is_pinned() -> None:
     assert personamem.__all__ == [
+        "AuthenticationError",
         "BM25Retriever",
         "CheckpointError",
         "ConfigError",
@@ -34,6 +35,7 @@ def test_public_api_is_pinned() -> None:
         "Record",
         "RecordKind",
         "RelevanceSelector",
+        "RemoteError",
         "Retriever",
         "SentenceEncoder",
         "Store",

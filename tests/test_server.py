@@ -23,7 +23,7 @@ from personamem.client import Client
 from personamem.errors import AuthenticationError
 from personamem.store import KeyRing
 from personamem.store.sql import SqlCatalog
-from tests.servers import personamem_server
+from personamem.testing.servers import personamem_server
 
 pytestmark = [pytest.mark.server, pytest.mark.enable_socket]
 _fresh = itertools.count()

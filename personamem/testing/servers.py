@@ -1,4 +1,8 @@
-"""Real servers on 127.0.0.1 for tests and benches: ``chroma run`` and ``personamem serve``."""
+"""Real servers on 127.0.0.1 for tests and benchmarks: ``chroma run`` and ``personamem serve``.
+
+Each is a context manager that starts the process on a free port, waits until it answers, yields
+its URL and stops it; the process's output goes to a log file in the given folder.
+"""
 
 from __future__ import annotations
 
