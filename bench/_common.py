@@ -6,11 +6,13 @@ this module by name; they never import each other.
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import sys
+from pathlib import Path
 
-__all__ = ["QUERIES", "log", "median_ratio", "realistic_text"]
+__all__ = ["QUERIES", "log", "median_ratio", "realistic_text", "rss_mib"]
 
 _OPENERS = [
     "I",
@@ -95,3 +97,16 @@ QUERIES = [
 def median_ratio(ours: list[float], baseline: list[float]) -> float:
     """p50(ours) / p50(baseline): the one figure a noisy machine reproduces."""
     return statistics.median(ours) / statistics.median(baseline)
+
+
+def rss_mib(port: int) -> float:
+    """Resident memory of the process serving on ``port`` (Linux /proc), MiB."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"serve" in cmdline and str(port).encode() in cmdline:
+                status = Path(f"/proc/{pid}/status").read_text()
+                return int(next(ln for ln in status.splitlines() if ln.startswith("VmRSS")).split()[1]) / 1024
+        except (OSError, StopIteration):
+            continue
+    return float("nan")

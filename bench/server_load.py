@@ -21,7 +21,6 @@ Everything is loopback on one machine, so the clients and the worker share its c
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -32,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from _common import QUERIES, log, realistic_text
+from _common import QUERIES, log, realistic_text, rss_mib
 
 from personamem import PersonaMem, Record
 from personamem.client import Client
@@ -75,19 +74,6 @@ def timed(call: Callable[[], object]) -> float:
 
 def p(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) * 1000
-
-
-def rss_mib(port: int) -> float:
-    """Resident memory of the process serving on ``port`` (Linux /proc), MiB."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"serve" in cmdline and str(port).encode() in cmdline:
-                status = Path(f"/proc/{pid}/status").read_text()
-                return int(next(ln for ln in status.splitlines() if ln.startswith("VmRSS")).split()[1]) / 1024
-        except (OSError, StopIteration):
-            continue
-    return float("nan")
 
 
 def load(
