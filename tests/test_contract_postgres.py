@@ -1,15 +1,12 @@
-"""The contract on PostgreSQL (a throwaway cluster on a Unix socket) + embedded Chroma.
+"""The contract on PostgreSQL (a throwaway cluster on a Unix socket, ``tests/postgres.py``) + embedded Chroma.
 
-Skipped where the PostgreSQL server binaries or psycopg are missing.
+The server binaries are the system's, or else the ``pgserver`` wheel's (in the ``dev`` extra), so
+this runs in CI; it skips only where neither is installed, or psycopg is missing.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,52 +14,38 @@ import pytest
 
 from personamem import PersonaMem, SentenceEncoder
 from personamem.testing import MemoryContract
+from tests.postgres import PostgresCluster, find_postgres, postgres_cluster
 
-psycopg = pytest.importorskip("psycopg", reason='psycopg not installed: pip install "personamem[postgres]"')
-INITDB, PG_CTL = shutil.which("initdb"), shutil.which("pg_ctl")
+pytest.importorskip("psycopg", reason='psycopg not installed: pip install "personamem[postgres]"')
+BINARIES = find_postgres()
 pytestmark = pytest.mark.skipif(
-    not (INITDB and PG_CTL), reason="PostgreSQL server binaries (initdb, pg_ctl) not on PATH"
+    BINARIES is None,
+    reason="no PostgreSQL server binaries: neither initdb and pg_ctl on PATH nor the pgserver wheel "
+    '(pip install "personamem[dev]")',
 )
-_databases = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def postgres_socket() -> Iterator[str]:
-    """Start a cluster listening only on a Unix socket in a fresh folder; yield that folder."""
-    base = Path(tempfile.mkdtemp(prefix="personamem-pg-"))
-    as_postgres: list[str] = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-        shutil.chown(base, "nobody")
-        as_postgres = ["runuser", "-u", "nobody", "--"]
-    data = base / "data"
-    try:
-        subprocess.run(
-            [*as_postgres, INITDB, "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
-            check=True,
-            capture_output=True,
-        )
-        options = f"-k {base} -c listen_addresses='' -c fsync=off"
-        subprocess.run(
-            [*as_postgres, PG_CTL, "-D", str(data), "-o", options, "-l", str(base / "log"), "-w", "start"],
-            check=True,
-            capture_output=True,
-        )
-        yield str(base)
-        subprocess.run(
-            [*as_postgres, PG_CTL, "-D", str(data), "-m", "immediate", "stop"], capture_output=True
-        )
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+def postgres() -> Iterator[PostgresCluster]:
+    with postgres_cluster(BINARIES) as cluster:
+        yield cluster
+
+
+def test_the_cluster_runs_the_binaries_found(postgres: PostgresCluster) -> None:
+    """The server answering is the one ``find_postgres`` chose (the system's first, else pgserver's)."""
+    import psycopg
+
+    with psycopg.connect(f"host={postgres.socket_dir} user=postgres dbname=postgres") as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    found = subprocess.run([postgres.binaries.tool("postgres"), "--version"], capture_output=True, text=True)
+    assert row is not None and found.stdout.split()[2] == row[0].split()[0]  # "postgres (PostgreSQL) 16.2"
 
 
 class TestPostgresMemory(MemoryContract):
     @pytest.fixture
-    def mem(self, tmp_path: Path, postgres_socket: str, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
-        name = f"t{next(_databases)}"
-        with psycopg.connect(
-            f"host={postgres_socket} user=postgres dbname=postgres", autocommit=True
-        ) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-        url = f"postgresql+psycopg://postgres@/{name}?host={postgres_socket}"
+    def mem(
+        self, tmp_path: Path, postgres: PostgresCluster, encoder: SentenceEncoder
+    ) -> Iterator[PersonaMem]:
+        url = postgres.create_database()
         with PersonaMem.connect(url, chroma_path=tmp_path / "chroma", encoder=encoder) as memory:
             yield memory
