@@ -55,6 +55,7 @@ class PersonaMem:
         self._llms: dict[str, FrozenLLM] = {}
         self._pipelines: dict[PipelineConfig, Pipeline] = {}
         self._methods: dict[str, PipelineConfig] = {}  # a pipeline:<file> is read once
+        self._tenants: dict[str, PersonaMem] = {}
         self._lock = threading.Lock()
         self._dense = DenseRetriever(store)
         self._bm25 = BM25Retriever(store)
@@ -96,14 +97,19 @@ class PersonaMem:
 
         Isolation is the store's (:meth:`Store.for_tenant`), so every method, pipeline and adapter
         built on the returned object reads and erases that tenant's records only. It shares this
-        object's store, pipeline config and loaded LLMs; closing it does nothing.
+        object's store, pipeline config and loaded LLMs, is made once per name and kept (with its
+        pipelines and caches); closing it does nothing.
 
         Raises:
             InvalidInputError: a tenant name that is not 1-64 letters, digits, ``_``, ``.``, ``-``.
         """
-        view = PersonaMem(self.store.for_tenant(name), pipeline=self.config, llm=self._llm)
-        view._llms, view._lock = self._llms, self._lock  # an LLM named by the config loads once
-        return view
+        with self._lock:
+            view = self._tenants.get(name)
+            if view is None:  # kept: its pipelines and BM25 caches outlive the call
+                view = PersonaMem(self.store.for_tenant(name), pipeline=self.config, llm=self._llm)
+                view._llms, view._lock = self._llms, self._lock  # an LLM named by the config loads once
+                self._tenants[name] = view
+            return view
 
     def __enter__(self) -> PersonaMem:
         return self

@@ -60,6 +60,9 @@ def test_tenant_names_and_separator_are_checked(mem: PersonaMem) -> None:
         acme.add("\x1fbeta\x1falice", "spelling another tenant's key")
     with pytest.raises(InvalidInputError, match="U\\+001F"):
         mem.search("\x1facme\x1falice", "anything")
+    with pytest.raises(InvalidInputError, match="already tenant 'acme'"):
+        acme.tenant("beta")
+    assert mem.tenant("acme") is acme  # one view per name, with its pipelines and caches
     assert mem.count() == 0
 
 
@@ -75,7 +78,7 @@ def test_keys_are_kept_hashed_and_revocable(mem: PersonaMem, tmp_path: Path) -> 
     assert keys.tenant_of(key) == "acme" and listing.active
     for wrong in ("", "pm_", key[:-1], key + "x", "pm_" + listing.key_id + "_", key.replace("pm_", "pk_")):
         assert keys.tenant_of(wrong) is None
-    secret = key.rsplit("_", 1)[1]
+    secret = key.split("_", 2)[2]  # the key id has no "_"; the secret may
     database = (tmp_path / "store" / "personamem.sqlite").read_bytes()
     for file in (tmp_path / "store").glob("personamem.sqlite*"):
         assert secret.encode() not in file.read_bytes()
@@ -96,7 +99,7 @@ def test_keys_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     key_id = key.split("_")[1]
     assert main([*store, "keys", "list"]) == 0
     listing = capsys.readouterr().out
-    assert key_id in listing and "acme" in listing and key.rsplit("_", 1)[1] not in listing
+    assert key_id in listing and "acme" in listing and key.split("_", 2)[2] not in listing
     assert main([*store, "keys", "revoke", key_id]) == 0
     assert main([*store, "keys", "revoke", "missing"]) == 1
     assert "no API key has id 'missing'" in capsys.readouterr().err

@@ -11,7 +11,6 @@ annotations at definition time, and they name a dependency made inside :func:`cr
 
 import logging
 import os
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -89,27 +88,19 @@ class _Metrics:
         self.seconds.labels(request.method, route).observe(seconds)
 
 
-class _Tenants:
-    """One ``PersonaMem`` view per tenant, made on its first request and kept."""
+def _tenant_of(mem: PersonaMem) -> Callable[[Request], PersonaMem]:
+    """The dependency that gives a request its tenant's memory, or a 401 without a valid key."""
 
-    def __init__(self, mem: PersonaMem) -> None:
-        self.mem = mem
-        self._views: dict[str, PersonaMem] = {}
-        self._lock = threading.Lock()
-
-    def of(self, request: Request) -> PersonaMem:
-        """The tenant memory the request's API key names; 401 when there is no valid key."""
+    def tenant(request: Request) -> PersonaMem:
         header = request.headers.get("authorization", "")
         key = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else None
         key = key or request.headers.get("x-api-key")
-        tenant = self.mem.store.keys.tenant_of(key) if key else None
-        if tenant is None:
+        name = mem.store.keys.tenant_of(key) if key else None
+        if name is None:
             raise HTTPException(401, "a valid API key is required (Authorization: Bearer <key>)")
-        with self._lock:
-            view = self._views.get(tenant)
-            if view is None:
-                view = self._views[tenant] = self.mem.tenant(tenant)
-        return view
+        return mem.tenant(name)
+
+    return tenant
 
 
 def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
@@ -128,9 +119,8 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         max_body_size=max_body_bytes,  # counted as it arrives: an undeclared length cannot pass it
         telemetry={"tracing": False, "metrics": False, "logs": False},  # paths name users
     )
-    tenants = _Tenants(mem)
     metrics = _Metrics()
-    Tenant = Annotated[PersonaMem, Depends(tenants.of)]
+    Tenant = Annotated[PersonaMem, Depends(_tenant_of(mem))]
     _install_error_handlers(app)
 
     @app.middleware("http")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from personamem.encoder import Encoder, default_encoder
-from personamem.errors import PartialWriteError, StoreError
+from personamem.errors import InvalidInputError, PartialWriteError, StoreError
 from personamem.records import Record
 from personamem.store.cache import UserCache
 from personamem.store.indexer import BackgroundIndexer
@@ -130,11 +130,14 @@ class Store:
         does nothing (the store it came from owns them).
 
         Raises:
-            InvalidInputError: a tenant name that is not 1-64 letters, digits, ``_``, ``.``, ``-``.
+            InvalidInputError: a tenant name that is not 1-64 letters, digits, ``_``, ``.``, ``-``; or
+                this store is a tenant's view already (a tenant cannot reach another).
         """
+        if self._owner is not None:
+            raise InvalidInputError(f"this store is already tenant {self.tenant!r}'s view; it has no tenants")
         view = copy.copy(self)
         view.scope = Scope(tenant)
-        view._owner = self._owner or self
+        view._owner = self
         return view
 
     @property
