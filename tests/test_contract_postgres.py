@@ -1,4 +1,4 @@
-"""The contract on PostgreSQL (a throwaway cluster on a Unix socket, ``tests/postgres.py``) + embedded Chroma.
+"""The contract on PostgreSQL (a throwaway cluster on a Unix socket, ``personamem.testing.postgres``) + embedded Chroma.
 
 The server binaries are the system's, or else the ``pgserver`` wheel's (in the ``dev`` extra), so
 this runs in CI; it skips only where neither is installed, or psycopg is missing.
@@ -14,7 +14,7 @@ import pytest
 
 from personamem import PersonaMem, SentenceEncoder
 from personamem.testing import MemoryContract
-from tests.postgres import PostgresCluster, find_postgres, postgres_cluster
+from personamem.testing.postgres import PostgresCluster, find_postgres, postgres_cluster
 
 pytest.importorskip("psycopg", reason='psycopg not installed: pip install "personamem[postgres]"')
 BINARIES = find_postgres()
