@@ -1,4 +1,4 @@
-"""The contract on PostgreSQL (a throwaway cluster on a Unix socket, ``personamem.testing.postgres``) + embedded Chroma.
+"""The contract on PostgreSQL (a throwaway cluster, ``personamem.testing.postgres``) + embedded Chroma.
 
 The server binaries are the system's, or else the ``pgserver`` wheel's (in the ``dev`` extra), so
 this runs in CI; it skips only where neither is installed, or psycopg is missing.
