@@ -479,7 +479,6 @@ class SqlCatalog:
         the deleted vectors; a crash during the rebuild leaves pending rows that repair indexes. The
         user's derived values are dropped too: an LLM's output may quote a deleted record.
         """
-        blobs = dict(zip(kept[0], (_blob(v) for v in kept[1]), strict=True))
         with self.session(write=True) as s:
             found: list[str] = []
             for ids in _chunks(list(record_ids)):
@@ -497,21 +496,34 @@ class SqlCatalog:
                     )
                 )
             s.execute(delete(DerivedRow).where(col(DerivedRow.user_id) == user_id))
-            rows = s.exec(
-                select(RecordRow.pk, RecordRow.vector_id).where(
-                    RecordRow.user_id == user_id, RecordRow.status == RecordStatus.INDEXED.value
-                )
-            ).all()
-            # one executemany (an ORM bulk update by primary key); a row not in the index gets no
-            # vector and is re-encoded by repair
-            pending = RecordStatus.PENDING.value
-            changes = [{"pk": pk, "status": pending, "pending_vector": blobs.get(vid)} for pk, vid in rows]
-            if changes:
-                s.execute(update(RecordRow), changes)
-            self._bump(s, user_id)
+            self._requeue(s, user_id, kept)
         if self._sqlite_file is not None:
             vacuum_sqlite(self._sqlite_file, wal=True)
         return found
+
+    def requeue(self, user_id: str, kept: tuple[list[str], np.ndarray]) -> None:
+        """Put the user's indexed rows back to ``pending`` with their vectors, before a rebuild.
+
+        Repair's half of :meth:`delete_records`, for a delete that died before its rebuild.
+        """
+        with self.session(write=True) as s:
+            self._requeue(s, user_id, kept)
+
+    @classmethod
+    def _requeue(cls, s: Session, user_id: str, kept: tuple[list[str], np.ndarray]) -> None:
+        blobs = dict(zip(kept[0], (_blob(v) for v in kept[1]), strict=True))
+        rows = s.exec(
+            select(RecordRow.pk, RecordRow.vector_id).where(
+                RecordRow.user_id == user_id, RecordRow.status == RecordStatus.INDEXED.value
+            )
+        ).all()
+        # one executemany (an ORM bulk update by primary key); a row not in the index gets no
+        # vector and is re-encoded by repair
+        pending = RecordStatus.PENDING.value
+        changes = [{"pk": pk, "status": pending, "pending_vector": blobs.get(vid)} for pk, vid in rows]
+        if changes:
+            s.execute(update(RecordRow), changes)
+        cls._bump(s, user_id)
 
     def begin_forget(self, user_id: str) -> bool:
         """Mark the user as being forgotten; False if the user is unknown."""

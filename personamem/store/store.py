@@ -360,7 +360,17 @@ class Store:
         with self._write_lock:
             for user_id in self.catalog.users_being_forgotten():
                 self._finish_forget(user_id)
-            return sum(self._index_pending(pending) for pending in self.catalog.pending().values())
+            repaired = 0
+            for user_id, pending in self.catalog.pending().items():
+                collection = self.names.collection(user_id)
+                if self.index.ids(collection) - self.catalog.vector_ids(user_id):
+                    # a delete died between its SQL commit and its rebuild: the collection still
+                    # holds the deleted vectors, so rebuild it rather than index into it
+                    self.catalog.requeue(user_id, self.index.vectors(collection))
+                    self.index.drop([collection])
+                    pending = self.catalog.pending(user_id)[user_id]
+                repaired += self._index_pending(pending)
+            return repaired
 
     def _index_pending(self, pending: list[tuple[Record, np.ndarray | None]]) -> int:
         """Index pending rows, encoding only those whose vector was not kept; return how many."""
