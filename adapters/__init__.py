@@ -1,1 +1,1 @@
-"""Integrations with LLM frameworks (LangChain, LlamaIndex), imported as ``personamem.adapters``."""
+"""Integrations with LLM frameworks (LangChain, LlamaIndex, LangGraph), as ``personamem.adapters``."""
