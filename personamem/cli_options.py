@@ -76,7 +76,7 @@ from pydantic.fields import FieldInfo
 from rich.markup import escape
 from typer.models import OptionInfo, ParameterInfo
 
-__all__ = ["command_line", "config_options"]
+__all__ = ["REFERENCE_LLM_RUNTIME", "LLMRuntime", "command_line", "config_options", "runtime_option"]
 
 R = TypeVar("R")
 
@@ -210,6 +210,25 @@ def config_options(
         return wrapper
 
     return decorate
+
+
+class LLMRuntime(enum.StrEnum):
+    """``--llm-runtime`` where the options are not a config model (:data:`personamem.llm.load.RUNTIMES`)."""
+
+    CTRANSLATE2 = "ctranslate2"
+    TRANSFORMERS = "transformers"
+
+
+REFERENCE_LLM_RUNTIME = LLMRuntime.TRANSFORMERS
+"""The default of commands that measure (:data:`personamem.llm.load.REFERENCE_RUNTIME`)."""
+
+
+def runtime_option() -> Any:
+    """The ``--llm-runtime`` option, with one help text for every command."""
+    return typer.Option(
+        help="The local LLM engine: ctranslate2 (int8, fast on a CPU) or transformers (float32, the "
+        "reference)."
+    )
 
 
 def command_line(config: BaseModel) -> list[str]:

@@ -35,7 +35,7 @@ def purple(
     from personamem.encoder import default_encoder
     from personamem.eval.evaluate import EvalConfig, load_benchmark
     from personamem.eval.vectors import default_vector_cache
-    from personamem.llm import TransformersLLM
+    from personamem.llm.load import load_llm
     from personamem.trainers.purple import train_purple
     from personamem.trainers.purple.data import examples_from_benchmark, split_by_user
     from personamem.trainers.purple.reward import LLMReward
@@ -73,7 +73,7 @@ def purple(
             "test_examples": [e.id for e in test],
         }
         (out_dir / "split.json").write_text(json.dumps(split, indent=2) + "\n", encoding="utf-8")
-        reward = LLMReward(TransformersLLM.local(data.llm))
+        reward = LLMReward(load_llm(data.llm, runtime=data.llm_runtime))
         result = train_purple(
             train, validation, encoder, reward, config, out_dir, resume=resume, progress=progress
         )

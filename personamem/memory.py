@@ -288,13 +288,13 @@ class PersonaMem:
         if self._llm is not None or config.llm is None:
             return self._llm
         name = f"{config.llm}@{config.llm_url}" if config.llm_url else config.llm
+        if not config.llm_url:
+            name = f"{name}:{config.llm_runtime}:{config.llm_threads}"
         if name not in self._llms:
-            from personamem.llm import OpenAICompatibleLLM, TransformersLLM
+            from personamem.llm.load import load_llm
 
-            self._llms[name] = (
-                OpenAICompatibleLLM(config.llm_url, config.llm)
-                if config.llm_url
-                else TransformersLLM.local(config.llm)
+            self._llms[name] = load_llm(
+                config.llm, runtime=config.llm_runtime, url=config.llm_url, threads=config.llm_threads
             )
         return self._llms[name]
 

@@ -177,5 +177,5 @@ def check_llm(what: str, config: PipelineConfig, llm: FrozenLLM | None) -> None:
         without = [spec.name for spec in METHODS if spec.prefix or not method_config(spec.name).needs_llm]
         raise MethodError(
             f"{what} needs a frozen LLM and none is configured (set the pipeline's llm, e.g. --llm "
-            f"smollm2, or pass llm= to PersonaMem.open); methods without one: {', '.join(without)}"
+            f"smollm2-135m, or pass llm= to PersonaMem.open); methods without one: {', '.join(without)}"
         )

@@ -16,7 +16,9 @@ def test_vllm_scores_match_transformers(llm: TransformersLLM) -> None:
     from personamem.llm.vllm_backend import VLLMBackend
 
     engine = VLLMBackend(
-        str(local_model_path("smollm2", default_cache_dir())), dtype="float32", gpu_memory_utilization=0.3
+        str(local_model_path("smollm2-135m", default_cache_dir())),
+        dtype="float32",
+        gpu_memory_utilization=0.3,
     )
     requests = [("The capital of France is", " Paris"), ([{"role": "user", "content": "Hi"}], "Hello!")]
     assert list(engine.loglikelihood(requests)) == pytest.approx(list(llm.loglikelihood(requests)), abs=1e-2)

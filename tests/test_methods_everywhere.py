@@ -83,7 +83,7 @@ def _sdk(path: Path, name: str, llm: TransformersLLM, encoder: SentenceEncoder) 
 def _cli(path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
     capsys.readouterr()
     argv = ["--store", str(path), "search", "--user", USER, QUERY, "-k", str(K), "--method", name, "--json"]
-    assert main([*argv, "--llm", "smollm2"]) == 0
+    assert main([*argv, "--llm", "smollm2-135m", "--llm-runtime", "transformers"]) == 0  # the SDK's LLM
     return [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()]
 
 

@@ -12,7 +12,7 @@ import pytest
 from personamem import PersonaMem, SentenceEncoder
 from personamem.errors import PBRFallbackWarning
 from personamem.llm import TransformersLLM
-from personamem.llm.parsing import extract_json, extract_string_list
+from personamem.llm.parsing import extract_json, extract_string_list, tally_outputs
 from personamem.personalize import QueryPersonalizer
 from personamem.personalize.pbr import PBR, fuse
 from personamem.pipeline import Pipeline, PipelineConfig
@@ -32,6 +32,21 @@ def test_extract_json_and_lists_from_messy_output() -> None:
         "second",
     ]
     assert extract_string_list("") == []
+
+
+def test_every_parsed_answer_is_counted_and_prose_is_never_an_answer() -> None:
+    with tally_outputs() as counts:
+        assert extract_string_list('["a", "b"]', stage="s") == ["a", "b"]
+        assert extract_string_list('```json\n["a"]\n```', stage="s") == ["a"]
+        assert extract_string_list('Sure! Here you go: ["a", "b",]', stage="s") == ["a", "b"]
+        assert extract_string_list("Ideas:\n1. hiking boots\n2. a tent", stage="s") == [
+            "hiking boots",
+            "a tent",
+        ]
+        assert extract_string_list("I think you would enjoy a quiet evening.\nHave fun!", stage="s") == []
+        assert extract_string_list("-5 degrees is cold", stage="s") == []  # a minus sign is no bullet
+    assert counts == {"s clean": 2, "s repaired": 2, "s failed": 2}
+    extract_string_list('["outside any tally"]')  # counted nowhere, and no error
 
 
 def test_fuse_follows_the_paper_rule() -> None:

@@ -23,7 +23,7 @@ from personamem.profile.purple.selector import PurpleSelector
 from personamem.trainers.purple import PurpleTrainConfig, advantages, train_purple
 from personamem.trainers.purple.data import ProfileExample, split_by_user
 from personamem.trainers.purple.reward import LLMReward
-from personamem.trainers.purple.utility import pearson, record_utility
+from personamem.trainers.purple.utility import gold_auc, pearson, record_utility
 from tests.conftest import DATA, need_data
 
 FOOD = ["I'm vegan and cook lentils most nights.", "My favourite dish is a spicy tofu curry."]
@@ -228,6 +228,11 @@ def test_utility_of_the_record_holding_the_answer_is_highest(
     assert -1.0 <= r <= 1.0 and 0.0 <= p <= 1.0
     with pytest.raises(ValueError, match="at least 3 points"):
         pearson(points[:2])
+    vegan = gold_auc(points, {("q", "1")})  # the record with the answer has the most utility
+    assert vegan is not None and vegan[0] == 1.0 and 0.0 <= vegan[1] <= 1.0
+    porto = gold_auc(points, {("q", "2")})  # the sister in Porto holds no answer
+    assert porto is not None and porto[0] < 1.0
+    assert gold_auc(points, set()) is None and gold_auc(points, {("q", r.id) for r in records}) is None
 
 
 @pytest.mark.slow
@@ -246,3 +251,4 @@ def test_analyze_utility_command(
     written = json.loads((tmp_path / "utility.json").read_text(encoding="utf-8"))
     assert len(written["points"]) == 6 and (tmp_path / "utility.png").stat().st_size > 0
     assert "Pearson r" in capsys.readouterr().out
+    assert {"gold_auc_utility", "gold_auc_relevance"} <= set(written)

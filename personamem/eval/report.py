@@ -87,6 +87,7 @@ class Report:
                 },
                 "latency_ms": _latency(run.latency_s),
                 "batched_llm_ms_per_question": _batched_ms(run),
+                "llm_outputs": run.outputs,
                 "per_question": {
                     m: {qid: float(np.mean(values)) for qid, values in per_q.items()}
                     for m, per_q in run.scores.items()
@@ -167,6 +168,23 @@ class Report:
             llm = "" if not run.prepare_s else f"{llm_ms:.0f}"
             lines.append(f"| {run.method} | {lat['p50']:.1f} | {lat['p95']:.1f} | {llm} | {share} |")
         lines.append("")
+        outputs = [(run.method, run.outputs) for run in self.runs if run.outputs]
+        if outputs:
+            lines += [
+                "## LLM answers parsed",
+                "",
+                "Answers the LLM wrote in this run, per stage: clean JSON, repaired (JSON amid prose, "
+                "a bulleted list, broken quoting) or failed (the stage fell back; prose is never used).",
+                "",
+                "| method | stage | clean | repaired | failed | failed share |",
+                "|---|---|---|---|---|---|",
+            ]
+            for method, counts in outputs:
+                for stage in dict.fromkeys(key.rsplit(" ", 1)[0] for key in counts):
+                    n = [counts.get(f"{stage} {o}", 0) for o in ("clean", "repaired", "failed")]
+                    cells = " | ".join(map(str, n))
+                    lines.append(f"| {method} | {stage} | {cells} | {n[2] / max(1, sum(n)):.0%} |")
+            lines.append("")
         if self.timings:
             lines += ["Wall-clock seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in self.timings.items()), ""]
         if bench.skipped:

@@ -20,6 +20,7 @@ from personamem.eval.benchmark import Benchmark, Question
 from personamem.eval.metrics import personabench_scores, ranx_scores
 from personamem.eval.vectors import corpus_vectors
 from personamem.llm import FrozenLLM
+from personamem.llm.parsing import tally_outputs
 from personamem.methods import Method
 from personamem.retrieval import Preparable
 from personamem.store import Store
@@ -58,6 +59,8 @@ class MethodRun:
         latency_s: seconds per question, over all seeds.
         prepare_s: seconds per seed of batched work done before ranking (the LLM calls of
             :class:`~personamem.retrieval.Preparable` methods), not included in ``latency_s``.
+        outputs: LLM answers parsed in this run, ``"<stage> <clean|repaired|failed>"`` -> count
+            (:func:`~personamem.llm.parsing.tally_outputs`; cached answers are not parsed again).
     """
 
     method: str
@@ -67,6 +70,7 @@ class MethodRun:
     rankings: dict[int, dict[str, list[str]]] = field(default_factory=dict)
     latency_s: list[float] = field(default_factory=list)
     prepare_s: list[float] = field(default_factory=list)
+    outputs: dict[str, int] = field(default_factory=dict)
 
 
 def build_store(
@@ -113,32 +117,42 @@ def evaluate_method(
         raise ValueError("need at least one seed")
     run = MethodRun(method.name, list(seeds) if method.stochastic else [seeds[0]], method.stochastic)
     questions = benchmark.questions
-    for seed in run.seeds:
-        retriever = method.build(store, seed)
-        if isinstance(retriever, Preparable):
-            run.prepare_s.append(
-                _prepare(retriever, questions, f"{method.name} LLM calls (seed {seed})", progress)
+    with tally_outputs() as outputs:
+        for seed in run.seeds:
+            retriever = method.build(store, seed)
+            if isinstance(retriever, Preparable):
+                run.prepare_s.append(
+                    _prepare(retriever, questions, f"{method.name} LLM calls (seed {seed})", progress)
+                )
+            task = (
+                progress.add_task(f"{method.name} (seed {seed})", total=len(questions)) if progress else None
             )
-        task = progress.add_task(f"{method.name} (seed {seed})", total=len(questions)) if progress else None
-        rankings: dict[str, list[str]] = {}
-        for question in questions:
-            start = time.perf_counter()
-            hits = retriever.search(question.user_id, question.text, depth)
-            run.latency_s.append(time.perf_counter() - start)
-            rankings[question.id] = [hit.record.id for hit in hits]
-            if progress is not None and task is not None:
-                progress.advance(task)
-        run.rankings[seed] = rankings
-        scores = _score(questions, rankings, metrics)
-        if llm is not None:
-            task = progress.add_task(f"{method.name} answers (seed {seed})", total=None) if progress else None
-            records = {(r.user_id, r.id): r for r in benchmark.records}
-            scores.update(score_answers(llm, questions, rankings, records, k=profile_k, generate=generate))
-            if progress is not None and task is not None:
-                progress.update(task, total=1, completed=1)
-        for metric, per_question in scores.items():
-            for qid, value in per_question.items():
-                run.scores.setdefault(metric, {}).setdefault(qid, []).append(value)
+            rankings: dict[str, list[str]] = {}
+            for question in questions:
+                start = time.perf_counter()
+                hits = retriever.search(question.user_id, question.text, depth)
+                run.latency_s.append(time.perf_counter() - start)
+                rankings[question.id] = [hit.record.id for hit in hits]
+                if progress is not None and task is not None:
+                    progress.advance(task)
+            run.rankings[seed] = rankings
+            scores = _score(questions, rankings, metrics)
+            if llm is not None:
+                task = (
+                    progress.add_task(f"{method.name} answers (seed {seed})", total=None)
+                    if progress
+                    else None
+                )
+                records = {(r.user_id, r.id): r for r in benchmark.records}
+                scores.update(
+                    score_answers(llm, questions, rankings, records, k=profile_k, generate=generate)
+                )
+                if progress is not None and task is not None:
+                    progress.update(task, total=1, completed=1)
+            for metric, per_question in scores.items():
+                for qid, value in per_question.items():
+                    run.scores.setdefault(metric, {}).setdefault(qid, []).append(value)
+    run.outputs = dict(sorted(outputs.items()))
     return run
 
 

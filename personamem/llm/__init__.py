@@ -2,11 +2,14 @@
 
 from personamem.llm.base import FrozenLLM, Generations, LLMError, Message, Prompt, Scores, Usage
 from personamem.llm.budget import Fitted, fit_to_budget
+from personamem.llm.ct2 import CTranslate2LLM
 from personamem.llm.hf import TransformersLLM
+from personamem.llm.load import load_llm
 from personamem.llm.openai_backend import OpenAICompatibleLLM
 from personamem.llm.vllm_backend import VLLMBackend
 
 __all__ = [
+    "CTranslate2LLM",
     "Fitted",
     "FrozenLLM",
     "Generations",
@@ -19,4 +22,5 @@ __all__ = [
     "Usage",
     "VLLMBackend",
     "fit_to_budget",
+    "load_llm",
 ]

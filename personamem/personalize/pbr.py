@@ -220,7 +220,7 @@ class PBR:
         )
         return [
             {
-                "utterances": extract_string_list(out[2 * i][0], limit=self.m),
+                "utterances": extract_string_list(out[2 * i][0], limit=self.m, stage="pbr utterances"),
                 "reasoning": out[2 * i + 1][0].strip(),
             }
             for i in range(len(asks))

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from personamem.errors import ConfigError
+from personamem.llm.load import DEFAULT_RUNTIME, Runtime
 
 __all__ = [
     "FIRST_STAGES",
@@ -89,8 +90,13 @@ class PipelineConfig(BaseModel):
     """Most tokens the rendered context may take, in the pipeline's LLM's tokens where it has an LLM
     (an LLM stage, or an LLM instance given), else in the encoder's word pieces."""
     llm: str | None = None
-    """The frozen LLM for LLM stages: smollm2, qwen2.5-coder-0.5b or a local model folder (None: no
-    LLM, so no LLM stage)."""
+    """The frozen LLM for LLM stages: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a local
+    model folder (None: no LLM, so no LLM stage)."""
+    llm_runtime: Runtime = DEFAULT_RUNTIME
+    """The local engine for ``llm``: ctranslate2 (int8, fast on a CPU) or transformers (float32)."""
+    llm_threads: int | None = Field(default=None, ge=1)
+    """CPU threads of the ctranslate2 runtime (default: ``$PERSONAMEM_LLM_THREADS``, else half the
+    cores: on a busy machine, more threads than free cores slow every thread down)."""
     llm_url: str | None = None
     """An OpenAI-compatible server (vLLM, llama.cpp, a hosted API; ``.../v1``) that serves the model
     named by ``llm``; its key comes from ``$OPENAI_API_KEY``. None: ``llm`` is loaded locally."""

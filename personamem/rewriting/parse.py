@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from personamem.llm.parsing import json_values, load_lenient
+from personamem.llm.parsing import is_clean_json, json_values, load_lenient, note_output
 
 __all__ = ["ParsedAnswer", "parse_answer"]
 
@@ -55,13 +55,17 @@ def parse_answer(text: str, statement_ids: Collection[str]) -> ParsedAnswer:
         statement_ids: the ids of the turn's PTKB statements; other ids are dropped.
     """
     fields = next((obj for obj in _objects(text) if _known(obj)), None)
+    clean = fields is not None and is_clean_json(text)
     if fields is None:
         fields = _loose_fields(text)
-    return ParsedAnswer(
+    parsed = ParsedAnswer(
         selected=_ids(_get(fields, _SELECTED_KEYS), statement_ids),
         rewrite=_text(_get(fields, _REWRITE_KEYS)),
         response=_text(_get(fields, _RESPONSE_KEYS)),
     )
+    usable = parsed != ParsedAnswer()
+    note_output("rewrite answer", "failed" if not usable else "clean" if clean else "repaired")
+    return parsed
 
 
 def _objects(text: str) -> Iterator[dict[str, Any]]:

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from personamem.eval.evaluate import BenchmarkName
+from personamem.llm.load import REFERENCE_RUNTIME, Runtime
 from personamem.pipeline.config import FirstStage
 from personamem.profile.purple.config import PurpleConfig
 
@@ -77,6 +78,8 @@ class PurpleDataConfig(BaseModel):
     """Train on a random subset this large (default: every training example)."""
     max_validation: int = Field(default=64, ge=1)
     """Validation examples scored each time."""
-    llm: str = "smollm2"
-    """The frozen LLM whose log-likelihood of the answer is the reward: smollm2, qwen2.5-coder-0.5b or a
-    model folder."""
+    llm: str = "smollm2-135m"
+    """The frozen LLM whose log-likelihood of the answer is the reward: smollm2-135m,
+    qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a model folder."""
+    llm_runtime: Runtime = REFERENCE_RUNTIME
+    """The engine that scores the reward: ctranslate2 (int8, fast on a CPU) or transformers (float32)."""

@@ -8,7 +8,7 @@ similarity would already give the best profile; a weak correlation is the case f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from personamem.pipeline.prompt import profile_prompt
 from personamem.records import Record
 from personamem.trainers.purple.data import ProfileExample
 
-__all__ = ["UtilityPoint", "pearson", "plot_utility", "record_utility"]
+__all__ = ["UtilityPoint", "gold_auc", "pearson", "plot_utility", "record_utility"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,28 @@ def pearson(points: Sequence[UtilityPoint]) -> tuple[float, float]:
         raise ValueError(f"need at least 3 points for a correlation, got {len(points)}")
     result = pearsonr([p.relevance for p in points], [p.utility for p in points])
     return float(result.statistic), float(result.pvalue)
+
+
+def gold_auc(points: Sequence[UtilityPoint], gold: Collection[tuple[str, str]]) -> tuple[float, float] | None:
+    """How well utility and relevance each rank the gold records of a question above the others.
+
+    The ROC AUC over (question id, record id) pairs: the chance that a gold candidate scores above a
+    non-gold one (Mann–Whitney U / (n_gold · n_other)), for utility then relevance. It says whether
+    the LLM's log-likelihood — PURPLE's reward — can tell the records that hold the answer; None when
+    the candidates hold no gold record or only gold ones.
+    """
+    from scipy.stats import mannwhitneyu
+
+    is_gold = [(p.question_id, p.record_id) in gold for p in points]
+    n_gold = sum(is_gold)
+    if n_gold in (0, len(points)):
+        return None
+    aucs = []
+    for value in (lambda p: p.utility, lambda p: p.relevance):
+        hits = [value(p) for p, g in zip(points, is_gold, strict=True) if g]
+        others = [value(p) for p, g in zip(points, is_gold, strict=True) if not g]
+        aucs.append(float(mannwhitneyu(hits, others).statistic) / (len(hits) * len(others)))
+    return aucs[0], aucs[1]
 
 
 def plot_utility(points: Sequence[UtilityPoint], path: Path, title: str) -> Path:
