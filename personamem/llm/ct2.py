@@ -1,9 +1,11 @@
 """The fast CPU runtime for the frozen LLM: a CTranslate2 int8 copy of a local causal LM.
 
-On this project's 2-core machines it scores in about half the time of the transformers path and
-decodes several times faster (``bench/llm_scoring.py``), with scores within a fraction of a nat of
-the float32 reference (``tests/test_llm_ct2.py``). It cannot take gradients: trainers that update an
-LLM keep :class:`~personamem.llm.hf.TransformersLLM`.
+On this project's 2-core machines (AVX2, no int8 dot-product instructions) it decodes ~2.4-2.8x the
+tokens per second of the transformers path and scores ~1.3-1.8x as fast (``bench/llm_scoring.py``).
+Its int8 activations move a log-likelihood by ~0.2-0.3 nats per target token, and by a nat or two
+with the other requests in the batch (``tests/test_llm_ct2.py``): good for generating, not for
+scores that are a measurement or a reward, which keep the float32
+:class:`~personamem.llm.hf.TransformersLLM` (also the only runtime that takes gradients).
 
 The copy is made once per model (:func:`personamem.llm.packaged.ct2_model_path`) and checked against
 its recorded sha256 on every load, so a truncated or edited conversion is refused, not half-used.
@@ -71,9 +73,7 @@ class CTranslate2LLM:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_converted(
-        cls, path: str | Path, *, threads: int | None = None, device: str = "cpu"
-    ) -> CTranslate2LLM:
+    def from_converted(cls, path: str | Path, *, threads: int | None = None) -> CTranslate2LLM:
         """Load a folder written by :func:`~personamem.llm.packaged.convert_to_ct2` (checksum verified)."""
         import ctranslate2
         from transformers import AutoTokenizer
@@ -83,8 +83,8 @@ class CTranslate2LLM:
         path = Path(path)
         manifest = read_ct2_manifest(path, verify=True)
         options = {
-            "device": device,
-            "compute_type": manifest["quantization"] if device == "cpu" else "int8_float16",
+            "device": "cpu",  # on a GPU, serve the model with vLLM (personamem[vllm] or llm_url)
+            "compute_type": manifest["quantization"],
             "inter_threads": 1,
             "intra_threads": threads or default_threads(),
         }
