@@ -265,6 +265,7 @@ def test_cache_builds_once_and_rebuilds_only_for_the_written_user(mem: PersonaMe
     mem.add("alice", "I cooked a vegetarian lasagna for my sister.")
     mem.add("alice", "I ran a half marathon in the rain.")
     mem.add("bob", "I bought a used road bike.")
+    mem.store.flush()  # marking rows indexed is a write too: let the background indexer finish first
     panchor = CountingPAnchor(mem.store, theta=0.3)
 
     first = panchor.anchor("alice")
@@ -275,9 +276,11 @@ def test_cache_builds_once_and_rebuilds_only_for_the_written_user(mem: PersonaMe
         first += 1  # shared by every caller: mutation would poison the cache
 
     mem.add("bob", "I adopted a rescue dog named Pepper.")
+    mem.store.flush()
     assert panchor.anchor("alice") is first and panchor.builds == {"alice": 1}
 
     mem.add("alice", "I booked a cheap flight to Tokyo.")
+    mem.store.flush()
     second = panchor.anchor("alice")
     assert panchor.builds == {"alice": 2} and not np.allclose(second, first)
     texts = [r.text for r in mem.records("alice")]
