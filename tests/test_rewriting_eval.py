@@ -53,6 +53,8 @@ def test_settings_are_scored_per_seed_against_the_utterance_floor(
     json_path, md_path = report.write(tmp_path / "out")
     written = json.loads(json_path.read_text(encoding="utf-8"))
     assert set(written["settings"]) == {"utterance", "sar-0shot"} and md_path.is_file()
+    assert written["settings"]["utterance"]["seconds_per_turn"] is None  # the floor asks no LLM
+    assert written["settings"]["sar-0shot"]["seconds_per_turn"] > 0
 
 
 def test_unusable_answers_are_counted_not_fatal(encoder: SentenceEncoder) -> None:

@@ -243,6 +243,7 @@ class RewriteReport:
                     "overall": {m: asdict(summarize(run, m)) for m in REPORTED if m in run.scores},
                     "per_turn": run.scores,
                     "llm_outputs": run.outputs,
+                    "seconds_per_turn": _seconds_per_turn(run),
                 }
                 for run in self.runs
             },
@@ -264,14 +265,17 @@ class RewriteReport:
             f"{len(self.turns)} turns. Selection is scored against `ptkb_provenance` on every turn "
             "(selecting nothing when nothing is relevant counts as right); rewrites against "
             "`resolved_utterance` by ROUGE-L F and embedding cosine. `fell_back` is the share of turns "
-            "whose answer was unusable in some part. Mean ± std over seeds of the mean over turns.",
+            "whose answer was unusable in some part; `s/turn` the LLM's wall time per turn. Mean ± std over "
+            "seeds of the mean over turns.",
             "",
-            "| setting | seeds | " + " | ".join(REPORTED) + " |",
-            "|" + "---|" * (len(REPORTED) + 2),
+            "| setting | seeds | " + " | ".join(REPORTED) + " | s/turn |",
+            "|" + "---|" * (len(REPORTED) + 3),
         ]
         for run in self.runs:
             cells = [_cell(run, m) for m in REPORTED]
-            lines.append(f"| {run.method} | {len(run.seeds)} | " + " | ".join(cells) + " |")
+            seconds = _seconds_per_turn(run)
+            timing = "" if seconds is None else f"{seconds:.2f}"
+            lines.append(f"| {run.method} | {len(run.seeds)} | " + " | ".join(cells) + f" | {timing} |")
         lines += ["", f"## Against the raw utterance ({UTTERANCE}), paired t-test over turns", ""]
         lines += ["| setting | metric | difference | p |", "|---|---|---|---|"]
         for c in self.comparisons():
@@ -311,6 +315,11 @@ class RewriteReport:
 def _finite(values: dict[str, Any]) -> dict[str, Any]:
     """JSON has no NaN: an undefined test's statistic is written as null."""
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()}
+
+
+def _seconds_per_turn(run: MethodRun) -> float | None:
+    """Mean wall time per turn over the run's seeds; None for the floor, which asks no LLM."""
+    return sum(run.latency_s) / len(run.latency_s) if run.latency_s else None
 
 
 def _cell(run: MethodRun, metric: str) -> str:
