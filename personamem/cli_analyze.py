@@ -47,7 +47,13 @@ def utility(
     from personamem.eval.vectors import default_vector_cache
     from personamem.llm.load import load_llm
     from personamem.trainers.purple.data import examples_from_benchmark
-    from personamem.trainers.purple.utility import gold_auc, pearson, plot_utility, record_utility
+    from personamem.trainers.purple.utility import (
+        gold_auc,
+        gold_auc_gap,
+        pearson,
+        plot_utility,
+        record_utility,
+    )
 
     bench = load_benchmark(EvalConfig(benchmark=benchmark, data=data, noise=noise))
     mine = [q for q in bench.questions if q.user_id == user and q.answer and q.answer.strip()][:questions]
@@ -76,7 +82,8 @@ def utility(
     out_dir.mkdir(parents=True, exist_ok=True)
     title = f"{bench.name}, user {user}: {len(examples)} questions, Pearson r = {r:.3f}"
     plot = plot_utility(points, out_dir / "utility.png", title)
-    aucs = gold_auc(points, {(q.id, rid) for q in mine for rid in q.relevant})
+    gold = {(q.id, rid) for q in mine for rid in q.relevant}
+    aucs, gap = gold_auc(points, gold), gold_auc_gap(points, gold)
     summary = {
         "user": user,
         "benchmark": bench.name,
@@ -85,6 +92,7 @@ def utility(
         "p": p,
         "gold_auc_utility": aucs and aucs[0],
         "gold_auc_relevance": aucs and aucs[1],
+        "gold_auc_gap_ci95": gap and [gap[1], gap[2]],
     }
     (out_dir / "utility.json").write_text(
         json.dumps({**summary, "points": [asdict(x) for x in points]}, indent=2) + "\n", encoding="utf-8"
@@ -94,8 +102,9 @@ def utility(
         f"{len(points)} (question, record) pairs: Pearson r = {r:.3f} (p = {p:.3g}); "
         f"{helpful} records raise the answer's log-likelihood by more than 1 nat. Plot: {plot}"
     )
-    if aucs:
+    if aucs and gap:
         out.print(
             f"gold records ranked above the others (ROC AUC): by utility {aucs[0]:.3f}, "
-            f"by relevance {aucs[1]:.3f}"
+            f"by relevance {aucs[1]:.3f}; difference {gap[0]:+.3f}, 95% CI over questions "
+            f"[{gap[1]:+.3f}, {gap[2]:+.3f}]"
         )

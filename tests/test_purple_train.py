@@ -23,7 +23,7 @@ from personamem.profile.purple.selector import PurpleSelector
 from personamem.trainers.purple import PurpleTrainConfig, advantages, train_purple
 from personamem.trainers.purple.data import ProfileExample, split_by_user
 from personamem.trainers.purple.reward import LLMReward
-from personamem.trainers.purple.utility import gold_auc, pearson, record_utility
+from personamem.trainers.purple.utility import UtilityPoint, gold_auc, gold_auc_gap, pearson, record_utility
 from tests.conftest import DATA, need_data
 
 FOOD = ["I'm vegan and cook lentils most nights.", "My favourite dish is a spicy tofu curry."]
@@ -233,6 +233,25 @@ def test_utility_of_the_record_holding_the_answer_is_highest(
     porto = gold_auc(points, {("q", "2")})  # the sister in Porto holds no answer
     assert porto is not None and porto[0] < 1.0
     assert gold_auc(points, set()) is None and gold_auc(points, {("q", r.id) for r in records}) is None
+    gap = gold_auc_gap(points, {("q", "1")})
+    assert gap is not None and gap[0] == pytest.approx(vegan[0] - vegan[1])
+    assert gap[1] == pytest.approx(gap[0]) == pytest.approx(gap[2])  # one question: every draw is it
+    assert gold_auc_gap(points, set()) is None
+
+
+def test_gold_auc_gap_resamples_questions() -> None:
+    """Utility that always puts the gold record first, relevance that mostly does not: CI above 0."""
+    points, gold = [], set()
+    for q in range(12):
+        for r in range(5):
+            relevance = 0.9 - 0.1 * r if q % 3 == 0 else 0.5 + 0.1 * r  # gold (r = 0) first for 1/3 only
+            points.append(UtilityPoint(f"q{q}", f"r{r}", relevance, 3.0 if r == 0 else -0.1 * r))
+        gold.add((f"q{q}", "r0"))
+    gap = gold_auc_gap(points, gold, resamples=500)
+    assert gap is not None and gap[1] > 0 and gap[1] <= gap[0] <= gap[2]
+    swapped = [UtilityPoint(p.question_id, p.record_id, p.utility, p.relevance) for p in points]
+    reverse = gold_auc_gap(swapped, gold, resamples=500)
+    assert reverse is not None and reverse[2] < 0
 
 
 @pytest.mark.slow
@@ -251,4 +270,4 @@ def test_analyze_utility_command(
     written = json.loads((tmp_path / "utility.json").read_text(encoding="utf-8"))
     assert len(written["points"]) == 6 and (tmp_path / "utility.png").stat().st_size > 0
     assert "Pearson r" in capsys.readouterr().out
-    assert {"gold_auc_utility", "gold_auc_relevance"} <= set(written)
+    assert {"gold_auc_utility", "gold_auc_relevance", "gold_auc_gap_ci95"} <= set(written)
