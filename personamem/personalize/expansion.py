@@ -37,7 +37,9 @@ __all__ = ["EXPANSIONS", "Expansion", "LLMExpansion"]
 
 Expansion = Literal["hyde", "q2t", "cot", "thinkqe", "mill"]
 EXPANSIONS: tuple[Expansion, ...] = ("hyde", "q2t", "cot", "thinkqe", "mill")
-PROMPT_VERSION = "2"  # 2: MILL shares HyDE's passage prompt
+# Part of the cache key, which stores parsed outputs: bumped by a prompt or parser change.
+# 2: MILL shares HyDE's passage prompt; 3: only bulleted or numbered lines are list items.
+PROMPT_VERSION = "3"
 _TOKENS = 160
 _FEEDBACK_DOCS = 3  # the user's records shown to ThinkQE's second round and used by MILL's check
 _MILL_KEEP = 2

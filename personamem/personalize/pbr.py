@@ -35,7 +35,9 @@ from personamem.store import Store
 
 __all__ = ["PBR", "PseudoFeedback", "UserAnchor", "cached_llm_outputs", "fuse"]
 
-PROMPT_VERSION = "1"  # part of the cache key: changing a prompt must not reuse old outputs
+# Part of the cache key, which stores parsed outputs: a prompt or parser change must not reuse old ones.
+# 2: only bulleted or numbered lines are list items.
+PROMPT_VERSION = "2"
 _RECORD_CHARS = 600  # one long session should not crowd the others out of H_q
 _GENERATION_TOKENS = 256
 _REQUESTS_PER_CALL = 16  # (user, query) pairs per batched LLM call: a failure loses only these
