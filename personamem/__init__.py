@@ -25,6 +25,7 @@ from personamem.errors import (
 from personamem.memory import PersonaMem
 from personamem.personalize import QueryPersonalizer
 from personamem.pipeline import Context, Pipeline, PipelineConfig, load_pipeline
+from personamem.preference import PreferenceMemory
 from personamem.profile import ProfileSelector, RelevanceSelector
 from personamem.records import Record, RecordKind
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetriever, Retriever
@@ -53,6 +54,7 @@ __all__ = [
     "PersonaMemWarning",
     "Pipeline",
     "PipelineConfig",
+    "PreferenceMemory",
     "ProfileSelector",
     "QueryPersonalizer",
     "Record",

@@ -16,6 +16,8 @@ from rich import box
 from rich.table import Table
 
 from personamem.cli_analyze import analyze_app
+from personamem.cli_eval_memory import eval_memory
+from personamem.cli_memory import memory_app
 from personamem.cli_models import models_app
 from personamem.cli_options import REFERENCE_LLM_RUNTIME, LLMRuntime, config_options, runtime_option
 from personamem.cli_server import keys_app, serve
@@ -42,7 +44,9 @@ app.add_typer(train_app, name="train")
 app.add_typer(analyze_app, name="analyze")
 app.add_typer(keys_app, name="keys")
 app.add_typer(models_app, name="models")
+app.add_typer(memory_app, name="memory")
 app.command()(serve)
+app.command("eval-memory")(eval_memory)
 
 
 def default_store() -> Path:

@@ -1,4 +1,4 @@
-"""``personamem train``: fit learned components offline against the frozen LLM (PURPLE for now)."""
+"""``personamem train``: fit learned components offline against the frozen LLM (PURPLE, MemRerank)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.table import Table
 
 from personamem.cli_options import config_options
 from personamem.console import out, progress_bar
+from personamem.trainers.memrerank.config import MemRerankConfig
 from personamem.trainers.purple.config import PurpleDataConfig, PurpleTrainConfig
 
 __all__ = ["train_app"]
@@ -88,6 +89,49 @@ def purple(
         ),
         ("wall-clock seconds", f"{result.seconds:.0f}"),
         ("best checkpoint", f"{result.best} ({size / 2**20:.1f} MiB)"),
+    ):
+        table.add_row(name, value)
+    out.print(table)
+
+
+@train_app.command("memrerank")
+@config_options()
+def memrerank(
+    *,
+    data: Annotated[
+        Path, typer.Option(help="The Amazon Beauty folder (train.jsonl) in its upstream layout.")
+    ],
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out", help="The checkpoint (extractor.json, adapter/), rewards.jsonl, trainer/."),
+    ] = Path("runs/memrerank"),
+    config: MemRerankConfig,
+    resume: Annotated[bool, typer.Option(help="Continue from --out's last checkpoint.")] = False,
+) -> None:
+    """MemRerank: train the memory extractor so the setwise reranker picks each user's true next item."""
+    from personamem.encoder import default_encoder
+    from personamem.eval.choice import load_amazon_choices
+    from personamem.eval.vectors import default_vector_cache
+    from personamem.trainers.memrerank import train_memrerank
+
+    instances = load_amazon_choices(
+        data, split="train", encoder=default_encoder(), cache_dir=default_vector_cache()
+    )
+    with progress_bar() as progress:
+        try:
+            result = train_memrerank(instances, config, out_dir, resume=resume, progress=progress)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    first, last = result.history[0], result.history[-1]
+    table = Table("", "", box=box.SIMPLE, show_header=False, title="MemRerank training")
+    for name, value in (
+        ("training users (test side held out)", str(result.users)),
+        ("steps", str(result.step)),
+        ("utility P(positive), first → last step", f"{first['utility']:.3f} → {last['utility']:.3f}"),
+        ("quality, first → last step", f"{first['quality']:.2f} → {last['quality']:.2f}"),
+        ("reranker choices scored (this run)", str(result.utilities_scored)),
+        ("wall-clock seconds (this run)", f"{result.seconds:.0f}"),
+        ("checkpoint", f"memrerank:{result.checkpoint}"),
     ):
         table.add_row(name, value)
     out.print(table)

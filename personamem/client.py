@@ -19,6 +19,7 @@ from personamem import errors
 from personamem.errors import AuthenticationError, MissingExtraError, PartialWriteError, RemoteError
 from personamem.llm.base import Usage
 from personamem.pipeline import Context
+from personamem.preference import PreferenceMemory
 from personamem.records import Record, parse_record, parse_records
 from personamem.retrieval import Hit
 
@@ -141,6 +142,43 @@ class Client:
             warnings=body["warnings"],
             memory=body["memory"],
         )
+
+    def memory(self, user_id: str) -> PreferenceMemory:
+        """The user's preference memory (``stale`` when the server could not rebuild it in time)."""
+        return PreferenceMemory.from_json(self._call("GET", "/v1/memory", params={"user_id": _user(user_id)}))
+
+    def refresh_memories(
+        self,
+        user_ids: Sequence[str] | None = None,
+        *,
+        progress: Callable[[int], None] | None = None,
+        batch_size: int = 8,
+    ) -> int:
+        """Build the missing or stale preference memories (None: every user); returns how many were built.
+
+        One request per ``batch_size`` users, so each stays within the timeout and an interrupted
+        refresh resumes; ``progress`` is called with the number of users finished after each.
+        """
+        if isinstance(user_ids, str):
+            raise errors.InvalidInputError("user_ids must be a sequence of user ids, not one string")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        users = self.users() if user_ids is None else [_user(u) for u in user_ids]
+        built = 0
+        for start in range(0, len(users), batch_size):
+            batch = users[start : start + batch_size]
+            body = {"user_ids": batch, "batch_size": batch_size}
+            built += int(self._call("POST", "/v1/memory/refresh", body)["built"])
+            if progress is not None:
+                progress(len(batch))
+        return built
+
+    def rerank(self, user_id: str, query: str, candidates: Sequence[str], k: int | None = None) -> list[int]:
+        """Indices of ``candidates``, best first, for the user's request given their preference memory."""
+        if isinstance(candidates, str):
+            raise errors.InvalidInputError("candidates must be a sequence of strings, not one string")
+        request = {"user_id": _user(user_id), "query": query, "candidates": list(candidates), "k": k}
+        return [int(i) for i in self._call("POST", "/v1/rerank", request)["order"]]
 
     def get(self, user_id: str, record_id: str) -> Record | None:
         """The user's record with this id, or None."""

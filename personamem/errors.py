@@ -24,6 +24,7 @@ __all__ = [
     "InvalidRecordError",
     "LLMError",
     "ListwiseFallbackWarning",
+    "MemoryFallbackWarning",
     "MethodError",
     "MissingExtraError",
     "PBRFallbackWarning",
@@ -143,6 +144,10 @@ class ListwiseFallbackWarning(FallbackWarning):
 
 class RewriteFallbackWarning(FallbackWarning):
     """A rewriting answer was unusable, so a turn kept its raw utterance and/or an empty selection."""
+
+
+class MemoryFallbackWarning(FallbackWarning):
+    """A preference memory was not rebuilt in time or at all, so an older one (stale) or none was used."""
 
 
 class PipelineFallbackWarning(FallbackWarning):

@@ -19,7 +19,9 @@ from personamem.errors import ConfigError, InvalidInputError, MethodError
 from personamem.llm.base import FrozenLLM
 from personamem.methods import check_llm, method_config
 from personamem.pipeline import Context, Pipeline, PipelineConfig, load_pipeline
-from personamem.pipeline.config import pipeline_config
+from personamem.pipeline.config import LLM_MEMORIES, pipeline_config
+from personamem.pipeline.stages import build_extractor
+from personamem.preference import PreferenceMemories, PreferenceMemory, PromptedExtractor, SetwiseReranker
 from personamem.profile import ProfileSelector
 from personamem.records import Record, check_user_id, parse_record, parse_records
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
@@ -56,6 +58,8 @@ class PersonaMem:
         self._pipelines: dict[PipelineConfig, Pipeline] = {}
         self._methods: dict[str, PipelineConfig] = {}  # a pipeline:<file> is read once
         self._tenants: dict[str, PersonaMem] = {}
+        self._extractors: dict[tuple[object, ...], PromptedExtractor] = {}  # shared with tenant views
+        self._memories: dict[tuple[object, ...], PreferenceMemories] = {}  # over this view's store
         self._lock = threading.Lock()
         self._dense = DenseRetriever(store)
         self._bm25 = BM25Retriever(store)
@@ -107,7 +111,8 @@ class PersonaMem:
             view = self._tenants.get(name)
             if view is None:  # kept: its pipelines and BM25 caches outlive the call
                 view = PersonaMem(self.store.for_tenant(name), pipeline=self.config, llm=self._llm)
-                view._llms, view._lock = self._llms, self._lock  # an LLM named by the config loads once
+                # an LLM or a memory checkpoint named by the config loads once
+                view._llms, view._extractors, view._lock = self._llms, self._extractors, self._lock
                 self._tenants[name] = view
             return view
 
@@ -267,6 +272,132 @@ class PersonaMem:
         assert found is not None  # every name but "none" builds one
         return found
 
+    # -- preference memory (MemRerank) -------------------------------------------------------------
+
+    def memory(self, user_id: str) -> PreferenceMemory:
+        """The user's preference memory, as the configured pipeline's context shows it.
+
+        Built once per history revision: the first call after a write rebuilds it, waiting up to the
+        pipeline's ``memory_timeout_s``; past it, or when the LLM fails, the older memory comes back
+        with ``stale=True`` (and a :class:`~personamem.errors.MemoryFallbackWarning`). An unknown
+        user or an empty history gives an empty memory without an LLM call.
+
+        Raises:
+            MethodError: the pipeline has no preference memory, or its extractor needs an LLM and
+                none is configured.
+        """
+        return self._preference_memories().get(check_user_id(user_id))
+
+    def refresh_memories(
+        self,
+        user_ids: Sequence[str] | None = None,
+        *,
+        progress: Callable[[int], None] | None = None,
+        batch_size: int = 8,
+    ) -> int:
+        """Build the missing or stale preference memories ahead of time; returns how many were built.
+
+        Users whose memory is current are skipped, so an interrupted refresh resumes where it stopped;
+        users without records have nothing to build and are skipped too.
+
+        Args:
+            user_ids: whose memories (None: every user).
+            progress: called with the number of users finished after each batch (skipped ones
+                included), so the calls add up to the number of users.
+            batch_size: users per LLM call.
+
+        Raises:
+            MethodError: as :meth:`memory`.
+            LLMError: the LLM failed; the batches before it are kept.
+        """
+        if isinstance(user_ids, str):
+            raise InvalidInputError("user_ids must be a sequence of user ids, not one string")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        memories = self._preference_memories()
+        users = self.store.users() if user_ids is None else [check_user_id(u) for u in user_ids]
+        known = [u for u in dict.fromkeys(users) if self.store.revision(u) is not None]
+        reported = 0
+
+        def advance(done: int) -> None:  # the service counts users done so far; callers add steps
+            nonlocal reported
+            if progress is not None:
+                progress(done - reported)
+            reported = done
+
+        built = memories.refresh(known, batch_size=batch_size, progress=advance)
+        if progress is not None and reported < len(users):
+            progress(len(users) - reported)
+        return built
+
+    def rerank(self, user_id: str, query: str, candidates: Sequence[str], k: int | None = None) -> list[int]:
+        """Order ``candidates`` for the user's request by their preference memory; best first.
+
+        MemRerank's setwise reranker: the configured LLM picks the best of up to five candidates at a
+        time, shown the user's memory (:meth:`memory`) and ``query``, and a heap sort of such choices
+        ranks the list (about ``N + k·log4 N`` choices for the top ``k`` of ``N``).
+
+        Args:
+            user_id: whose preferences.
+            query: the request (may be empty: then the choice is what the user would pick).
+            candidates: texts to order (products, answers, documents).
+            k: how many indices to return (default: all).
+
+        Returns:
+            Indices into ``candidates``, best first.
+
+        Raises:
+            MethodError: as :meth:`memory`, or no LLM is configured.
+            InvalidInputError: a candidate or the query is not a string.
+        """
+        if not isinstance(query, str) or isinstance(candidates, str):
+            raise InvalidInputError("query must be a string and candidates a sequence of strings")
+        texts = list(candidates)
+        if not all(isinstance(text, str) for text in texts):
+            raise InvalidInputError("candidates must be strings")
+        if k is not None and k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        memory = self.memory(user_id)
+        with self._lock:
+            llm = self._llm_for(self.config)
+        if llm is None:
+            raise MethodError(
+                "rerank needs a frozen LLM and none is configured (set the pipeline's llm, e.g. --llm "
+                "smollm2-135m, or pass llm= to PersonaMem.open)"
+            )
+        return SetwiseReranker(llm).rank(query, memory.text(), texts, k) if texts else []
+
+    def _preference_memories(self) -> PreferenceMemories:
+        """The configured pipeline's preference memories, or MethodError saying how to configure one."""
+        found = self.pipeline().memories
+        if found is None:
+            raise MethodError(
+                "no preference memory configured: set the pipeline's preference_memory to prompted or "
+                "atomic (with llm), or memrerank:<checkpoint folder>"
+            )
+        return found
+
+    def _memories_for(self, config: PipelineConfig, llm: FrozenLLM | None) -> PreferenceMemories | None:
+        """The memories ``config`` names, shared by every pipeline that names the same (lock held).
+
+        A method name applied over the config keeps its memory, so sharing spares the rebuilds (and a
+        checkpoint's load) that one object per pipeline would repeat.
+        """
+        if config.preference_memory == "none":
+            return None
+        writer = llm if config.preference_memory in LLM_MEMORIES else None
+        key = (config.preference_memory, config.memory_words, id(writer))
+        extractor = self._extractors.get(key)
+        if extractor is None:
+            extractor = build_extractor(config, writer)
+            assert extractor is not None  # every name but "none" builds one
+            self._extractors[key] = extractor
+        memories = self._memories.get((*key, config.memory_timeout_s))
+        if memories is None:
+            memories = PreferenceMemories(self.store, extractor, timeout_s=config.memory_timeout_s)
+            self._memories[(*key, config.memory_timeout_s)] = memories
+        return memories
+
     def _built(self, config: PipelineConfig, what: str) -> Pipeline:
         """The pipeline for ``config``, built on first use (``what`` names it in errors)."""
         found = self._pipelines.get(config)  # the hot path takes no lock; building does
@@ -277,7 +408,10 @@ class PersonaMem:
             if found is None:
                 llm = self._llm_for(config) if config.needs_llm else self._llm
                 check_llm(what, config, llm)
-                found = self._pipelines[config] = Pipeline(self.store, config, llm=llm, bm25=self._bm25)
+                memories = self._memories_for(config, llm)
+                found = self._pipelines[config] = Pipeline(
+                    self.store, config, llm=llm, bm25=self._bm25, memories=memories
+                )
             return found
 
     def _llm_for(self, config: PipelineConfig) -> FrozenLLM | None:

@@ -156,7 +156,9 @@ def test_retriever_checks_its_settings(filled: PersonaMem) -> None:
 def test_a_method_gives_what_memory_search_gives(filled: PersonaMem, method: str) -> None:
     nodes = PersonaMemRetriever(filled, "alice", k=3, method=method).retrieve("what can I eat?")
     hits = filled.search("alice", "what can I eat?", k=3, method=method)
-    assert [(n.node.node_id, n.score) for n in nodes] == [(h.record.id, h.score) for h in hits]
+    assert [n.node.node_id for n in nodes] == [h.record.id for h in hits]
+    # P-Anchor's vector is computed again for the adapter; a loaded CPU moves its last float32 digit
+    assert [n.score for n in nodes] == pytest.approx([h.score for h in hits], abs=1e-6)
 
 
 def test_a_pipeline_config_searches_through_that_pipeline(filled: PersonaMem) -> None:

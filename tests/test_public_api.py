@@ -30,6 +30,7 @@ def test_public_api_is_pinned() -> None:
         "PersonaMemWarning",
         "Pipeline",
         "PipelineConfig",
+        "PreferenceMemory",
         "ProfileSelector",
         "QueryPersonalizer",
         "Record",

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from personamem.client import Client
-from personamem.errors import AuthenticationError
+from personamem.errors import AuthenticationError, MethodError
 from personamem.store import KeyRing
 from personamem.store.sql import SqlCatalog
 from personamem.testing.servers import personamem_server
@@ -69,6 +69,9 @@ def test_every_route_needs_a_valid_key_and_reads_nothing_without(served: tuple[s
         ("POST", "/v1/context", {"user_id": "alice", "query": "secret"}),
         ("POST", "/v1/records", {"user_id": "alice", "text": "x"}),
         ("DELETE", "/v1/users?user_id=alice", None),
+        ("GET", "/v1/memory?user_id=alice", None),
+        ("POST", "/v1/memory/refresh", {"all": True}),
+        ("POST", "/v1/rerank", {"user_id": "alice", "query": "secret", "candidates": ["a"]}),
     ]
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": f"Bearer {revoked}"},
                     {"Authorization": key}, {"X-API-Key": key[:-2]}):  # fmt: skip
@@ -211,11 +214,24 @@ def test_llm_down_still_answers_from_the_first_stage_flagged(served: tuple[str, 
         assert not plain.warnings and "cello" in plain.text
 
 
+def test_memory_routes_say_when_no_memory_is_configured(served: tuple[str, KeyRing], key: str) -> None:
+    with Client(served[0], key) as client:
+        client.add("ana", "I play the cello.")
+        for call in (
+            lambda: client.memory("ana"),
+            lambda: client.refresh_memories(),
+            lambda: client.rerank("ana", "music", ["a cello", "a drum"]),
+        ):
+            with pytest.raises(MethodError, match="no preference memory configured"):
+                call()
+
+
 def test_openapi_docs_list_the_routes(served: tuple[str, KeyRing]) -> None:
     with _http(served[0]) as http:
         assert http.get("/docs").status_code == 200
         paths = http.get("/openapi.json").json()["paths"]
     records = {"/v1/records", "/v1/records/batch", "/v1/records/delete", "/v1/records/{record_id}"}
     others = {"/v1/search", "/v1/context", "/v1/users", "/v1/count", "/v1/health", "/v1/metrics"}
-    expected = records | others
+    memory = {"/v1/memory", "/v1/memory/refresh", "/v1/rerank"}
+    expected = records | others | memory
     assert expected <= set(paths)

@@ -104,8 +104,27 @@ class TransformersLLM:
     def loglikelihood(self, requests: Sequence[tuple[Prompt, str]]) -> Scores:
         """Sum of the target tokens' log-probabilities given the prompt, per request."""
         pairs = [encode_pair(self.tokenizer, self.render(p), t, self.context_window) for p, t in requests]
-        order = sorted(range(len(pairs)), key=lambda i: -(len(pairs[i][0]) + len(pairs[i][1])))
         token_logprobs: list[list[float]] = [[] for _ in pairs]
+        # one-token targets after one shared prompt (a multiple choice's labels) need one forward pass
+        choices: dict[tuple[int, ...], list[int]] = {}
+        for i, (context, target) in enumerate(pairs):
+            if len(target) == 1:
+                choices.setdefault(tuple(context), []).append(i)
+        shared = [group for group in choices.values() if len(group) > 1]
+        for group, values in zip(
+            shared,
+            self._score_choices(
+                [pairs[g[0]][0] for g in shared], [[pairs[i][1][0] for i in g] for g in shared]
+            ),
+            strict=True,
+        ):
+            for i, value in zip(group, values, strict=True):
+                token_logprobs[i] = [value]
+        grouped = {i for group in shared for i in group}
+        order = sorted(
+            (i for i in range(len(pairs)) if i not in grouped),
+            key=lambda i: -(len(pairs[i][0]) + len(pairs[i][1])),
+        )
         for batch in self._batches(order, [len(c) + len(t) for c, t in pairs]):
             for i, values in zip(batch, self._score_batch([pairs[i] for i in batch]), strict=True):
                 token_logprobs[i] = values
@@ -154,6 +173,37 @@ class TransformersLLM:
             rows = logits[row, keep - 1 - len(target) : keep - 1].double()
             chosen = rows.gather(1, torch.tensor(target, device=rows.device).unsqueeze(1)).squeeze(1)
             out.append((chosen - torch.logsumexp(rows, dim=-1)).cpu().tolist())
+        return out
+
+    def _score_choices(self, contexts: list[list[int]], tokens: list[list[int]]) -> list[list[float]]:
+        """Log-probabilities of several candidate next tokens per context: one forward pass per context."""
+        import torch
+
+        out: list[list[float]] = [[] for _ in contexts]
+        order = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))
+        for batch in self._batches(order, [len(c) for c in contexts]):
+            width = max(len(contexts[i]) for i in batch)
+            ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                ids[row, width - len(contexts[i]) :] = torch.tensor(contexts[i])
+                mask[row, width - len(contexts[i]) :] = 1
+            positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+            device = self.model.device
+            with self._lock, torch.inference_mode():
+                logits = (
+                    self.model(
+                        input_ids=ids.to(device),
+                        attention_mask=mask.to(device),
+                        position_ids=positions.to(device),
+                        logits_to_keep=1,
+                    )
+                    .logits[:, -1]
+                    .double()
+                )
+            logprobs = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+            for row, i in enumerate(batch):
+                out[i] = logprobs[row, torch.tensor(tokens[i], device=logprobs.device)].cpu().tolist()
         return out
 
     # -- generation -------------------------------------------------------------------------------

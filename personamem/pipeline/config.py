@@ -18,11 +18,14 @@ from personamem.llm.load import DEFAULT_RUNTIME, Runtime
 
 __all__ = [
     "FIRST_STAGES",
+    "LLM_MEMORIES",
     "LLM_PERSONALIZERS",
+    "MEMORIES",
     "PERSONALIZERS",
     "SELECTORS",
     "FirstStage",
     "PipelineConfig",
+    "is_memory",
     "load_pipeline",
     "pipeline_config",
     "read_pipeline_table",
@@ -61,6 +64,17 @@ SELECTORS: dict[str, str] = {
 }
 """Profile selectors by name: each picks and orders the profile from the first stage's candidates."""
 
+MEMORIES: dict[str, str] = {
+    "none": "no preference memory",
+    "prompted": "MemRerank's memory (within- and cross-category statements), written by the pipeline's LLM",
+    "atomic": "one preference fact per line, written by the pipeline's LLM (a Mem0-style baseline)",
+    "memrerank:<folder>": "a trained MemRerank extractor, from a checkpoint folder",
+}
+"""Preference memories by name: each is written once per history revision and put before the records."""
+
+LLM_MEMORIES = frozenset({"prompted", "atomic"})
+"""The memories the pipeline's LLM writes (a checkpoint brings its own model)."""
+
 
 class PipelineConfig(BaseModel):
     """query personalizer → first stage → profile selector → preference memory → fit to a token budget.
@@ -84,8 +98,17 @@ class PipelineConfig(BaseModel):
     """First-stage records the selector chooses from."""
     profile_k: int = Field(default=5, ge=1)
     """Records in the profile (before fitting to the budget)."""
-    preference_memory: Literal["none"] = "none"
-    """A per-user preference memory put before the records (the slot MemRerank fills; none yet)."""
+    preference_memory: str = "none"
+    """A per-user preference memory put before the records, written once per history and cached: none,
+    prompted (MemRerank's sections, by ``llm``), atomic (one fact per line, by ``llm``),
+    memrerank:<checkpoint folder> (a trained extractor, with its own model)."""
+    memory_words: int = Field(default=120, ge=1)
+    """Word budget of a prompted or atomic memory (statements past it are dropped); it also bounds the
+    tokens the LLM writes (1.6 per word). A memrerank checkpoint keeps the budget it was trained with."""
+    memory_timeout_s: float | None = Field(default=30.0, ge=0)
+    """How long context and memory wait for a memory being rebuilt after the history changed; past it
+    the older memory is used, marked stale, and the rebuild finishes in the background (0: never wait;
+    None: wait for it)."""
     budget_tokens: int = Field(default=512, ge=0)
     """Most tokens the rendered context may take, in the pipeline's LLM's tokens where it has an LLM
     (an LLM stage, or an LLM instance given), else in the encoder's word pieces."""
@@ -113,6 +136,10 @@ class PipelineConfig(BaseModel):
             )
         if not is_selector(self.selector):
             raise ValueError(f"unknown selector {self.selector!r}; choose from: {', '.join(SELECTORS)}")
+        if not is_memory(self.preference_memory):
+            raise ValueError(
+                f"unknown preference_memory {self.preference_memory!r}; choose from: {', '.join(MEMORIES)}"
+            )
         if self.llm_url is not None and self.llm is None:
             raise ValueError("llm_url needs llm: the name of the model that server serves")
         if self.personalizer != "none" and self.first_stage == "bm25":
@@ -124,7 +151,11 @@ class PipelineConfig(BaseModel):
     @property
     def needs_llm(self) -> bool:
         """Whether a stage calls the frozen LLM."""
-        return self.personalizer in LLM_PERSONALIZERS or self.selector == "listwise"
+        return (
+            self.personalizer in LLM_PERSONALIZERS
+            or self.selector == "listwise"
+            or self.preference_memory in LLM_MEMORIES
+        )
 
     @property
     def stochastic(self) -> bool:
@@ -136,6 +167,13 @@ def is_selector(name: str) -> bool:
     """Whether ``name`` is a selector of :data:`SELECTORS` or ``purple:<folder>``."""
     return (name in SELECTORS and name != "purple:<folder>") or (
         name.startswith("purple:") and len(name) > len("purple:")
+    )
+
+
+def is_memory(name: str) -> bool:
+    """Whether ``name`` is a preference memory of :data:`MEMORIES` or ``memrerank:<folder>``."""
+    return (name in MEMORIES and name != "memrerank:<folder>") or (
+        name.startswith("memrerank:") and len(name) > len("memrerank:")
     )
 
 

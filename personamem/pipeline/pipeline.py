@@ -4,6 +4,21 @@ One object runs every method: :meth:`Pipeline.search` ranks (the profile first, 
 candidates, so retrieval metrics stay defined) and :meth:`Pipeline.context` returns what an
 application pastes into its prompt. The harness, the SDK, the CLI and the adapters all call these
 two methods, so a method name ranks the same everywhere.
+
+With a preference memory configured, the context has one format::
+
+    Preferences:
+    WITHIN skincare:
+    - prefers fragrance-free moisturizers
+    CROSS:
+    - buys travel sizes
+
+    Records:
+    - I bought the travel-size cleanser again.
+
+The memory (evidence stripped) comes first and the records take the budget it leaves; a memory
+longer than the budget is cut from its last statement. Without a memory, or with an empty one, the
+context is the record lines alone, as it always was.
 """
 
 from __future__ import annotations
@@ -20,19 +35,25 @@ import numpy as np
 from personamem.encoder import Encoder
 from personamem.errors import InvalidInputError, LLMError, collect_fallbacks
 from personamem.llm.base import FrozenLLM, Usage
-from personamem.llm.budget import fit_to_budget
+from personamem.llm.budget import Fitted, fit_to_budget
 from personamem.personalize import QueryPersonalizer
 from personamem.pipeline.config import PipelineConfig
 from personamem.pipeline.metered import MeteredLLM, metering
 from personamem.pipeline.prompt import render_record
-from personamem.pipeline.stages import build_personalizer, build_selector
+from personamem.pipeline.stages import build_memories, build_personalizer, build_selector
+from personamem.preference import PreferenceMemories
 from personamem.profile import ProfileSelector
 from personamem.records import check_user_id
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetriever, Preparable
 from personamem.retrieval.base import ranked
 from personamem.store import Store
 
-__all__ = ["Context", "Pipeline"]
+__all__ = ["MEMORY_HEADER", "RECORDS_HEADER", "Context", "Pipeline"]
+
+MEMORY_HEADER = "Preferences:"
+"""The line before the preference memory in a context."""
+RECORDS_HEADER = "Records:"
+"""The line before the records in a context that has a preference memory."""
 
 
 @dataclass(frozen=True)
@@ -40,15 +61,18 @@ class Context:
     """What the LLM should see for one query, and what it cost to find.
 
     Attributes:
-        text: the rendered context (preference memory, then one line per record), within budget.
+        text: the rendered context, within budget: the preference memory under ``Preferences:``,
+            then the records under ``Records:``; the record lines alone without a memory.
         hits: the records in ``text``, in order, with the score of the stage that placed them.
         dropped: profile records left out because they did not fit the budget.
         tokens: tokens ``text`` takes.
         budget_tokens: the budget it was fitted to.
         usage: LLM tokens this call cost (outputs served from the cache cost none).
         timings_ms: milliseconds per stage.
-        warnings: LLM stages that fell back to the stage without them, and why.
-        memory: the user's preference memory, when one is configured (the MemRerank slot).
+        warnings: LLM stages that fell back to the stage without them (a stale memory among
+            them), and why; a memory cut to fit the budget is noted here too.
+        memory: the preference memory as ``text`` shows it (``""``: empty, or no room); None when
+            the pipeline has none.
     """
 
     text: str
@@ -93,10 +117,16 @@ class Pipeline:
         personalizer: your own query personalizer, instead of ``config.personalizer``.
         selector: your own profile selector, instead of ``config.selector``.
         bm25: a BM25 retriever to share (its per-user index cache), instead of a new one.
+        memories: preference memories to share (their extractor and running rebuilds), instead of
+            new ones from ``config.preference_memory``.
+
+    Attributes:
+        memories: the users' preference memories (None: the pipeline has none).
 
     Raises:
         MethodError: a stage needs an LLM and ``llm`` is None.
-        CheckpointError: a PURPLE checkpoint cannot be loaded.
+        CheckpointError: a PURPLE or MemRerank checkpoint cannot be loaded.
+        MissingExtraError: a MemRerank checkpoint without peft installed.
         ValueError: a personalizer of your own over the bm25 first stage (which takes no vector).
     """
 
@@ -109,10 +139,13 @@ class Pipeline:
         personalizer: QueryPersonalizer | None = None,
         selector: ProfileSelector | None = None,
         bm25: BM25Retriever | None = None,
+        memories: PreferenceMemories | None = None,
     ) -> None:
         self.store = store
         self.config = config = config or PipelineConfig()
         self.llm = MeteredLLM(llm) if llm is not None else None
+        # the memory's LLM is not metered: a rebuild outlives the call that started it
+        self.memories = memories if memories is not None else build_memories(config, store, llm)
         self.personalizer = personalizer or build_personalizer(
             config.personalizer, store, self.llm, config.seed
         )
@@ -144,26 +177,63 @@ class Pipeline:
             raise ValueError(f"budget_tokens must be >= 0, got {budget}")
         timings: dict[str, float] = {}
         with collect_fallbacks() as notes, metering(self.config.llm_timeout_s) as usages:
+            memory = self._memory(user_id, timings)
             if self.selector is None:
                 profile = self._candidates(user_id, query, self.config.profile_k, timings)
             else:
                 pool = self._candidates(user_id, query, self.config.candidates, timings)
                 profile = self._select(user_id, query, pool, timings)
             start = time.perf_counter()
-            fitted = fit_to_budget(
-                profile, budget, self._count_tokens, render=lambda h: render_record(h.record)
-            )
+            fitted, shown = self._fit(memory, profile, budget)
             timings["fit"] = _ms(start)
+        if memory is not None and shown < len(memory):
+            notes.append(f"preference memory cut to {shown} of {len(memory)} line(s) to fit {budget} tokens")
         return Context(
             text=fitted.text,
-            hits=fitted.kept,
-            dropped=fitted.dropped,
+            hits=[item for item in fitted.kept if isinstance(item, Hit)],
+            dropped=[item for item in fitted.dropped if isinstance(item, Hit)],
             tokens=fitted.tokens,
             budget_tokens=budget,
             usage=sum(usages, Usage()),
             timings_ms=timings,
             warnings=list(notes),
+            memory=None if memory is None else "\n".join(memory[:shown]),
         )
+
+    def _memory(self, user_id: str, timings: dict[str, float]) -> list[str] | None:
+        """The lines of the user's preference memory as an LLM is shown it (None: no memory configured).
+
+        A rebuild past ``memory_timeout_s`` or a failed one gives the older memory and a warning.
+        """
+        if self.memories is None:
+            return None
+        start = time.perf_counter()
+        lines = self.memories.get(user_id).text().splitlines()
+        timings["memory"] = _ms(start)
+        return lines
+
+    def _fit(
+        self, memory: list[str] | None, profile: list[Hit], budget: int
+    ) -> tuple[Fitted[str | Hit], int]:
+        """The context's lines fitted to ``budget``, and how many memory lines it kept.
+
+        The memory's lines and the records are one list for :func:`fit_to_budget`, so the memory is
+        kept first and the joined text, headers included, is what is counted. A cut that leaves a
+        header or a blank line last drops it.
+        """
+        lines = memory or []
+        items: list[str | Hit] = [MEMORY_HEADER, *lines, "", RECORDS_HEADER] if lines else []
+        items += profile
+        fitted = fit_to_budget(items, budget, self._count_tokens, render=_render)
+        kept = list(fitted.kept)
+        while kept and isinstance(kept[-1], str) and not kept[-1].startswith("- "):
+            kept.pop()  # a section header, the blank line or a header with nothing under it
+        shown = min(max(len(kept) - 1, 0), len(lines))  # kept[0] is the header
+        if len(kept) == len(fitted.kept):
+            return fitted, shown
+        text = "\n".join(map(_render, kept))
+        cut = Fitted(kept, list(items[len(kept) :]), text, self._count_tokens(text) if text else 0)
+        return cut, shown
 
     def prepare(self, requests: Sequence[tuple[str, str]]) -> None:
         """Let the personalizer batch its LLM calls for many queries (a no-op if it cannot)."""
@@ -216,6 +286,11 @@ class _VectorSearch:
 
     def search(self, user_id: str, query: str, k: int) -> list[Hit]:
         return self.dense.search_vector(user_id, self.vector, k)
+
+
+def _render(item: str | Hit) -> str:
+    """A context line: a memory line or header as is, a record as a profile line."""
+    return item if isinstance(item, str) else render_record(item.record)
 
 
 def _check(user_id: object, query: object) -> None:

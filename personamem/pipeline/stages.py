@@ -1,4 +1,4 @@
-"""Built-in stages by name: the query personalizers and profile selectors a config can name.
+"""Built-in stages by name: the personalizers, profile selectors and preference memories a config names.
 
 Each builder returns ``None`` for ``"none"``; a user's own :class:`QueryPersonalizer` or
 :class:`ProfileSelector` is passed to :class:`~personamem.pipeline.Pipeline` directly instead.
@@ -6,10 +6,14 @@ Each builder returns ``None`` for ``"none"``; a user's own :class:`QueryPersonal
 
 from __future__ import annotations
 
+import math
+
 from personamem.encoder import SentenceEncoder
 from personamem.errors import MethodError
 from personamem.llm.base import FrozenLLM
 from personamem.personalize import EXPANSIONS, PBR, LLMExpansion, PAnchor, QueryPersonalizer
+from personamem.pipeline.config import PipelineConfig
+from personamem.preference import PreferenceMemories, PromptedExtractor
 from personamem.profile import (
     EarliestSelector,
     ListwiseSelector,
@@ -19,7 +23,11 @@ from personamem.profile import (
 )
 from personamem.store import Store
 
-__all__ = ["build_personalizer", "build_selector"]
+__all__ = ["build_extractor", "build_memories", "build_personalizer", "build_selector"]
+
+_TOKENS_PER_WORD = 1.6
+"""Tokens an extractor may write per memory word: headers and evidence labels cost tokens too (the
+extractor's own default is 192 tokens for 120 words)."""
 
 
 def build_personalizer(name: str, store: Store, llm: FrozenLLM | None, seed: int) -> QueryPersonalizer | None:
@@ -67,3 +75,46 @@ def build_selector(name: str, store: Store, llm: FrozenLLM | None, seed: int) ->
             raise MethodError("PURPLE reads the encoder's token states: it needs a SentenceEncoder store")
         return PurpleSelector.load(name.removeprefix("purple:"), store.encoder)
     raise MethodError(f"unknown selector {name!r}")
+
+
+def build_extractor(config: PipelineConfig, llm: FrozenLLM | None) -> PromptedExtractor | None:
+    """The extractor ``config.preference_memory`` names (see :data:`~personamem.pipeline.config.MEMORIES`).
+
+    ``llm`` writes prompted and atomic memories. Pass the backend itself, not the pipeline's metered
+    view: a rebuild runs in its own thread under the memory's own deadline (``memory_timeout_s``),
+    outside any one call's metering.
+
+    Raises:
+        MethodError: ``prompted`` or ``atomic`` without an LLM.
+        CheckpointError: a ``memrerank`` checkpoint folder that is missing or broken.
+        MissingExtraError: ``memrerank`` without peft installed.
+    """
+    name = config.preference_memory
+    if name == "none":
+        return None
+    if name.startswith("memrerank:"):
+        from personamem.preference.checkpoint import load_extractor  # peft, loaded only when used
+
+        return load_extractor(name.removeprefix("memrerank:"))
+    if llm is None:
+        raise MethodError(f"preference memory {name!r} needs a frozen LLM")
+    if name not in ("prompted", "atomic"):
+        raise MethodError(f"unknown preference memory {name!r}")
+    return PromptedExtractor(
+        llm,
+        style="sections" if name == "prompted" else "atomic",
+        max_words=config.memory_words,
+        max_tokens=math.ceil(config.memory_words * _TOKENS_PER_WORD),
+    )
+
+
+def build_memories(config: PipelineConfig, store: Store, llm: FrozenLLM | None) -> PreferenceMemories | None:
+    """The users' preference memories ``config`` names over ``store`` (None for ``none``).
+
+    Raises:
+        See :func:`build_extractor`.
+    """
+    extractor = build_extractor(config, llm)
+    if extractor is None:
+        return None
+    return PreferenceMemories(store, extractor, timeout_s=config.memory_timeout_s)

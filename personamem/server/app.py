@@ -42,6 +42,8 @@ from personamem.server.schemas import (
     BatchIn,
     ContextIn,
     DeleteIn,
+    RefreshIn,
+    RerankIn,
     SearchIn,
     context_json,
     hit_json,
@@ -212,6 +214,29 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
             body.user_id, body.query, budget_tokens=body.budget_tokens, pipeline=body.pipeline
         )
         return {**context_json(result), "degraded": bool(result.warnings)}
+
+    @app.get("/v1/memory", tags=["memory"])
+    def preference_memory(user_id: str, tenant: Tenant) -> dict[str, Any]:
+        """The user's preference memory with its evidence record ids; rebuilt first if the history changed.
+
+        ``stale`` is true when the rebuild failed or did not finish in time (``warnings`` say which).
+        """
+        with collect_fallbacks() as notes:
+            memory = tenant.memory(user_id)
+        return {**memory.to_json(), "warnings": notes}
+
+    @app.post("/v1/memory/refresh", tags=["memory"])
+    def refresh_memories(body: RefreshIn, tenant: Tenant) -> dict[str, Any]:
+        """Build the missing or stale memories of the users named (or all); returns how many were built."""
+        users = None if body.all else body.user_ids
+        return {"built": tenant.refresh_memories(users, batch_size=body.batch_size)}
+
+    @app.post("/v1/rerank", tags=["memory"])
+    def rerank(body: RerankIn, tenant: Tenant) -> dict[str, Any]:
+        """Candidate indices, best first, by the setwise LLM reranker given the user's memory."""
+        with collect_fallbacks() as notes:
+            order = tenant.rerank(body.user_id, body.query, body.candidates, k=body.k)
+        return {"order": order, "warnings": notes, "degraded": bool(notes)}
 
     @app.get("/v1/users", tags=["users"])
     def users(tenant: Tenant) -> dict[str, Any]:

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from personamem.pipeline import Context
 from personamem.retrieval import Hit
 
 __all__ = [
     "MAX_BATCH",
+    "MAX_CANDIDATES",
     "MAX_K",
     "BatchIn",
     "ContextIn",
     "DeleteIn",
+    "RefreshIn",
+    "RerankIn",
     "SearchIn",
     "context_json",
     "hit_json",
@@ -30,6 +33,10 @@ MAX_BATCH = 10_000
 """Most records one batch request adds (the body size limit applies too)."""
 MAX_QUERY = 8192
 """Longest query in characters (longer ones are truncated by the encoder anyway)."""
+MAX_CANDIDATES = 100
+"""Most candidates one rerank orders: each 5-way choice is an LLM call (about 130 for 100)."""
+MAX_REFRESH_BATCH = 64
+"""Most users per LLM call in a refresh (one batched generation holds them all in memory)."""
 
 
 class _Body(BaseModel):
@@ -73,6 +80,29 @@ class DeleteIn(_Body):
 
     user_id: str
     ids: list[str] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class RefreshIn(_Body):
+    """``POST /v1/memory/refresh``: the users named, or ``"all": true`` for every user of the tenant."""
+
+    user_ids: list[str] | None = Field(default=None, min_length=1, max_length=MAX_BATCH)
+    all: bool = False
+    batch_size: int = Field(default=8, ge=1, le=MAX_REFRESH_BATCH)
+
+    @model_validator(mode="after")
+    def _users_or_all(self) -> RefreshIn:
+        if (self.user_ids is not None) == self.all:
+            raise ValueError('name the users ("user_ids": [...]) or all of them ("all": true), not both')
+        return self
+
+
+class RerankIn(_Body):
+    """``POST /v1/rerank``: candidate texts to order for the user's request."""
+
+    user_id: str
+    query: str = Field(max_length=MAX_QUERY)
+    candidates: list[str] = Field(max_length=MAX_CANDIDATES)
+    k: int | None = Field(default=None, ge=1)
 
 
 def hit_json(hit: Hit) -> dict[str, Any]:

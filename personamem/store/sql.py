@@ -389,6 +389,25 @@ class SqlCatalog:
             pass
         return True
 
+    def replace_derived(self, user_id: str, namespace: str, key: str, value: Any) -> bool:
+        """Overwrite a derived value of an active user (a slot such as the latest preference memory).
+
+        False (nothing kept) for unknown or forgotten users.
+        """
+        with self.session(write=True) as s:
+            user = s.get(UserRow, user_id)
+            if user is None or user.status != UserStatus.ACTIVE.value:
+                return False
+            s.execute(
+                delete(DerivedRow).where(
+                    col(DerivedRow.user_id) == user_id,
+                    col(DerivedRow.namespace) == namespace,
+                    col(DerivedRow.key) == key,
+                )
+            )
+            s.add(DerivedRow(user_id=user_id, namespace=namespace, key=key, value=value))
+        return True
+
     # -- writes ---------------------------------------------------------------------------------
 
     def stage(

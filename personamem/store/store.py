@@ -474,6 +474,18 @@ class Store:
                 values[i] = value
         return values
 
+    def latest(self, user_id: str, namespace: str, key: str) -> Any | None:
+        """The value last written to a slot with :meth:`set_latest`, or None."""
+        return self.catalog.get_derived(self._key(user_id), namespace, key)
+
+    def set_latest(self, user_id: str, namespace: str, key: str, value: Any) -> bool:
+        """Overwrite the user's slot (namespace, key) with a JSON value; False for unknown users.
+
+        For derived state that is rebuilt rather than keyed by every input, such as a preference
+        memory that records the revision it was built from; ``forget`` and ``delete`` erase it.
+        """
+        return self.catalog.replace_derived(self._key(user_id), namespace, key, value)
+
     def user_cache(self, build: Callable[[str], Any], *, max_users: int = 256) -> UserCache[Any]:
         """A per-user cache that this store invalidates on writes and empties on ``forget``."""
         cache: UserCache[Any] = UserCache(self.catalog.revision, build, key=self._key, max_users=max_users)
