@@ -93,17 +93,25 @@ def build_memories(
             done[instance.id] = MemoryText(text, len(text.split()), 0.0)
     else:
         extractor = _extractor(method, writer)
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
-            memories = extractor.extract_many([(i.user_id, None, i.history) for i in batch])
-            for instance, memory in zip(batch, memories, strict=True):
-                text = memory.text(instance.category)
-                done[instance.id] = MemoryText(
-                    text, len(text.split()), memory.seconds, memory.audit_text(), tuple(memory.notes)
-                )
-                _append_cache(cache, key, instance.id, done[instance.id])
+        # one extraction per history: PersonaBench asks each of its 4 users about 10 questions
+        histories: dict[tuple[str, tuple[str, ...]], list[ChoiceInstance]] = {}
+        for instance in todo:
+            histories.setdefault((instance.user_id, tuple(r.id for r in instance.history)), []).append(
+                instance
+            )
+        groups = list(histories.values())
+        for start in range(0, len(groups), batch_size):
+            batch = groups[start : start + batch_size]
+            memories = extractor.extract_many([(g[0].user_id, None, g[0].history) for g in batch])
+            for group, memory in zip(batch, memories, strict=True):
+                for instance in group:
+                    text = memory.text(instance.category)
+                    done[instance.id] = MemoryText(
+                        text, len(text.split()), memory.seconds, memory.audit_text(), tuple(memory.notes)
+                    )
+                    _append_cache(cache, key, instance.id, done[instance.id])
             if progress is not None:
-                progress(len(batch))
+                progress(sum(len(group) for group in batch))
         return done
     for instance in todo:
         _append_cache(cache, key, instance.id, done[instance.id])
