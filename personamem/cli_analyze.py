@@ -108,3 +108,49 @@ def utility(
             f"by relevance {aucs[1]:.3f}; difference {gap[0]:+.3f}, 95% CI over questions "
             f"[{gap[1]:+.3f}, {gap[2]:+.3f}]"
         )
+
+
+@analyze_app.command("judge")
+def judge(
+    benchmark: Annotated[BenchmarkName, typer.Option(help="Benchmark with gold records per question.")],
+    data: Annotated[Path, typer.Option(help="The benchmark folder in its upstream layout.")],
+    questions: Annotated[int, typer.Option(min=1, help="Questions sampled (their users' gold pairs).")] = 60,
+    mode: Annotated[str, typer.Option(help="query-likelihood or yes-no.")] = "query-likelihood",
+    llm: Annotated[
+        str, typer.Option(help="smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a model folder.")
+    ] = "smollm2-135m",
+    llm_runtime: Annotated[LLMRuntime, runtime_option()] = REFERENCE_LLM_RUNTIME,
+    seed: Annotated[int, typer.Option(help="Seeds which questions and random negatives are drawn.")] = 0,
+) -> None:
+    """How well the LLM relevance judge (PG-Ret's reward) agrees with a benchmark's gold records.
+
+    Gold records are the positives; dense's two best non-gold records (hard) and one at random are
+    the negatives. Prints ROC AUC, the best threshold's TPR and FPR, and pairs judged per second.
+    """
+    import time
+
+    from personamem.encoder import default_encoder
+    from personamem.eval.evaluate import EvalConfig, load_benchmark
+    from personamem.eval.judge import RelevanceJudge, calibrate
+    from personamem.eval.vectors import default_vector_cache
+    from personamem.llm.load import load_llm
+    from personamem.trainers.pgret.data import data_from_benchmark
+    from personamem.trainers.pgret.trainer import calibration_pairs
+
+    if mode not in ("query-likelihood", "yes-no"):
+        raise typer.BadParameter(f"--mode must be query-likelihood or yes-no, got {mode!r}")
+    bench = load_benchmark(EvalConfig(benchmark=benchmark, data=data))
+    with progress_bar() as progress:
+        logged = data_from_benchmark(
+            bench, default_encoder(), cache_dir=default_vector_cache(), progress=progress
+        )
+    pairs, labels = calibration_pairs(logged, queries=questions, seed=seed)
+    scorer = RelevanceJudge(load_llm(llm, runtime=llm_runtime.value), mode=mode)  # type: ignore[arg-type]
+    start = time.perf_counter()
+    calibration = calibrate(scorer.margins(pairs), labels)
+    seconds = time.perf_counter() - start
+    out.print(
+        f"judge {scorer.llm.name} ({mode}) on {bench.name}: AUC {calibration.auc:.3f} over "
+        f"{calibration.pairs} pairs ({sum(labels)} gold); at margin ≥ {calibration.threshold:.2f}: "
+        f"TPR {calibration.tpr:.2f}, FPR {calibration.fpr:.2f}; {len(pairs) / seconds:.1f} pairs/s"
+    )

@@ -1,4 +1,4 @@
-"""``personamem train``: fit learned components offline against the frozen LLM (PURPLE, MemRerank)."""
+"""``personamem train``: fit learned components offline against the frozen LLM (PURPLE, MemRerank, PG-Ret)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from rich.table import Table
 from personamem.cli_options import config_options
 from personamem.console import out, progress_bar
 from personamem.trainers.memrerank.config import MemRerankConfig
+from personamem.trainers.pgret.config import PGRetDataConfig, PGRetTrainConfig
 from personamem.trainers.purple.config import PurpleDataConfig, PurpleTrainConfig
 
 __all__ = ["train_app"]
@@ -135,3 +136,122 @@ def memrerank(
     ):
         table.add_row(name, value)
     out.print(table)
+
+
+@train_app.command("pgret")
+@config_options()
+def pgret(
+    *,
+    data: PGRetDataConfig,
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="The tower (best/, last/), split.json and history.json.")
+    ] = Path("runs/pgret"),
+    config: PGRetTrainConfig,
+    resume: Annotated[bool, typer.Option(help="Continue from --out/last.")] = False,
+) -> None:
+    """PG-Ret: fine-tune the query tower so it finds relevant records the base retriever misses."""
+    from personamem.encoder import default_encoder
+    from personamem.eval.benchmark import evenly_spaced
+    from personamem.eval.evaluate import EvalConfig, load_benchmark
+    from personamem.eval.judge import RelevanceJudge, calibrate
+    from personamem.eval.vectors import default_vector_cache
+    from personamem.llm.load import load_llm
+    from personamem.trainers.pgret.data import PGRetData, data_from_benchmark, split_users
+    from personamem.trainers.pgret.infonce import train_infonce
+    from personamem.trainers.pgret.trainer import calibration_pairs, train_pgret
+
+    bench = load_benchmark(EvalConfig(benchmark=data.benchmark, data=data.data, noise=data.noise))
+    encoder = default_encoder()
+    with progress_bar() as progress:
+        logged = data_from_benchmark(
+            bench,
+            encoder,
+            novelty_depth=data.novelty_depth,
+            exploration_depth=data.exploration_depth,
+            cache_dir=default_vector_cache(),
+            progress=progress,
+        )
+        try:
+            train_users, validation_users, test_users = split_users(
+                logged.users, validation=data.validation_users, test=data.test_users, seed=data.split_seed
+            )
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        every = logged.only(train_users)
+        train = PGRetData(tuple(evenly_spaced(every.queries, data.max_train)), every.corpora)
+        held = logged.only(validation_users)
+        validation = PGRetData(tuple(evenly_spaced(held.queries, data.max_validation)), held.corpora)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        split = {
+            "benchmark": bench.name,
+            "split_seed": data.split_seed,
+            "novelty_depth": data.novelty_depth,
+            "train_users": train_users,
+            "validation_users": validation_users,
+            "test_users": test_users,
+        }
+        (out_dir / "split.json").write_text(json.dumps(split, indent=2) + "\n", encoding="utf-8")
+        info = {"data": {"benchmark": bench.name, **split}}
+        rows: list[tuple[str, str]] = [
+            ("queries train / validation", f"{len(train.queries)} / {len(validation.queries)}"),
+            (
+                "users train / validation / test",
+                f"{len(train_users)} / {len(validation_users)} / {len(test_users)}",
+            ),
+        ]
+        if config.variant == "infonce":
+            best = train_infonce(
+                train,
+                config,
+                out_dir,
+                base_model_path=encoder.path,
+                record_encoder=encoder,
+                info=info,
+                progress=progress,
+            )
+        else:
+            judge = RelevanceJudge(
+                load_llm(data.judge, runtime=data.judge_runtime),
+                mode=data.judge_mode,
+                cache_file=data.judge_cache or out_dir.parent / "judge.jsonl",
+            )
+            pairs, labels = calibration_pairs(every, seed=data.split_seed)
+            calibration = calibrate(judge.margins(pairs), labels)
+            info["judge"] = {"llm": judge.llm.name, "mode": judge.mode}
+            result = train_pgret(
+                train,
+                validation,
+                judge,
+                calibration,
+                config,
+                out_dir,
+                base_model_path=encoder.path,
+                record_encoder=encoder,
+                info=info,
+                resume=resume,
+                progress=progress,
+            )
+            (out_dir / "history.json").write_text(json.dumps(result.history) + "\n", encoding="utf-8")
+            best = result.best
+            rows += [
+                (
+                    f"judge {judge.llm.name} ({judge.mode}): AUC vs gold, threshold (TPR / FPR)",
+                    f"{calibration.auc:.3f}, {calibration.threshold:.3f} "
+                    f"({calibration.tpr:.2f} / {calibration.fpr:.2f}) on {calibration.pairs} pairs",
+                ),
+                (
+                    "best step, validation reward per top-k record (step 0: base)",
+                    f"{result.best_step}, {result.best_validation:.3f} "
+                    f"(base {result.history[0]['validation']:.3f})",
+                ),
+                (
+                    "pairs judged (LLM-scored, cache hits)",
+                    f"{result.pairs_judged} ({judge.scored}, {judge.hits})",
+                ),
+                ("wall-clock seconds", f"{result.seconds:.0f}"),
+            ]
+    table = Table("", "", box=box.SIMPLE, show_header=False, title=f"PG-Ret training ({config.variant})")
+    for name, value in [*rows, ("checkpoint", str(best))]:
+        table.add_row(name, value)
+    out.print(table)
+    out.print(f'To use it, add to the pipeline table: first_stage = "pgret:{best}"')

@@ -73,6 +73,8 @@ class SentenceEncoder:
             str(path), device=device, local_files_only=True
         )
         self._name = Path(path).name
+        self.path = Path(path)
+        """The model folder (a trained query tower starts as a copy of it)."""
         self._batch_size = batch_size
         self._lock = threading.Lock()
 

@@ -35,7 +35,7 @@ __all__ = [
 
 _STAGES: dict[str, Any] = {
     name: PipelineConfig.model_fields[name].default
-    for name in ("personalizer", "first_stage", "selector", "candidates", "profile_k")
+    for name in ("personalizer", "first_stage", "query_encoder", "selector", "candidates", "profile_k")
 }
 """Every stage field a preset sets; what a preset leaves out takes the config's default."""
 
@@ -85,6 +85,16 @@ METHODS: tuple[MethodSpec, ...] = (
         "purple:<folder>",
         "a trained PURPLE selector's 5 of hybrid's top 20 (a checkpoint folder)",
         lambda folder: {"selector": f"purple:{folder}", **_PROFILE},
+    ),
+    MethodSpec(
+        "pgret:<folder>",
+        "dense search with a PG-Ret-trained query tower (a checkpoint folder)",
+        lambda folder: {"first_stage": "dense", "query_encoder": f"pgret:{folder}"},
+    ),
+    MethodSpec(
+        "pgret-rrf:<folder>",
+        "hybrid with a PG-Ret-trained query tower as its dense side",
+        lambda folder: {"first_stage": "hybrid", "query_encoder": f"pgret:{folder}"},
     ),
     MethodSpec(
         "pipeline:<file>",

@@ -71,6 +71,31 @@ def purple_checkpoint(tmp_path_factory: pytest.TempPathFactory, encoder: Sentenc
     return folder / "best"
 
 
+@pytest.fixture(scope="session")
+def pgret_checkpoint(
+    tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder, llm: TransformersLLM
+) -> Path:
+    """A PG-Ret query tower trained for two steps on the toy cook's logged queries (inference tests)."""
+    from personamem.eval.judge import RelevanceJudge, calibrate
+    from personamem.trainers.pgret.config import PGRetTrainConfig
+    from personamem.trainers.pgret.trainer import train_pgret
+    from tests.test_pgret import cook_logged
+
+    data = cook_logged(encoder)
+    config = PGRetTrainConfig(steps=2, batch_size=2, pairs_per_query=3, validate_every=2, k=2)
+    result = train_pgret(
+        data,
+        data,
+        RelevanceJudge(llm),
+        calibrate([1.0, -1.0], [True, False]),
+        config,
+        tmp_path_factory.mktemp("pgret"),
+        base_model_path=encoder.path,
+        record_encoder=encoder,
+    )
+    return result.best
+
+
 @pytest.fixture(scope="module")
 def purple(purple_checkpoint: Path) -> str:
     """``purple:<folder>`` of the session's toy checkpoint, as a method or selector name."""

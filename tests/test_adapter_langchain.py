@@ -138,7 +138,11 @@ def test_bad_settings_fail_at_construction(shared_mem: PersonaMem) -> None:
         ValidationError, match=r"unknown method 'tfidf'; choose from: dense, bm25, hybrid, pbr"
     ):
         PersonaMemRetriever(memory=shared_mem, user_id="alice", method="tfidf")
-    with pytest.raises(ValidationError, match=r"listwise.*purple:<folder>, pipeline:<file>"):
+    with pytest.raises(
+        ValidationError,
+        match=r"listwise.*purple:<folder>, pgret:<folder>, "
+        r"pgret-rrf:<folder>, pipeline:<file>",
+    ):
         PersonaMemRetriever(memory=shared_mem, user_id="alice", method="tfidf")
     with pytest.raises(ValidationError):
         PersonaMemRetriever(memory=shared_mem, user_id="alice", k=0)

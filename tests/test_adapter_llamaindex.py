@@ -144,7 +144,11 @@ def test_retriever_checks_its_settings(filled: PersonaMem) -> None:
         PersonaMemRetriever(filled, "alice", k=0)
     with pytest.raises(MethodError, match=r"unknown method 'fuzzy'; choose from: dense, bm25, hybrid, pbr"):
         PersonaMemRetriever(filled, "alice", method="fuzzy")
-    with pytest.raises(MethodError, match=r"listwise, purple:<folder>, pipeline:<file>"):
+    with pytest.raises(
+        MethodError,
+        match=r"listwise, purple:<folder>, pgret:<folder>, "
+        r"pgret-rrf:<folder>, pipeline:<file>",
+    ):
         PersonaMemRetriever(filled, "alice", method="fuzzy")
     with pytest.raises(MethodError, match="method 'listwise' needs a frozen LLM"):  # none configured
         PersonaMemRetriever(filled, "alice", method="listwise")

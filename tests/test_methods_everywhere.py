@@ -54,13 +54,20 @@ def store_path(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncode
 
 
 @pytest.fixture(scope="module")
-def arguments(tmp_path_factory: pytest.TempPathFactory, purple_checkpoint: Path) -> dict[str, str]:
-    """The argument of each row that takes one: the session's toy PURPLE checkpoint, a pipeline file."""
+def arguments(
+    tmp_path_factory: pytest.TempPathFactory, purple_checkpoint: Path, pgret_checkpoint: Path
+) -> dict[str, str]:
+    """The argument of each row that takes one: the session's toy checkpoints, a pipeline file."""
     pipeline = tmp_path_factory.mktemp("pipeline") / "mine.toml"
     pipeline.write_text(
         '[pipeline]\nfirst_stage = "dense"\nselector = "relevance"\ncandidates = 6\nprofile_k = 3\n'
     )
-    return {"purple:": f"purple:{purple_checkpoint}", "pipeline:": f"pipeline:{pipeline}"}
+    return {
+        "purple:": f"purple:{purple_checkpoint}",
+        "pgret:": f"pgret:{pgret_checkpoint}",
+        "pgret-rrf:": f"pgret-rrf:{pgret_checkpoint}",
+        "pipeline:": f"pipeline:{pipeline}",
+    }
 
 
 def _name(spec_name: str, arguments: dict[str, str]) -> str:

@@ -30,7 +30,7 @@ from personamem.llm import FrozenLLM
 from personamem.llm.load import REFERENCE_RUNTIME, Runtime, load_llm
 from personamem.methods import is_method, method_config, method_help, method_named, method_names
 
-__all__ = ["BenchmarkName", "EvalConfig", "load_benchmark", "run_eval"]
+__all__ = ["BenchmarkName", "EvalConfig", "held_out_questions", "load_benchmark", "run_eval"]
 
 
 class BenchmarkName(StrEnum):
@@ -165,7 +165,7 @@ def run_eval(
     start = time.perf_counter()
     benchmark = load_benchmark(config)
     if config.held_out:
-        benchmark = _held_out(benchmark, config.held_out)
+        benchmark = held_out_questions(benchmark, config.held_out)
     benchmark = dataclasses.replace(
         benchmark, questions=evenly_spaced(benchmark.questions, config.max_questions)
     )
@@ -206,7 +206,7 @@ def run_eval(
     return Report(benchmark, runs, baseline=config.baseline, command=config.command(), timings=timings)
 
 
-def _held_out(benchmark: Benchmark, split_file: Path) -> Benchmark:
+def held_out_questions(benchmark: Benchmark, split_file: Path) -> Benchmark:
     """Only the questions of the split's test users (the corpus stays whole: users are separate)."""
     try:
         users = set(json.loads(split_file.read_text(encoding="utf-8"))["test_users"])

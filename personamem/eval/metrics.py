@@ -20,6 +20,7 @@ from personamem.eval.benchmark import Question
 
 __all__ = [
     "PERSONABENCH_EXCLUDED",
+    "novelty_at_k",
     "personabench_category",
     "personabench_scores",
     "ranx_scores",
@@ -63,6 +64,21 @@ def ranx_scores(
         warnings.simplefilter("ignore", NumbaTypeSafetyWarning)
         evaluate(qrels, run, list(metrics), return_mean=False, save_results_in_run=True)
     return {metric: {qid: float(score) for qid, score in run.scores[metric].items()} for metric in metrics}
+
+
+def novelty_at_k(ranking: Sequence[str], base_top: Sequence[str], k: int) -> float:
+    """Share of the ranking's top ``k`` that the base model's top-L (``base_top``) does not hold.
+
+    Novelty alone rewards any change, relevant or not: read it beside a precision. ``k`` is the
+    denominator even for a shorter ranking, so returning fewer records is not more novel.
+
+    Raises:
+        ValueError: ``k`` below 1.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    known = set(base_top)
+    return sum(record_id not in known for record_id in list(ranking)[:k]) / k
 
 
 def personabench_category(question: Question) -> str:

@@ -22,10 +22,12 @@ __all__ = [
     "LLM_PERSONALIZERS",
     "MEMORIES",
     "PERSONALIZERS",
+    "QUERY_ENCODERS",
     "SELECTORS",
     "FirstStage",
     "PipelineConfig",
     "is_memory",
+    "is_query_encoder",
     "load_pipeline",
     "pipeline_config",
     "read_pipeline_table",
@@ -72,6 +74,12 @@ MEMORIES: dict[str, str] = {
 }
 """Preference memories by name: each is written once per history revision and put before the records."""
 
+QUERY_ENCODERS: dict[str, str] = {
+    "base": "the store's encoder (the records' own)",
+    "pgret:<folder>": "a PG-Ret-trained query tower, from a checkpoint folder (records keep their vectors)",
+}
+"""Query towers by name: each maps a query to a vector in the store encoder's space."""
+
 LLM_MEMORIES = frozenset({"prompted", "atomic"})
 """The memories the pipeline's LLM writes (a checkpoint brings its own model)."""
 
@@ -90,7 +98,12 @@ class PipelineConfig(BaseModel):
     """Rewrites the query into a personalized vector before retrieval: none, pbr, pbr-no-anchor,
     pbr-no-prf, hyde, q2t, cot, thinkqe, mill, rewrite-all, rewrite-str, rewrite-sar."""
     first_stage: FirstStage = "hybrid"
-    """Retrieval over the user's records: dense (cosine), bm25, or hybrid (their reciprocal rank fusion)."""
+    """Retrieval over the user's records: dense (cosine), bm25, or hybrid (their reciprocal rank fusion).
+    ``pgret:<checkpoint folder>`` is short for dense with ``query_encoder = "pgret:<folder>"``."""
+    query_encoder: str = "base"
+    """Encodes the query for dense search and hybrid's dense side: base (the store's encoder) or
+    pgret:<checkpoint folder> (a PG-Ret-trained query tower; the stored record vectors are used as
+    they are, so nothing is re-indexed)."""
     selector: str = "none"
     """Picks and orders the profile from the candidates: none, relevance, random, earliest, listwise,
     purple:<checkpoint folder>."""
@@ -128,6 +141,20 @@ class PipelineConfig(BaseModel):
     seed: int = 0
     """Seeds LLM sampling and the random selector."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _first_stage_tower(cls, data: object) -> object:
+        """``first_stage = "pgret:<folder>"`` is dense search with that query tower."""
+        if isinstance(data, dict) and str(data.get("first_stage", "")).startswith("pgret:"):
+            tower = data["first_stage"]
+            if data.get("query_encoder", "base") not in ("base", tower):
+                raise ValueError(
+                    f"first_stage {tower!r} names a query tower and so does query_encoder "
+                    f"{data['query_encoder']!r}: give one"
+                )
+            return {**data, "first_stage": "dense", "query_encoder": tower}
+        return data
+
     @model_validator(mode="after")
     def _known_stages(self) -> PipelineConfig:
         if self.personalizer not in PERSONALIZERS:
@@ -139,6 +166,17 @@ class PipelineConfig(BaseModel):
         if not is_memory(self.preference_memory):
             raise ValueError(
                 f"unknown preference_memory {self.preference_memory!r}; choose from: {', '.join(MEMORIES)}"
+            )
+        if not is_query_encoder(self.query_encoder):
+            raise ValueError(
+                f"unknown query_encoder {self.query_encoder!r}; choose from: {', '.join(QUERY_ENCODERS)}"
+            )
+        if self.query_encoder != "base" and self.first_stage == "bm25":
+            raise ValueError("a query tower gives a vector: use the dense or hybrid first stage")
+        if self.query_encoder != "base" and self.personalizer != "none":
+            raise ValueError(
+                "a query personalizer builds its own query vector with the store's encoder: "
+                "use either a personalizer or a query tower"
             )
         if self.llm_url is not None and self.llm is None:
             raise ValueError("llm_url needs llm: the name of the model that server serves")
@@ -175,6 +213,11 @@ def is_memory(name: str) -> bool:
     return (name in MEMORIES and name != "memrerank:<folder>") or (
         name.startswith("memrerank:") and len(name) > len("memrerank:")
     )
+
+
+def is_query_encoder(name: str) -> bool:
+    """Whether ``name`` is ``base`` or ``pgret:<folder>``."""
+    return name == "base" or (name.startswith("pgret:") and len(name) > len("pgret:"))
 
 
 def read_pipeline_table(path: Path) -> dict[str, Any]:

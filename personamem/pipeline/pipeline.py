@@ -40,7 +40,12 @@ from personamem.personalize import QueryPersonalizer
 from personamem.pipeline.config import PipelineConfig
 from personamem.pipeline.metered import MeteredLLM, metering
 from personamem.pipeline.prompt import render_record
-from personamem.pipeline.stages import build_memories, build_personalizer, build_selector
+from personamem.pipeline.stages import (
+    build_memories,
+    build_personalizer,
+    build_query_encoder,
+    build_selector,
+)
 from personamem.preference import PreferenceMemories
 from personamem.profile import ProfileSelector
 from personamem.records import check_user_id
@@ -122,10 +127,12 @@ class Pipeline:
 
     Attributes:
         memories: the users' preference memories (None: the pipeline has none).
+        query_encoder: encodes the query for dense search (the store's encoder, or a trained tower).
 
     Raises:
         MethodError: a stage needs an LLM and ``llm`` is None.
-        CheckpointError: a PURPLE or MemRerank checkpoint cannot be loaded.
+        CheckpointError: a PURPLE, MemRerank or PG-Ret checkpoint cannot be loaded (a PG-Ret
+            tower trained against another record encoder among them).
         MissingExtraError: a MemRerank checkpoint without peft installed.
         ValueError: a personalizer of your own over the bm25 first stage (which takes no vector).
     """
@@ -152,6 +159,7 @@ class Pipeline:
         self.selector = selector or build_selector(config.selector, store, self.llm, config.seed)
         if self.personalizer is not None and config.first_stage == "bm25":
             raise ValueError("a query personalizer gives a vector: use the dense or hybrid first stage")
+        self.query_encoder = build_query_encoder(config.query_encoder, store)
         self._dense = DenseRetriever(store)
         self._bm25 = bm25 or BM25Retriever(store)
         # a user's records come back for many queries: their lines are counted once
@@ -255,7 +263,7 @@ class Pipeline:
             hits = self._bm25.search(user_id, query, n)
         else:
             if vector is None:
-                vector = self.store.encoder.encode([query])[0]
+                vector = self.query_encoder.encode([query])[0]
             dense = _VectorSearch(self._dense, vector)
             both = HybridRetriever([dense, self._bm25])
             hits = dense.search(user_id, query, n) if stage == "dense" else both.search(user_id, query, n)

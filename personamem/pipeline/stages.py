@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from personamem.encoder import SentenceEncoder
+from personamem.encoder import Encoder, SentenceEncoder
 from personamem.errors import MethodError
 from personamem.llm.base import FrozenLLM
 from personamem.personalize import EXPANSIONS, PBR, LLMExpansion, PAnchor, QueryPersonalizer
@@ -23,7 +23,7 @@ from personamem.profile import (
 )
 from personamem.store import Store
 
-__all__ = ["build_extractor", "build_memories", "build_personalizer", "build_selector"]
+__all__ = ["build_extractor", "build_memories", "build_personalizer", "build_query_encoder", "build_selector"]
 
 _TOKENS_PER_WORD = 1.6
 """Tokens an extractor may write per memory word: headers and evidence labels cost tokens too (the
@@ -47,6 +47,23 @@ def build_personalizer(name: str, store: Store, llm: FrozenLLM | None, seed: int
 
         return RewritePersonalizer(store, llm, name.removeprefix("rewrite-"), seed=seed)  # type: ignore[arg-type]
     raise MethodError(f"unknown personalizer {name!r}")
+
+
+def build_query_encoder(name: str, store: Store) -> Encoder:
+    """The query tower ``name`` names (see :data:`~personamem.pipeline.config.QUERY_ENCODERS`).
+
+    Raises:
+        CheckpointError: a PG-Ret checkpoint that is missing, broken or trained against another
+            record encoder.
+        MethodError: an unknown name.
+    """
+    if name == "base":
+        return store.encoder
+    if name.startswith("pgret:"):
+        from personamem.retrieval.query_tower import QueryTower  # sentence-transformers, loaded when used
+
+        return QueryTower.load(name.removeprefix("pgret:"), store.encoder)
+    raise MethodError(f"unknown query encoder {name!r}")
 
 
 def build_selector(name: str, store: Store, llm: FrozenLLM | None, seed: int) -> ProfileSelector | None:

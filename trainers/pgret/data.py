@@ -1,0 +1,157 @@
+"""PG-Ret's training data: logged (query, gold records) pairs over users' fixed record vectors.
+
+Each user's records are embedded once by the record encoder and never change (only the query tower
+learns). For every query the base model's top-L (what counts as already found, for novelty) and
+BM25's top records (the exploration retriever) are computed once through a real store, so training
+samples pairs without searching again. Splits are by user: test users are never trained on.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from rich.progress import Progress
+
+from personamem.encoder import Encoder
+from personamem.eval.benchmark import Benchmark
+from personamem.eval.vectors import corpus_vectors
+
+__all__ = ["LoggedQuery", "PGRetData", "UserCorpus", "data_from_benchmark", "split_users"]
+
+
+@dataclass(frozen=True)
+class LoggedQuery:
+    """A query with the records it was answered from, and what the base retrievers return for it.
+
+    Attributes:
+        base_top: ids of the base dense model's top-L records (novelty is measured against them).
+        bm25_top: ids of BM25's top records (the exploration pool).
+    """
+
+    id: str
+    user_id: str
+    text: str
+    gold: tuple[str, ...]
+    base_top: tuple[str, ...]
+    bm25_top: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UserCorpus:
+    """One user's records: ids, texts and their fixed unit vectors (row i is record i)."""
+
+    ids: tuple[str, ...]
+    texts: tuple[str, ...]
+    vectors: np.ndarray
+
+    def index(self) -> dict[str, int]:
+        """Record id -> row."""
+        return {record_id: i for i, record_id in enumerate(self.ids)}
+
+
+@dataclass(frozen=True)
+class PGRetData:
+    """Queries and the corpora of their users."""
+
+    queries: tuple[LoggedQuery, ...]
+    corpora: dict[str, UserCorpus]
+
+    @property
+    def users(self) -> list[str]:
+        """The users who asked a query, sorted."""
+        return sorted({q.user_id for q in self.queries})
+
+    def only(self, users: Sequence[str]) -> PGRetData:
+        """The queries and corpora of ``users``."""
+        keep = set(users)
+        return PGRetData(
+            tuple(q for q in self.queries if q.user_id in keep),
+            {u: c for u, c in self.corpora.items() if u in keep},
+        )
+
+
+def data_from_benchmark(
+    benchmark: Benchmark,
+    encoder: Encoder,
+    *,
+    novelty_depth: int = 20,
+    exploration_depth: int = 20,
+    cache_dir: Path | None = None,
+    progress: Progress | None = None,
+) -> PGRetData:
+    """Every question with gold records, its base dense top-``novelty_depth`` and BM25's top records.
+
+    Both rankings come from a temporary store holding the benchmark's corpus, searched as an
+    application would search it.
+    """
+    from personamem.eval.runner import build_store
+    from personamem.retrieval import BM25Retriever, DenseRetriever
+
+    corpora: dict[str, UserCorpus] = {}
+    by_user: dict[str, list[tuple[str, str]]] = {}
+    for record in benchmark.records:
+        by_user.setdefault(record.user_id, []).append((record.id, record.text))
+    for user, rows in by_user.items():
+        texts = [text for _, text in rows]
+        corpora[user] = UserCorpus(
+            tuple(i for i, _ in rows), tuple(texts), corpus_vectors(encoder, texts, cache_dir)
+        )
+    asked = [q for q in benchmark.questions if q.relevant and q.user_id in corpora]
+    queries = []
+    with tempfile.TemporaryDirectory(prefix="personamem-pgret-") as tmp:
+        store = build_store(benchmark, Path(tmp) / "store", encoder, cache_dir=cache_dir, progress=progress)
+        try:
+            dense, bm25 = DenseRetriever(store), BM25Retriever(store)
+            vectors = encoder.encode([q.text for q in asked])
+            task = progress.add_task("base rankings", total=len(asked)) if progress else None
+            for question, vector in zip(asked, vectors, strict=True):
+                base = dense.search_vector(question.user_id, vector, novelty_depth)
+                lexical = bm25.search(question.user_id, question.text, exploration_depth)
+                queries.append(
+                    LoggedQuery(
+                        question.id,
+                        question.user_id,
+                        question.text,
+                        tuple(question.relevant),
+                        tuple(h.record.id for h in base),
+                        tuple(h.record.id for h in lexical),
+                    )
+                )
+                if progress is not None and task is not None:
+                    progress.advance(task)
+        finally:
+            store.close()
+    return PGRetData(
+        tuple(queries), {u: c for u, c in corpora.items() if any(q.user_id == u for q in queries)}
+    )
+
+
+def split_users(
+    users: Sequence[str], *, validation: int = 1, test: int = 2, seed: int = 0
+) -> tuple[list[str], list[str], list[str]]:
+    """(train, validation, test) users, drawn by ``seed`` (keep it fixed to compare training seeds).
+
+    Raises:
+        ValueError: fewer than ``validation + test + 1`` users.
+    """
+    users = sorted(users)
+    if len(users) < validation + test + 1:
+        raise ValueError(
+            f"{len(users)} users cannot give {validation} validation, {test} test and a training user"
+        )
+    random.Random(seed).shuffle(users)
+    return (
+        sorted(users[validation + test :]),
+        sorted(users[:validation]),
+        sorted(users[validation : validation + test]),
+    )
+
+
+def with_novelty_depth(data: PGRetData, depth: int) -> PGRetData:
+    """The same data with base top lists cut to ``depth`` (they were computed at least that deep)."""
+    return replace(data, queries=tuple(replace(q, base_top=q.base_top[:depth]) for q in data.queries))
