@@ -104,7 +104,9 @@ def _throughput(steps: int, tmp: Path) -> tuple[float, float]:
     data = PGRetData(tuple(queries), {"u": UserCorpus(ids, tuple(texts), vectors)})
     judge = RelevanceJudge(load_llm("smollm2-135m", runtime="transformers"))
     calibration = calibrate([1.0, -1.0], [True, False])
-    config = PGRetTrainConfig(steps=steps, batch_size=8, pairs_per_query=6, validate_every=steps, k=3)
+    config = PGRetTrainConfig(
+        variant="conservative", steps=steps, batch_size=8, pairs_per_query=6, validate_every=steps, k=3
+    )
     rates = []
     for run in ("cold", "cached"):
         judged = judge.scored + judge.hits

@@ -82,7 +82,9 @@ def pgret_checkpoint(
     from tests.test_pgret import cook_logged
 
     data = cook_logged(encoder)
-    config = PGRetTrainConfig(steps=2, batch_size=2, pairs_per_query=3, validate_every=2, k=2)
+    config = PGRetTrainConfig(
+        variant="conservative", steps=2, batch_size=2, pairs_per_query=3, validate_every=2, k=2
+    )
     result = train_pgret(
         data,
         data,

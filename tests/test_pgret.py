@@ -157,7 +157,7 @@ def test_a_training_step_moves_every_tower_parameter_and_no_record_vector(
     assert not any("pooler" in n for n in trainable)  # BERT's pooler feeds no query vector
     records = {u: c.vectors.copy() for u, c in cook_data.corpora.items()}
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-3, weight_decay=0.0)
-    config = PGRetTrainConfig(batch_size=4, pairs_per_query=4, alpha=0.5, beta=0.25, seed=0)
+    config = PGRetTrainConfig(variant="aggressive", batch_size=4, pairs_per_query=4, alpha=0.5, beta=0.25)
     vectors = {u: torch.from_numpy(c.vectors) for u, c in cook_data.corpora.items()}
     calibration = calibrate([0.9, 0.1], [True, False])
     _step(
@@ -184,7 +184,9 @@ def test_trained_tower_is_a_first_stage_everywhere(
     cook_data: PGRetData, judge: RelevanceJudge, encoder: SentenceEncoder, tmp_path: Path
 ) -> None:
     calibration = calibrate([0.9, 0.1], [True, False])
-    config = PGRetTrainConfig(steps=2, batch_size=2, pairs_per_query=3, validate_every=1, k=2)
+    config = PGRetTrainConfig(
+        variant="conservative", steps=2, batch_size=2, pairs_per_query=3, validate_every=1, k=2
+    )
     result = train_pgret(
         cook_data,
         cook_data,
@@ -317,3 +319,11 @@ def test_eval_pgret_needs_trained_runs(tmp_path: Path) -> None:
     assert code == 2
     bad_mode = ["analyze", "judge", "--benchmark", "locomo", "--data", str(tmp_path), "--mode", "vibes"]
     assert main(bad_mode) == 2
+
+
+def test_the_supervised_variant_has_no_policy_gradient(cook_data: PGRetData, judge: RelevanceJudge) -> None:
+    with pytest.raises(ValueError, match="train_infonce"):
+        train_pgret(
+            cook_data, cook_data, judge, calibrate([1.0, -1.0], [True, False]), PGRetTrainConfig(),
+            Path("unused"), base_model_path=Path("unused"), record_encoder=judge,  # type: ignore[arg-type]
+        )  # fmt: skip

@@ -5,7 +5,7 @@ against a benchmark's gold labels (:func:`calibrate`) before anyone trusts a rew
 Two ways to ask, both one forward pass per pair:
 
 * ``yes-no``: the log-likelihoods of "Yes" and "No" after a relevance question. On LoCoMo this is
-  at chance with SmolLM2-135M (AUC 0.49 against gold) and barely above with Qwen2.5-0.5B (0.56):
+  at chance with SmolLM2-135M (AUC 0.49 against gold) and barely above with Qwen2.5-0.5B (0.58):
   small chat models answer from a prior, not from the note.
 * ``query-likelihood`` (the default): how much the note raises the log-likelihood of the question,
   log P(question | note) − log P(question | no note), as in zero-shot question-generation

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -150,8 +150,3 @@ def split_users(
         sorted(users[:validation]),
         sorted(users[validation : validation + test]),
     )
-
-
-def with_novelty_depth(data: PGRetData, depth: int) -> PGRetData:
-    """The same data with base top lists cut to ``depth`` (they were computed at least that deep)."""
-    return replace(data, queries=tuple(replace(q, base_top=q.base_top[:depth]) for q in data.queries))

@@ -26,7 +26,7 @@ from sentence_transformers import SentenceTransformer
 from personamem.encoder import Encoder
 from personamem.eval.judge import JudgeCalibration, RelevanceJudge, labelled_pairs
 from personamem.retrieval.query_tower import save_query_tower
-from personamem.trainers.pgret.config import PGRetTrainConfig
+from personamem.trainers.pgret.config import VARIANT_REWARDS, PGRetTrainConfig
 from personamem.trainers.pgret.data import LoggedQuery, PGRetData
 from personamem.trainers.pgret.policy import binary_policy_loss, query_logits
 from personamem.trainers.pgret.reward import corrected_relevance
@@ -124,8 +124,11 @@ def train_pgret(
         progress: shows a training bar.
 
     Raises:
-        ValueError: no training or validation queries.
+        ValueError: no training or validation queries, or the infonce variant (which has no reward:
+            train it with :func:`~personamem.trainers.pgret.infonce.train_infonce`).
     """
+    if config.variant not in VARIANT_REWARDS:
+        raise ValueError(f"variant {config.variant!r} has no reward: train it with train_infonce")
     if not train.queries or not validation.queries:
         raise ValueError(
             f"need training and validation queries, got {len(train.queries)} and {len(validation.queries)}"
