@@ -65,13 +65,15 @@ _MESSAGE_TYPES: dict[str, type[BaseMessage]] = {
 }
 
 
-def _hit_to_document(hit: Hit) -> Document:
+def _hit_to_document(hit: Hit, interaction_id: str | None = None) -> Document:
     """A search hit as a Document; our keys win over same-named keys of the record's own metadata.
 
     They win because downstream code (and :class:`PersonaMemCompressor`) trusts ``user_id`` and
-    ``record_id`` to say whose record this is.
+    ``record_id`` to say whose record this is. ``interaction_id`` (where the pipeline logs
+    interactions) is what ``PersonaMem.feedback`` takes.
     """
     record = hit.record
+    extra = {} if interaction_id is None else {"interaction_id": interaction_id}
     return Document(
         page_content=record.text,
         id=record.id,
@@ -84,6 +86,7 @@ def _hit_to_document(hit: Hit) -> Document:
             "rank": hit.rank,
             "category": record.category,
             "timestamp": record.timestamp.isoformat() if record.timestamp else None,
+            **extra,
         },
     )
 
@@ -133,7 +136,7 @@ class PersonaMemRetriever(BaseRetriever):
         hits = self.memory.pipeline(self.method if self.pipeline is None else self.pipeline).search(
             self.user_id, query, k
         )
-        return [_hit_to_document(hit) for hit in hits]
+        return [_hit_to_document(hit, hits.interaction_id) for hit in hits]
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None

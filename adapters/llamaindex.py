@@ -75,11 +75,14 @@ __all__ = [
 ]
 
 # node metadata useful to code but noise in a prompt or an embedding (as are empty fields)
-_BOOKKEEPING_KEYS = frozenset({"record_id", "user_id", "rank"})
+_BOOKKEEPING_KEYS = frozenset({"record_id", "user_id", "rank", "interaction_id"})
 
 
-def _node(hit: Hit) -> NodeWithScore:
-    """A hit as a LlamaIndex node whose id is the record id (ids are unique per user)."""
+def _node(hit: Hit, interaction_id: str | None = None) -> NodeWithScore:
+    """A hit as a LlamaIndex node whose id is the record id (ids are unique per user).
+
+    ``interaction_id`` (where the pipeline logs interactions) is what ``PersonaMem.feedback`` takes.
+    """
     record = hit.record
     metadata: dict[str, Any] = {
         **record.metadata,
@@ -89,6 +92,7 @@ def _node(hit: Hit) -> NodeWithScore:
         "category": record.category,
         "timestamp": record.timestamp.isoformat() if record.timestamp else None,
         "rank": hit.rank,
+        **({} if interaction_id is None else {"interaction_id": interaction_id}),
     }
     hidden = [key for key, value in metadata.items() if key in _BOOKKEEPING_KEYS or value is None]
     node = TextNode(
@@ -150,7 +154,8 @@ class PersonaMemRetriever(BaseRetriever):
             hits = self.memory.search_vector(self.user_id, vector, self.k)
         else:
             pipeline = self.memory.pipeline(self.method if self.pipeline is None else self.pipeline)
-            hits = pipeline.search(self.user_id, query_bundle.query_str, self.k)
+            found = pipeline.search(self.user_id, query_bundle.query_str, self.k)
+            return [_node(hit, found.interaction_id) for hit in found]
         return [_node(hit) for hit in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

@@ -18,6 +18,7 @@ from rich.table import Table
 from personamem.cli_analyze import analyze_app
 from personamem.cli_eval_memory import eval_memory
 from personamem.cli_eval_pgret import eval_pgret
+from personamem.cli_log import feedback, log_app
 from personamem.cli_memory import memory_app
 from personamem.cli_models import models_app
 from personamem.cli_options import REFERENCE_LLM_RUNTIME, LLMRuntime, config_options, runtime_option
@@ -46,6 +47,8 @@ app.add_typer(analyze_app, name="analyze")
 app.add_typer(keys_app, name="keys")
 app.add_typer(models_app, name="models")
 app.add_typer(memory_app, name="memory")
+app.add_typer(log_app, name="log")
+app.command()(feedback)
 app.command()(serve)
 app.command("eval-memory")(eval_memory)
 app.command("eval-pgret")(eval_pgret)

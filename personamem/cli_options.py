@@ -63,9 +63,10 @@ import enum
 import functools
 import inspect
 import re
+import tomllib
 import types
 import typing
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
@@ -82,6 +83,7 @@ R = TypeVar("R")
 
 _SCALARS = (str, int, float, Path)
 _CONTEXT_PARAM = "config_options_context"  # added when the command has no typer.Context of its own
+_FILE_PARAM = "config_options_file"  # --config FILE, where config_file=True
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ class _Config:
 
 
 def config_options(
-    *, exclude: Collection[str] = (), flatten: bool = True
+    *, exclude: Collection[str] = (), flatten: bool = True, config_file: bool = False
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Turn each pydantic-model parameter of a typer command into one option per model field.
 
@@ -120,6 +122,10 @@ def config_options(
             ``"model.name"``); they keep the model's default. Needed for fields of other types.
         flatten: name a nested model's options after their field alone (``--layers``); if false,
             after the path to it (``--model-layers``).
+        config_file: add ``--config FILE``, a TOML file whose top-level keys are the options'
+            names with underscores (``batch_size = 4`` for ``--batch-size``); an option given on
+            the command line wins over the file, the file over the defaults, and an unknown key in
+            the file is an error that names it.
 
     Returns:
         The decorator.
@@ -179,6 +185,27 @@ def config_options(
             params.extend(options.get(position, []))
             if position < len(own):
                 params.append(own[position])
+        if config_file:
+            if "--config" in taken:
+                raise ValueError(f"{func.__name__}: --config is taken by {taken['--config']}")
+            params.insert(
+                0,
+                inspect.Parameter(
+                    _FILE_PARAM,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=None,
+                    annotation=Annotated[
+                        Path | None,
+                        typer.Option(
+                            "--config",
+                            help="A TOML file of these options, named with underscores (batch_size = 4); "
+                            "options given here win.",
+                            exists=True,
+                            dir_okay=False,
+                        ),
+                    ],
+                ),
+            )
         added_context = context_param is None
         if context_param is None:
             context_param = _CONTEXT_PARAM
@@ -189,6 +216,7 @@ def config_options(
         @functools.wraps(func)
         def wrapper(**kwargs: Any) -> R:
             context = kwargs.pop(context_param) if added_context else kwargs.get(context_param)
+            from_file = _read_file(kwargs.pop(_FILE_PARAM, None), built) if config_file else {}
             models: dict[str, BaseModel] = {}
             problems: list[str] = []
             for config in built:
@@ -197,6 +225,8 @@ def config_options(
                     value = kwargs.pop(leaf.param, None)
                     if _was_given(context, leaf.param, kwargs_had=value is not None):
                         _put(given, leaf.keys, value)
+                    elif leaf.param in from_file:
+                        _put(given, leaf.keys, from_file[leaf.param])
                 try:
                     models[config.param] = config.model.model_validate(_fill(given, config.prefill))
                 except ValidationError as exc:
@@ -385,6 +415,24 @@ def _own_options(param: inspect.Parameter) -> Iterator[str]:
             decls.append("--" + param.name.replace("_", "-"))
         for decl in decls:
             yield from (d.strip() for d in decl.split("/") if d.strip().startswith("-"))
+
+
+def _read_file(path: Path | None, built: Sequence[_Config]) -> dict[str, Any]:
+    """The ``--config`` file's values by option parameter; BadParameter for a bad file or unknown key."""
+    if path is None:
+        return {}
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise typer.BadParameter(f"--config {path}: {exc}") from None
+    by_key = {leaf.option[2:].replace("-", "_"): leaf.param for config in built for leaf in config.leaves}
+    unknown = sorted(set(table) - set(by_key))
+    if unknown:
+        raise typer.BadParameter(
+            f"--config {path}: unknown key(s) {', '.join(unknown)}; the keys are this command's options "
+            "with underscores (see --help)"
+        )
+    return {by_key[key]: value for key, value in table.items()}
 
 
 def _was_given(context: Any, param: str, *, kwargs_had: bool) -> bool:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -13,9 +15,16 @@ from rich.table import Table
 
 from personamem.cli_options import config_options
 from personamem.console import out, progress_bar
-from personamem.trainers.memrerank.config import MemRerankConfig
+from personamem.trainers.memrerank.config import MemRerankConfig, MemRerankDataConfig
 from personamem.trainers.pgret.config import PGRetDataConfig, PGRetTrainConfig
 from personamem.trainers.purple.config import PurpleDataConfig, PurpleTrainConfig
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from personamem.encoder import SentenceEncoder
+    from personamem.trainers.pgret.data import PGRetData
+    from personamem.trainers.purple.data import ProfileExample
 
 __all__ = ["train_app"]
 
@@ -23,7 +32,7 @@ train_app = typer.Typer(help="Train learned components against the frozen LLM.",
 
 
 @train_app.command("purple")
-@config_options()
+@config_options(config_file=True)
 def purple(
     *,
     data: PurpleDataConfig,
@@ -33,75 +42,131 @@ def purple(
     config: PurpleTrainConfig,
     resume: Annotated[bool, typer.Option(help="Continue from --out/last.")] = False,
 ) -> None:
-    """PURPLE: learn which K records (and in which order) make the LLM likeliest to give the true answer."""
+    """PURPLE: learn which K records (and in which order) make the LLM likeliest to give the true answer.
+
+    Data-parallel under 'accelerate launch --multi_gpu --num_processes N -m personamem train purple ...'
+    (GPUs, or CPU processes where there are none); the checkpoint is the same.
+    """
+    from accelerate import PartialState
+
     from personamem.encoder import default_encoder
-    from personamem.eval.evaluate import EvalConfig, load_benchmark
-    from personamem.eval.vectors import default_vector_cache
     from personamem.llm.load import load_llm
     from personamem.trainers.purple import train_purple
-    from personamem.trainers.purple.data import examples_from_benchmark, split_by_user
     from personamem.trainers.purple.reward import LLMReward
+    from personamem.trainers.purple.trainer import on_cpu
 
-    bench = load_benchmark(EvalConfig(benchmark=data.benchmark, data=data.data, noise=data.noise))
+    main = PartialState(cpu=on_cpu(config)).is_main_process
     encoder = default_encoder()
-    with progress_bar() as progress:
+    with progress_bar() if main else contextlib.nullcontext() as progress:
         try:
-            examples = examples_from_benchmark(
-                bench,
-                encoder,
-                first_stage=data.first_stage,
-                candidates=data.candidates,
-                cache_dir=default_vector_cache(),
-                progress=progress,
-            )
+            train, validation, test, split = _purple_examples(data, config, encoder, progress)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
-        train, validation, test = split_by_user(
-            examples, validation=data.validation_users, test=data.test_users, seed=data.split_seed
-        )
-        picker = random.Random(config.seed)
-        if data.max_train and data.max_train < len(train):
-            train = picker.sample(train, data.max_train)
-        validation = picker.sample(validation, min(data.max_validation, len(validation)))
-        out_dir.mkdir(parents=True, exist_ok=True)
-        split = {
-            "benchmark": bench.name,
-            "split_seed": data.split_seed,
-            "first_stage": data.first_stage,
-            "candidates": data.candidates,
-            "train_users": sorted({e.user_id for e in train}),
-            "validation_users": sorted({e.user_id for e in validation}),
-            "test_users": sorted({e.user_id for e in test}),
-            "test_examples": [e.id for e in test],
+        if main:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "split.json").write_text(json.dumps(split, indent=2) + "\n", encoding="utf-8")
+        info = {
+            "data_source": split["source"],
+            "validation_users": split["validation_users"],
+            "train_users": len(split["train_users"]),
         }
-        (out_dir / "split.json").write_text(json.dumps(split, indent=2) + "\n", encoding="utf-8")
         reward = LLMReward(load_llm(data.llm, runtime=data.llm_runtime))
         result = train_purple(
-            train, validation, encoder, reward, config, out_dir, resume=resume, progress=progress
+            train, validation, encoder, reward, config, out_dir, resume=resume, progress=progress, info=info
         )
+    if not main:
+        return
     size = sum(f.stat().st_size for f in result.best.iterdir() if f.is_file())
     table = Table("", "", box=box.SIMPLE, show_header=False, title="PURPLE training")
     for name, value in (
         ("examples train / validation / test", f"{len(train)} / {len(validation)} / {len(test)}"),
         ("best step, validation reward (nats)", f"{result.best_step}, {result.best_validation:.3f}"),
         (
-            "profiles rewarded (LLM-scored, cache hits)",
+            "profiles rewarded by this process (LLM-scored, cache hits)",
             f"{result.profiles_rewarded} ({reward.scored}, {reward.hits})",
         ),
+        ("processes", str(result.processes)),
         ("wall-clock seconds", f"{result.seconds:.0f}"),
         ("best checkpoint", f"{result.best} ({size / 2**20:.1f} MiB)"),
     ):
         table.add_row(name, value)
     out.print(table)
+    out.print(f'To use it, add to the pipeline table: selector = "purple:{result.best}"')
+
+
+def _purple_examples(
+    data: PurpleDataConfig, config: PurpleTrainConfig, encoder: SentenceEncoder, progress: Progress | None
+) -> tuple[list[ProfileExample], list[ProfileExample], list[ProfileExample], dict[str, Any]]:
+    """(train, validation, test, split.json) from a benchmark or from an application's traffic."""
+    from personamem.eval.evaluate import EvalConfig, load_benchmark
+    from personamem.eval.vectors import default_vector_cache
+    from personamem.trainers.purple.data import examples_from_benchmark, examples_from_traffic, split_by_user
+    from personamem.trainers.traffic import open_traffic, split_traffic
+
+    picker = random.Random(config.seed)
+    if data.from_traffic:
+        traffic = open_traffic(data)
+        try:
+            examples = examples_from_traffic(
+                traffic,
+                first_stage=data.first_stage,
+                candidates=data.candidates,
+                min_rating=data.min_rating,
+                progress=progress,
+            )
+        finally:
+            traffic.close()
+        counts = Counter(e.user_id for e in examples)
+        train_users, validation_users = split_traffic(
+            "PURPLE",
+            dict(counts),
+            validation=data.validation_users,
+            seed=data.split_seed,
+            need_train=config.batch_size,
+            hint="Log context() calls (log_interactions = true) and report each accepted answer with "
+            "PersonaMem.feedback(interaction_id, answer=...).",
+        )
+        train = [e for e in examples if e.user_id in train_users]
+        validation, test = [e for e in examples if e.user_id in validation_users], []
+        source: dict[str, Any] = {"traffic": traffic.source}
+    else:
+        assert data.benchmark is not None and data.data is not None  # the config's validator
+        bench = load_benchmark(EvalConfig(benchmark=data.benchmark, data=data.data, noise=data.noise))
+        examples = examples_from_benchmark(
+            bench,
+            encoder,
+            first_stage=data.first_stage,
+            candidates=data.candidates,
+            cache_dir=default_vector_cache(),
+            progress=progress,
+        )
+        train, validation, test = split_by_user(
+            examples, validation=data.validation_users, test=data.test_users, seed=data.split_seed
+        )
+        source = {"benchmark": bench.name, "data": str(data.data)}
+    if data.max_train and data.max_train < len(train):
+        train = picker.sample(train, data.max_train)
+    validation = picker.sample(validation, min(data.max_validation, len(validation)))
+    split = {
+        "source": source,
+        "split_seed": data.split_seed,
+        "first_stage": data.first_stage,
+        "candidates": data.candidates,
+        "train_users": sorted({e.user_id for e in train}),
+        "validation_users": sorted({e.user_id for e in validation}),
+        "test_users": sorted({e.user_id for e in test}),
+        "test_examples": [e.id for e in test],
+    }
+    if "benchmark" in source:
+        split["benchmark"] = source["benchmark"]
+    return train, validation, test, split
 
 
 @train_app.command("memrerank")
-@config_options()
+@config_options(config_file=True)
 def memrerank(
     *,
-    data: Annotated[
-        Path, typer.Option(help="The Amazon Beauty folder (train.jsonl) in its upstream layout.")
-    ],
+    data: MemRerankDataConfig,
     out_dir: Annotated[
         Path,
         typer.Option("--out", help="The checkpoint (extractor.json, adapter/), rewards.jsonl, trainer/."),
@@ -114,13 +179,35 @@ def memrerank(
     from personamem.eval.choice import load_amazon_choices
     from personamem.eval.vectors import default_vector_cache
     from personamem.trainers.memrerank import train_memrerank
+    from personamem.trainers.memrerank.data import instances_from_traffic
+    from personamem.trainers.traffic import open_traffic
 
-    instances = load_amazon_choices(
-        data, split="train", encoder=default_encoder(), cache_dir=default_vector_cache()
-    )
+    if data.from_traffic:
+        traffic = open_traffic(data)
+        try:
+            instances = instances_from_traffic(traffic, min_rating=data.min_rating)
+        finally:
+            traffic.close()
+        source: dict[str, Any] = {"traffic": traffic.source}
+        users = len({i.user_id for i in instances})
+        if users < 2:  # the trainer holds a share of users out, so one user leaves nothing to train on
+            raise typer.BadParameter(
+                f"too little traffic to train MemRerank: {len(instances)} usable interaction(s) from "
+                f"{users} user(s); need at least 2 users with an interaction whose answer used one shown "
+                "record and left 4 shown records unused. Report PersonaMem.feedback(interaction_id, "
+                "used_record_ids=[...]) for search/context calls that show at least 5 records."
+            )
+    else:
+        assert data.data is not None  # the config's validator
+        instances = load_amazon_choices(
+            data.data, split="train", encoder=default_encoder(), cache_dir=default_vector_cache()
+        )
+        source = {"benchmark": "amazon-beauty", "data": str(data.data)}
     with progress_bar() as progress:
         try:
-            result = train_memrerank(instances, config, out_dir, resume=resume, progress=progress)
+            result = train_memrerank(
+                instances, config, out_dir, resume=resume, progress=progress, info={"data_source": source}
+            )
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
     first, last = result.history[0], result.history[-1]
@@ -136,10 +223,11 @@ def memrerank(
     ):
         table.add_row(name, value)
     out.print(table)
+    out.print(f'To use it, add to the pipeline table: preference_memory = "memrerank:{result.checkpoint}"')
 
 
 @train_app.command("pgret")
-@config_options()
+@config_options(config_file=True)
 def pgret(
     *,
     data: PGRetDataConfig,
@@ -152,46 +240,27 @@ def pgret(
     """PG-Ret: fine-tune the query tower so it finds relevant records the base retriever misses."""
     from personamem.encoder import default_encoder
     from personamem.eval.benchmark import evenly_spaced
-    from personamem.eval.evaluate import EvalConfig, load_benchmark
     from personamem.eval.judge import RelevanceJudge, calibrate
-    from personamem.eval.vectors import default_vector_cache
     from personamem.llm.load import load_llm
-    from personamem.trainers.pgret.data import PGRetData, data_from_benchmark, split_users
+    from personamem.trainers.pgret.data import PGRetData
     from personamem.trainers.pgret.infonce import train_infonce
     from personamem.trainers.pgret.trainer import calibration_pairs, train_pgret
 
-    bench = load_benchmark(EvalConfig(benchmark=data.benchmark, data=data.data, noise=data.noise))
     encoder = default_encoder()
     with progress_bar() as progress:
-        logged = data_from_benchmark(
-            bench,
-            encoder,
-            novelty_depth=data.novelty_depth,
-            exploration_depth=data.exploration_depth,
-            cache_dir=default_vector_cache(),
-            progress=progress,
-        )
         try:
-            train_users, validation_users, test_users = split_users(
-                logged.users, validation=data.validation_users, test=data.test_users, seed=data.split_seed
-            )
+            logged, split = _pgret_data(data, config, encoder, progress)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
+        train_users, validation_users = split["train_users"], split["validation_users"]
+        test_users = split["test_users"]
         every = logged.only(train_users)
         train = PGRetData(tuple(evenly_spaced(every.queries, data.max_train)), every.corpora)
         held = logged.only(validation_users)
         validation = PGRetData(tuple(evenly_spaced(held.queries, data.max_validation)), held.corpora)
         out_dir.mkdir(parents=True, exist_ok=True)
-        split = {
-            "benchmark": bench.name,
-            "split_seed": data.split_seed,
-            "novelty_depth": data.novelty_depth,
-            "train_users": train_users,
-            "validation_users": validation_users,
-            "test_users": test_users,
-        }
         (out_dir / "split.json").write_text(json.dumps(split, indent=2) + "\n", encoding="utf-8")
-        info = {"data": {"benchmark": bench.name, **split}}
+        info: dict[str, Any] = {"data": split}
         rows: list[tuple[str, str]] = [
             ("queries train / validation", f"{len(train.queries)} / {len(validation.queries)}"),
             (
@@ -255,3 +324,63 @@ def pgret(
         table.add_row(name, value)
     out.print(table)
     out.print(f'To use it, add to the pipeline table: first_stage = "pgret:{best}"')
+
+
+def _pgret_data(
+    data: PGRetDataConfig, config: PGRetTrainConfig, encoder: SentenceEncoder, progress: Progress
+) -> tuple[PGRetData, dict[str, Any]]:
+    """Every logged query (a benchmark's questions, or traffic with used records) and the user split."""
+    from personamem.eval.evaluate import EvalConfig, load_benchmark
+    from personamem.eval.vectors import default_vector_cache
+    from personamem.trainers.pgret.data import data_from_benchmark, data_from_traffic, split_users
+    from personamem.trainers.traffic import open_traffic, split_traffic
+
+    if data.from_traffic:
+        traffic = open_traffic(data)
+        try:
+            logged = data_from_traffic(
+                traffic,
+                novelty_depth=data.novelty_depth,
+                exploration_depth=data.exploration_depth,
+                min_rating=data.min_rating,
+                progress=progress,
+            )
+        finally:
+            traffic.close()
+        train_users, validation_users = split_traffic(
+            "PG-Ret",
+            dict(Counter(q.user_id for q in logged.queries)),
+            validation=data.validation_users,
+            seed=data.split_seed,
+            need_train=config.batch_size,
+            hint="Log search()/context() calls (log_interactions = true) and report the records each "
+            "accepted answer used with PersonaMem.feedback(interaction_id, used_record_ids=[...]).",
+        )
+        test_users: list[str] = []
+        source: dict[str, Any] = {"traffic": traffic.source}
+    else:
+        assert data.benchmark is not None and data.data is not None  # the config's validator
+        bench = load_benchmark(EvalConfig(benchmark=data.benchmark, data=data.data, noise=data.noise))
+        logged = data_from_benchmark(
+            bench,
+            encoder,
+            novelty_depth=data.novelty_depth,
+            exploration_depth=data.exploration_depth,
+            cache_dir=default_vector_cache(),
+            progress=progress,
+        )
+        train_users, validation_users, test_users = split_users(
+            logged.users, validation=data.validation_users, test=data.test_users, seed=data.split_seed
+        )
+        source = {"benchmark": bench.name, "data": str(data.data)}
+    split = {
+        "source": source,
+        "split_seed": data.split_seed,
+        "novelty_depth": data.novelty_depth,
+        "train_users": train_users,
+        "validation_users": validation_users,
+        "test_users": test_users,
+    }
+    if "benchmark" in source:
+        split["benchmark"] = source["benchmark"]
+    return logged, split

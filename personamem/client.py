@@ -18,7 +18,7 @@ from pydantic_core import to_jsonable_python
 from personamem import errors
 from personamem.errors import AuthenticationError, MissingExtraError, PartialWriteError, RemoteError
 from personamem.llm.base import Usage
-from personamem.pipeline import Context
+from personamem.pipeline import Context, Hits
 from personamem.preference import PreferenceMemory
 from personamem.records import Record, parse_record, parse_records
 from personamem.retrieval import Hit
@@ -119,11 +119,26 @@ class Client:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def search(self, user_id: str, query: str, k: int = 5, method: str = "dense") -> list[Hit]:
-        """The user's top ``k`` records for ``query`` by ``method``."""
+    def search(self, user_id: str, query: str, k: int = 5, method: str = "dense") -> Hits:
+        """The user's top ``k`` records for ``query`` by ``method`` (``interaction_id`` where logged)."""
         request = {"user_id": _user(user_id), "query": query, "k": k, "method": method}
         body = self._call("POST", "/v1/search", request)
-        return [_hit(h) for h in body["hits"]]
+        hits = Hits(_hit(h) for h in body["hits"])
+        hits.interaction_id = body.get("interaction_id")
+        return hits
+
+    def feedback(
+        self,
+        interaction_id: str,
+        *,
+        answer: str | None = None,
+        rating: float | None = None,
+        used_record_ids: Sequence[str] | None = None,
+    ) -> None:
+        """Report what happened after a logged call (see :meth:`PersonaMem.feedback`)."""
+        request = {"interaction_id": interaction_id, "answer": answer, "rating": rating}
+        used = None if used_record_ids is None else list(used_record_ids)
+        self._call("POST", "/v1/feedback", {**request, "used_record_ids": used})
 
     def context(
         self, user_id: str, query: str, *, budget_tokens: int | None = None, pipeline: str | None = None
@@ -141,6 +156,7 @@ class Client:
             timings_ms=body["timings_ms"],
             warnings=body["warnings"],
             memory=body["memory"],
+            interaction_id=body.get("interaction_id"),
         )
 
     def memory(self, user_id: str) -> PreferenceMemory:

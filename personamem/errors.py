@@ -20,6 +20,7 @@ __all__ = [
     "ConfigError",
     "FallbackWarning",
     "IngestError",
+    "InsufficientDataError",
     "InvalidInputError",
     "InvalidRecordError",
     "LLMError",
@@ -100,6 +101,10 @@ class MethodError(PersonaMemError, ValueError):
 
 class ConfigError(PersonaMemError, ValueError):
     """A pipeline or training config (TOML file, keywords, CLI options) has an unknown key or bad value."""
+
+
+class InsufficientDataError(PersonaMemError, ValueError):
+    """Too little data (logged traffic, users) to train on; the message gives the counts found and needed."""
 
 
 class MissingExtraError(PersonaMemError, ImportError):

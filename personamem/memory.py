@@ -16,9 +16,10 @@ import numpy as np
 
 from personamem.encoder import Encoder
 from personamem.errors import ConfigError, InvalidInputError, MethodError
+from personamem.interactions import Interaction
 from personamem.llm.base import FrozenLLM
 from personamem.methods import check_llm, method_config
-from personamem.pipeline import Context, Pipeline, PipelineConfig, load_pipeline
+from personamem.pipeline import Context, Hits, Pipeline, PipelineConfig, load_pipeline
 from personamem.pipeline.config import LLM_MEMORIES, pipeline_config
 from personamem.pipeline.stages import build_extractor
 from personamem.preference import PreferenceMemories, PreferenceMemory, PromptedExtractor, SetwiseReranker
@@ -206,11 +207,12 @@ class PersonaMem:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def search(self, user_id: str, query: str, k: int = 5, method: str = "dense") -> list[Hit]:
+    def search(self, user_id: str, query: str, k: int = 5, method: str = "dense") -> Hits:
         """The user's top ``k`` records for ``query`` by ``method`` (see :mod:`personamem.methods`).
 
         A method with a profile selector ranks its profile first, then the other candidates. An
-        unknown user gets an empty list.
+        unknown user gets an empty list. With ``log_interactions`` on, ``hits.interaction_id`` names
+        the logged call for :meth:`feedback`.
 
         Raises:
             MethodError: an unknown method, or one that needs an LLM when none is configured.
@@ -241,6 +243,39 @@ class PersonaMem:
         """
         return self.pipeline(pipeline).context(user_id, query, budget_tokens=budget_tokens)
 
+    # -- interaction log ----------------------------------------------------------------------------
+
+    def feedback(
+        self,
+        interaction_id: str,
+        *,
+        answer: str | None = None,
+        rating: float | None = None,
+        used_record_ids: Sequence[str] | None = None,
+    ) -> None:
+        """Report what happened after a logged ``search`` or ``context`` call (its ``interaction_id``).
+
+        Args:
+            interaction_id: from ``Context.interaction_id`` or ``Hits.interaction_id``.
+            answer: the answer the user accepted (what PURPLE learns to make likely).
+            rating: the user's rating of it, higher is better.
+            used_record_ids: the records the answer used (PG-Ret's and MemRerank's positives).
+
+        Fields left None keep what an earlier call reported.
+
+        Raises:
+            InvalidInputError: an unknown interaction (logging off, another tenant's, or the user was
+                forgotten), nothing to report, or a field of the wrong type.
+        """
+        self.store.interactions.feedback(
+            interaction_id, answer=answer, rating=rating, used_record_ids=used_record_ids
+        )
+
+    def interactions(self, user_id: str | None = None) -> list[Interaction]:
+        """Logged interactions of one user (None: every user), oldest first, with their feedback."""
+        users = None if user_id is None else [check_user_id(user_id)]
+        return self.store.interactions.export(users)
+
     def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
         """The pipeline for a method name or config (default: the configured one), built once and kept."""
         if method is None:
@@ -250,7 +285,7 @@ class PersonaMem:
         config = self._methods.get(method)
         if config is None:
             config = self._methods[method] = method_config(method, self.config)
-        return self._built(config, f"method {method!r}")
+        return self._built(config, f"method {method!r}", method)
 
     def selector(self, name: str) -> ProfileSelector:
         """The profile selector called ``name`` (``relevance``, ``listwise``, ``purple:<folder>``...).
@@ -398,8 +433,8 @@ class PersonaMem:
             self._memories[(*key, config.memory_timeout_s)] = memories
         return memories
 
-    def _built(self, config: PipelineConfig, what: str) -> Pipeline:
-        """The pipeline for ``config``, built on first use (``what`` names it in errors)."""
+    def _built(self, config: PipelineConfig, what: str, name: str = "pipeline") -> Pipeline:
+        """The pipeline for ``config``, built on first use (``what`` names it in errors, ``name`` in logs)."""
         found = self._pipelines.get(config)  # the hot path takes no lock; building does
         if found is not None:
             return found
@@ -410,7 +445,7 @@ class PersonaMem:
                 check_llm(what, config, llm)
                 memories = self._memories_for(config, llm)
                 found = self._pipelines[config] = Pipeline(
-                    self.store, config, llm=llm, bm25=self._bm25, memories=memories
+                    self.store, config, llm=llm, bm25=self._bm25, memories=memories, name=name
                 )
             return found
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,14 @@ from typing import Any
 import numpy as np
 
 from personamem.encoder import Encoder
-from personamem.errors import InvalidInputError, LLMError, collect_fallbacks
+from personamem.errors import (
+    InvalidInputError,
+    LLMError,
+    PersonaMemWarning,
+    StoreError,
+    collect_fallbacks,
+)
+from personamem.interactions import Call
 from personamem.llm.base import FrozenLLM, Usage
 from personamem.llm.budget import Fitted, fit_to_budget
 from personamem.personalize import QueryPersonalizer
@@ -53,7 +61,7 @@ from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetri
 from personamem.retrieval.base import ranked
 from personamem.store import Store
 
-__all__ = ["MEMORY_HEADER", "RECORDS_HEADER", "Context", "Pipeline"]
+__all__ = ["MEMORY_HEADER", "RECORDS_HEADER", "Context", "Hits", "Pipeline"]
 
 MEMORY_HEADER = "Preferences:"
 """The line before the preference memory in a context."""
@@ -78,6 +86,8 @@ class Context:
             them), and why; a memory cut to fit the budget is noted here too.
         memory: the preference memory as ``text`` shows it (``""``: empty, or no room); None when
             the pipeline has none.
+        interaction_id: the logged call's id, for :meth:`PersonaMem.feedback
+            <personamem.memory.PersonaMem.feedback>` (None: logging is off, or the user is unknown).
     """
 
     text: str
@@ -89,6 +99,7 @@ class Context:
     timings_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     memory: str | None = None
+    interaction_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (records as id, score, rank and text)."""
@@ -103,6 +114,7 @@ class Context:
                 "completion_tokens": self.usage.completion_tokens,
             },
             "timings_ms": self.timings_ms,
+            "interaction_id": self.interaction_id,
             "warnings": self.warnings,
             "memory": self.memory,
         }
@@ -110,6 +122,12 @@ class Context:
 
 def _hit_json(hit: Hit) -> dict[str, Any]:
     return {"id": hit.record.id, "score": hit.score, "rank": hit.rank, "text": hit.record.text}
+
+
+class Hits(list[Hit]):
+    """A search's hits, best first, with the logged call's id (None: logging is off or the user unknown)."""
+
+    interaction_id: str | None = None
 
 
 class Pipeline:
@@ -124,6 +142,7 @@ class Pipeline:
         bm25: a BM25 retriever to share (its per-user index cache), instead of a new one.
         memories: preference memories to share (their extractor and running rebuilds), instead of
             new ones from ``config.preference_memory``.
+        name: what the interaction log records as the method (a method name, or ``pipeline``).
 
     Attributes:
         memories: the users' preference memories (None: the pipeline has none).
@@ -147,8 +166,10 @@ class Pipeline:
         selector: ProfileSelector | None = None,
         bm25: BM25Retriever | None = None,
         memories: PreferenceMemories | None = None,
+        name: str = "pipeline",
     ) -> None:
         self.store = store
+        self.name = name
         self.config = config = config or PipelineConfig()
         self.llm = MeteredLLM(llm) if llm is not None else None
         # the memory's LLM is not metered: a rebuild outlives the call that started it
@@ -165,17 +186,20 @@ class Pipeline:
         # a user's records come back for many queries: their lines are counted once
         self._count_tokens = functools.lru_cache(maxsize=8192)(_token_counter(self.llm, store.encoder))
 
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
+    def search(self, user_id: str, query: str, k: int) -> Hits:
         """The profile, then the other candidates, cut to ``k`` (no selector: the first stage's top ``k``)."""
         _check(user_id, query)
         with metering(self.config.llm_timeout_s):
             if self.selector is None:
-                return self._candidates(user_id, query, k, {})
-            pool = self._candidates(user_id, query, self.config.candidates, {})
-            profile = self._select(user_id, query, pool, {})
-            chosen = {hit.record.id for hit in profile}
-            rest = [(hit.record, 0.0) for hit in pool if hit.record.id not in chosen]
-            return ranked([(hit.record, hit.score) for hit in profile] + rest)[:k]
+                hits = Hits(self._candidates(user_id, query, k, {}))
+            else:
+                pool = self._candidates(user_id, query, self.config.candidates, {})
+                profile = self._select(user_id, query, pool, {})
+                chosen = {hit.record.id for hit in profile}
+                rest = [(hit.record, 0.0) for hit in pool if hit.record.id not in chosen]
+                hits = Hits(ranked([(hit.record, hit.score) for hit in profile] + rest)[:k])
+        hits.interaction_id = self._log(user_id, "search", query, hits)
+        return hits
 
     def context(self, user_id: str, query: str, *, budget_tokens: int | None = None) -> Context:
         """The profile for ``query``, rendered and fitted to ``budget_tokens`` (default: the config's)."""
@@ -206,7 +230,19 @@ class Pipeline:
             timings_ms=timings,
             warnings=list(notes),
             memory=None if memory is None else "\n".join(memory[:shown]),
+            interaction_id=self._log(user_id, "context", query, fitted.kept),
         )
+
+    def _log(self, user_id: str, call: Call, query: str, shown: Sequence[object]) -> str | None:
+        """The call's interaction id where the config logs interactions, else None."""
+        if not self.config.log_interactions:
+            return None
+        hits = [(item.record.id, item.score) for item in shown if isinstance(item, Hit)]
+        try:
+            return self.store.interactions.log(user_id, call, self.name, query, hits)
+        except StoreError as exc:  # the answer stands; only its log entry is lost
+            warnings.warn(f"interaction not logged: {exc}", PersonaMemWarning, stacklevel=3)
+            return None
 
     def _memory(self, user_id: str, timings: dict[str, float]) -> list[str] | None:
         """The lines of the user's preference memory as an LLM is shown it (None: no memory configured).

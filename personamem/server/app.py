@@ -42,6 +42,7 @@ from personamem.server.schemas import (
     BatchIn,
     ContextIn,
     DeleteIn,
+    FeedbackIn,
     RefreshIn,
     RerankIn,
     SearchIn,
@@ -205,7 +206,20 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         """The user's top k records by any method name; LLM stages that fell back are listed."""
         with collect_fallbacks() as notes:
             hits = tenant.search(body.user_id, body.query, k=body.k, method=body.method)
-        return {"hits": [hit_json(h) for h in hits], "warnings": notes, "degraded": bool(notes)}
+        return {
+            "hits": [hit_json(h) for h in hits],
+            "interaction_id": hits.interaction_id,
+            "warnings": notes,
+            "degraded": bool(notes),
+        }
+
+    @app.post("/v1/feedback", tags=["retrieval"])
+    def feedback(body: FeedbackIn, tenant: Tenant) -> dict[str, Any]:
+        """Report the accepted answer, a rating or the records used for a logged call (400 if unknown)."""
+        tenant.feedback(
+            body.interaction_id, answer=body.answer, rating=body.rating, used_record_ids=body.used_record_ids
+        )
+        return {"interaction_id": body.interaction_id}
 
     @app.post("/v1/context", tags=["retrieval"])
     def context(body: ContextIn, tenant: Tenant) -> dict[str, Any]:

@@ -105,6 +105,15 @@ class RerankIn(_Body):
     k: int | None = Field(default=None, ge=1)
 
 
+class FeedbackIn(_Body):
+    """``POST /v1/feedback``: what happened after a logged search or context call."""
+
+    interaction_id: str = Field(min_length=1, max_length=64)
+    answer: str | None = Field(default=None, max_length=MAX_QUERY * 4)
+    rating: float | None = None
+    used_record_ids: list[str] | None = Field(default=None, max_length=MAX_K)
+
+
 def hit_json(hit: Hit) -> dict[str, Any]:
     """A hit as JSON: its rank, score and the whole record."""
     return {"rank": hit.rank, "score": hit.score, "record": hit.record.model_dump(mode="json")}

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
@@ -43,11 +43,19 @@ from sqlalchemy.engine.url import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 
-from personamem.errors import StoreError
+from personamem.errors import InvalidInputError, StoreError
 from personamem.records import Record, RecordKind
 from personamem.store.pseudonyms import Pseudonyms
 
-__all__ = ["DerivedRow", "RecordRow", "RecordStatus", "SqlCatalog", "UserRow", "UserStatus"]
+__all__ = [
+    "DerivedRow",
+    "InteractionRow",
+    "RecordRow",
+    "RecordStatus",
+    "SqlCatalog",
+    "UserRow",
+    "UserStatus",
+]
 
 _IN_CHUNK = 500  # stays under SQLite's bound-parameter limit
 PSEUDONYM_KEY = "pseudonym_key"
@@ -148,6 +156,29 @@ class DerivedRow(SQLModel, table=True):
     namespace: str
     key: str
     value: Any = Field(sa_column=Column(JSON, nullable=False))
+
+
+class InteractionRow(SQLModel, table=True):
+    """One logged ``search``/``context`` call and what the application reported after it.
+
+    Per-user data like the records: the ``user_id`` column makes ``forget`` erase it, and
+    :meth:`SqlCatalog.delete_records` takes deleted records out of ``results`` and ``used``.
+    """
+
+    __tablename__ = "interactions"
+
+    pk: int | None = Field(default=None, primary_key=True)
+    interaction_id: str = Field(unique=True)
+    user_id: str = Field(index=True)
+    call: str  # "search" or "context"
+    method: str
+    query: str
+    results: list[Any] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))  # [id, score]
+    time: str  # ISO 8601, UTC
+    answer: str | None = None
+    rating: float | None = None
+    used: list[Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    feedback_time: str | None = None
 
 
 def _content_hash(record: Record) -> str:
@@ -408,6 +439,93 @@ class SqlCatalog:
             s.add(DerivedRow(user_id=user_id, namespace=namespace, key=key, value=value))
         return True
 
+    # -- interactions ----------------------------------------------------------------------------
+
+    def log_interaction(self, row: dict[str, Any]) -> bool:
+        """Insert one interaction of an active user; False (nothing kept) for unknown or forgotten users.
+
+        A user without a row has nothing ``forget`` could find the interaction by, so it is not kept.
+        """
+        with self.session(write=True) as s:
+            user = s.get(UserRow, row["user_id"])
+            if user is None or user.status != UserStatus.ACTIVE.value:
+                return False
+            s.add(InteractionRow(**row))
+        return True
+
+    def import_interactions(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Insert interactions in one transaction, skipping ids already stored; return how many were new.
+
+        Raises:
+            InvalidInputError: a row's user has no records here (checked before anything is written).
+        """
+        with self.session(write=True) as s:
+            users = {row["user_id"] for row in rows}
+            active = set(
+                s.exec(
+                    select(UserRow.user_id).where(
+                        col(UserRow.user_id).in_(users), UserRow.status == UserStatus.ACTIVE.value
+                    )
+                )
+            )
+            for number, row in enumerate(rows, start=1):
+                if row["user_id"] not in active:
+                    raise InvalidInputError(
+                        f"interaction {number} ({row['interaction_id']}): user {row['user_id']!r} has no "
+                        "records in this store; ingest the users' records first"
+                    )
+            ids = [row["interaction_id"] for row in rows]
+            known: set[str] = set()
+            for chunk in _chunks(ids):
+                known.update(
+                    s.exec(
+                        select(InteractionRow.interaction_id).where(
+                            col(InteractionRow.interaction_id).in_(chunk)
+                        )
+                    )
+                )
+            new = [InteractionRow(**row) for row in rows if row["interaction_id"] not in known]
+            s.add_all(new)
+        return len(new)
+
+    def feedback(self, interaction_id: str, user_ids: Callable[[str], bool], changes: dict[str, Any]) -> bool:
+        """Set the given feedback fields of an interaction whose user key passes ``user_ids``.
+
+        False when there is no such interaction in this view (another tenant's counts as none).
+        """
+        with self.session(write=True) as s:
+            row = s.exec(
+                select(InteractionRow).where(InteractionRow.interaction_id == interaction_id)
+            ).first()
+            if row is None or not user_ids(row.user_id):
+                return False
+            for name, value in changes.items():
+                setattr(row, name, value)
+            s.add(row)
+        return True
+
+    def interactions(self, user_ids: Sequence[str] | None = None) -> list[InteractionRow]:
+        """Logged interactions (of these user keys, or all), oldest first."""
+        with self.session() as s:
+            stmt = select(InteractionRow).order_by(col(InteractionRow.pk))
+            if user_ids is None:
+                return list(s.exec(stmt))
+            found: list[InteractionRow] = []
+            for chunk in _chunks(list(user_ids)):
+                found += s.exec(stmt.where(col(InteractionRow.user_id).in_(chunk)))
+            return sorted(found, key=lambda row: row.pk or 0)
+
+    @staticmethod
+    def _scrub_interactions(s: Session, user_id: str, deleted: set[str]) -> None:
+        """Take deleted records out of the user's logged results and feedback."""
+        rows = s.exec(select(InteractionRow).where(InteractionRow.user_id == user_id))
+        for row in rows:
+            results = [hit for hit in row.results if hit[0] not in deleted]
+            used = None if row.used is None else [rid for rid in row.used if rid not in deleted]
+            if results != row.results or used != row.used:
+                row.results, row.used = results, used
+                s.add(row)
+
     # -- writes ---------------------------------------------------------------------------------
 
     def stage(
@@ -515,6 +633,7 @@ class SqlCatalog:
                     )
                 )
             s.execute(delete(DerivedRow).where(col(DerivedRow.user_id) == user_id))
+            self._scrub_interactions(s, user_id, set(found))
             self._requeue(s, user_id, kept)
         if self._sqlite_file is not None:
             vacuum_sqlite(self._sqlite_file, wal=True)

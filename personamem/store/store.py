@@ -38,6 +38,7 @@ from personamem.errors import InvalidInputError, PartialWriteError, StoreError
 from personamem.records import Record
 from personamem.store.cache import UserCache
 from personamem.store.indexer import BackgroundIndexer
+from personamem.store.interaction_log import InteractionLog
 from personamem.store.keys import KeyRing
 from personamem.store.pseudonyms import Pseudonyms, legacy_collection, new_key
 from personamem.store.sql import PSEUDONYM_KEY, RecordStatus, SqlCatalog
@@ -149,6 +150,11 @@ class Store:
     def tenant(self) -> str | None:
         """The tenant this view belongs to (None: the store's own users)."""
         return self.scope.tenant
+
+    @property
+    def interactions(self) -> InteractionLog:
+        """The interaction log of the users this view sees (written only where logging is on)."""
+        return InteractionLog(self.catalog, self.scope)
 
     def _key(self, user_id: str) -> str:
         return self.scope.key(user_id)

@@ -8,11 +8,27 @@ listed in :func:`personamem.trainers.memrerank.trainer.grpo_config`.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from personamem.preference.extractor import ExtractorStyle
+from personamem.trainers.traffic import TrafficSource
 
-__all__ = ["MemRerankConfig"]
+__all__ = ["MemRerankConfig", "MemRerankDataConfig"]
+
+
+class MemRerankDataConfig(TrafficSource):
+    """Where the 1-in-5 choices come from: Amazon Beauty, or an application's traffic."""
+
+    data: Path | None = None
+    """The Amazon Beauty folder (train.jsonl) in its upstream layout (or train on traffic: --from-store)."""
+
+    @model_validator(mode="after")
+    def _one_dataset(self) -> MemRerankDataConfig:
+        if (self.data is None) == (self.from_store is None):
+            raise ValueError("give one data source: --data (Amazon Beauty) or --from-store")
+        return self
 
 
 class MemRerankConfig(BaseModel):

@@ -15,11 +15,21 @@ from typing import TYPE_CHECKING
 
 from personamem.eval.choice import ChoiceInstance, split_users
 from personamem.preference.extractor import ExtractionPrompt, PromptedExtractor
+from personamem.trainers.traffic import Traffic, accepted
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["ChoiceExample", "choice_examples", "to_dataset", "training_instances"]
+__all__ = [
+    "ChoiceExample",
+    "choice_examples",
+    "instances_from_traffic",
+    "to_dataset",
+    "training_instances",
+]
+
+NEGATIVES = 4
+"""Shown-but-not-used records per choice: the reranker's 1-positive/4-negative instance."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,39 @@ def training_instances(
         chosen = set(random.Random(seed).sample(sorted({i.user_id for i in kept}), users))
         kept = [i for i in kept if i.user_id in chosen]
     return kept
+
+
+def instances_from_traffic(traffic: Traffic, *, min_rating: float | None = None) -> list[ChoiceInstance]:
+    """A 1-in-5 choice per interaction where the answer used a shown record and four were not used.
+
+    The positive is the first used record, the negatives the first four shown records that were not
+    used (the shown order is the pipeline's); the history is the user's other records, so the memory
+    cannot quote the choice. The category is the positive's (``general`` without one).
+    """
+    instances = []
+    for interaction in traffic.interactions:
+        if not accepted(interaction, min_rating) or not interaction.used:
+            continue
+        records = traffic.records(interaction.user_id)
+        shown = [r.record_id for r in interaction.results if r.record_id in records]
+        chosen = next((r for r in interaction.used if r in shown), None)
+        negatives = [r for r in shown if r not in interaction.used][:NEGATIVES]
+        if chosen is None or len(negatives) < NEGATIVES:
+            continue
+        positive = records[chosen]
+        held = {chosen, *negatives}
+        instances.append(
+            ChoiceInstance(
+                id=interaction.id,
+                user_id=interaction.user_id,
+                history=tuple(r for r in records.values() if r.id not in held),
+                query=interaction.query,
+                candidates=(positive.text, *(records[r].text for r in negatives)),
+                category=positive.category or "general",
+                group=interaction.user_id,
+            )
+        )
+    return instances
 
 
 def choice_examples(

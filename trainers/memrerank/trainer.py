@@ -130,6 +130,7 @@ def train_memrerank(
     resume: bool = False,
     extra_rewards: Sequence[tuple[RewardFunc, float]] = (),
     progress: Progress | None = None,
+    info: dict[str, Any] | None = None,
 ) -> MemRerankResult:
     """Train on the training side of ``instances``, checkpointing into ``out_dir``.
 
@@ -137,6 +138,7 @@ def train_memrerank(
     :func:`~personamem.eval.choice.split_users` are used, whatever is passed. ``extra_rewards``
     are (callable, weight) pairs added to utility + λ · quality (say, a length penalty); each is
     called as TRL calls rewards, with the ``instance_id`` column, and logged under its name.
+    ``info`` (the data source...) is recorded in the checkpoint's ``extractor.json``.
 
     Raises:
         ValueError: no training instance with a history; a finished or foreign run in ``out_dir``
@@ -160,6 +162,7 @@ def train_memrerank(
     training = {
         "reranker": utility.reranker.llm.name,
         "users": len(users),
+        **(info or {}),
         "config": config.model_dump(mode="json"),
     }
     model, tokenizer = _policy(config.base_model)

@@ -15,6 +15,7 @@ from personamem.eval.evaluate import BenchmarkName
 from personamem.eval.judge import JudgeMode
 from personamem.llm.load import REFERENCE_RUNTIME, Runtime
 from personamem.trainers.pgret.reward import ItemReward
+from personamem.trainers.traffic import TrafficSource
 
 __all__ = ["VARIANT_REWARDS", "PGRetDataConfig", "PGRetTrainConfig", "Variant"]
 
@@ -29,14 +30,15 @@ VARIANT_REWARDS: dict[str, ItemReward] = {
 """The two operating points as reward tables (our parameterization of the paper's two variants)."""
 
 
-class PGRetDataConfig(BaseModel):
+class PGRetDataConfig(TrafficSource):
     """Where the logged pairs come from, how users are split, and who judges relevance."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    benchmark: BenchmarkName
-    """Benchmark whose questions and gold records are the logged (query, record) pairs."""
-    data: Path
+    benchmark: BenchmarkName | None = None
+    """Benchmark whose questions and gold records are the logged (query, record) pairs (or train on
+    traffic: --from-store)."""
+    data: Path | None = None
     """The benchmark folder in its upstream layout."""
     noise: float = 0.0
     """PersonaBench distractor level."""

@@ -20,8 +20,16 @@ from rich.progress import Progress
 from personamem.encoder import Encoder
 from personamem.eval.benchmark import Benchmark
 from personamem.eval.vectors import corpus_vectors
+from personamem.trainers.traffic import Traffic, accepted
 
-__all__ = ["LoggedQuery", "PGRetData", "UserCorpus", "data_from_benchmark", "split_users"]
+__all__ = [
+    "LoggedQuery",
+    "PGRetData",
+    "UserCorpus",
+    "data_from_benchmark",
+    "data_from_traffic",
+    "split_users",
+]
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,58 @@ def data_from_benchmark(
                     progress.advance(task)
         finally:
             store.close()
+    return PGRetData(
+        tuple(queries), {u: c for u, c in corpora.items() if any(q.user_id == u for q in queries)}
+    )
+
+
+def data_from_traffic(
+    traffic: Traffic,
+    *,
+    novelty_depth: int = 20,
+    exploration_depth: int = 20,
+    min_rating: float | None = None,
+    progress: Progress | None = None,
+) -> PGRetData:
+    """A logged query per interaction whose feedback names the records the answer used.
+
+    The corpora are the store's own record vectors (the ones a trained tower is searched against),
+    and the base rankings come from the store's dense and BM25 retrievers. Used records deleted
+    since are dropped; an interaction left with none is skipped.
+    """
+    from personamem.retrieval import BM25Retriever, DenseRetriever
+
+    store = traffic.memory.store
+    usable = [i for i in traffic.interactions if accepted(i, min_rating) and i.used]
+    corpora: dict[str, UserCorpus] = {}
+    for user in sorted({i.user_id for i in usable}):
+        records, vectors = store.vectors(user)
+        if records:
+            corpora[user] = UserCorpus(
+                tuple(r.id for r in records), tuple(r.text for r in records), np.asarray(vectors, "float32")
+            )
+    dense, bm25 = DenseRetriever(store), BM25Retriever(store)
+    queries = []
+    task = progress.add_task("base rankings", total=len(usable)) if progress else None
+    for interaction in usable:
+        corpus = corpora.get(interaction.user_id)
+        rows = corpus.index() if corpus is not None else {}
+        gold = tuple(r for r in interaction.used if r in rows)
+        if gold:
+            base = dense.search(interaction.user_id, interaction.query, novelty_depth)
+            lexical = bm25.search(interaction.user_id, interaction.query, exploration_depth)
+            queries.append(
+                LoggedQuery(
+                    interaction.id,
+                    interaction.user_id,
+                    interaction.query,
+                    gold,
+                    tuple(h.record.id for h in base),
+                    tuple(h.record.id for h in lexical),
+                )
+            )
+        if progress is not None and task is not None:
+            progress.advance(task)
     return PGRetData(
         tuple(queries), {u: c for u, c in corpora.items() if any(q.user_id == u for q in queries)}
     )

@@ -16,6 +16,7 @@ from personamem.eval.evaluate import BenchmarkName
 from personamem.llm.load import REFERENCE_RUNTIME, Runtime
 from personamem.pipeline.config import FirstStage
 from personamem.profile.purple.config import PurpleConfig
+from personamem.trainers.traffic import TrafficSource
 
 __all__ = ["Advantage", "PurpleDataConfig", "PurpleTrainConfig"]
 
@@ -49,18 +50,22 @@ class PurpleTrainConfig(BaseModel):
     """The clip width, in nats, for the clip advantage."""
     seed: int = 0
     """Seeds the training subset, the example order, the profile samples and the initial weights."""
-    device: str = "cpu"
-    """Torch device, e.g. cpu or cuda; on CUDA, bf16 autocast is used where supported."""
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    """Split each process's share of a step's B examples into this many backward passes (same update,
+    less memory)."""
+    device: Literal["auto", "cpu"] = "auto"
+    """auto: the GPU where accelerate finds one (bf16 where supported), else the CPU; cpu: always the CPU.
+    Processes come from the launcher ('accelerate launch --multi_gpu --num_processes N')."""
 
 
-class PurpleDataConfig(BaseModel):
+class PurpleDataConfig(TrafficSource):
     """Where PURPLE's examples come from and how they are split: the data side of a training run."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    benchmark: BenchmarkName
-    """QA benchmark for (history, question, answer)."""
-    data: Path
+    benchmark: BenchmarkName | None = None
+    """QA benchmark for (history, question, answer) (or train on traffic: --from-store)."""
+    data: Path | None = None
     """The benchmark folder in its upstream layout."""
     noise: float = 0.0
     """PersonaBench distractor level."""

@@ -20,8 +20,15 @@ from personamem.encoder import Encoder
 from personamem.eval.benchmark import Benchmark
 from personamem.records import Record
 from personamem.retrieval.base import Retriever
+from personamem.trainers.traffic import Traffic, accepted
 
-__all__ = ["ProfileExample", "build_examples", "examples_from_benchmark", "split_by_user"]
+__all__ = [
+    "ProfileExample",
+    "build_examples",
+    "examples_from_benchmark",
+    "examples_from_traffic",
+    "split_by_user",
+]
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,38 @@ def examples_from_benchmark(
             return build_examples(benchmark, first, candidates=candidates)
         finally:
             store.close()
+
+
+def examples_from_traffic(
+    traffic: Traffic,
+    *,
+    first_stage: str = "hybrid",
+    candidates: int = 20,
+    min_rating: float | None = None,
+    progress: Progress | None = None,
+) -> list[ProfileExample]:
+    """An example per logged interaction whose feedback carries the answer the application accepted.
+
+    The candidates are ``first_stage``'s top ``candidates`` from the user's records in the store now,
+    so records deleted since the call are not offered and the policy learns over what serving sees.
+    """
+    from personamem.methods import method_named
+
+    usable = [i for i in traffic.interactions if accepted(i, min_rating) and i.accepted_answer]
+    first = method_named(first_stage, None).build(traffic.memory.store, 0)
+    task = progress.add_task("candidates from the store", total=len(usable)) if progress else None
+    examples = []
+    for interaction in usable:
+        hits = first.search(interaction.user_id, interaction.query, candidates)
+        answer = interaction.accepted_answer
+        if hits and answer:
+            records = tuple(h.record for h in hits)
+            examples.append(
+                ProfileExample(interaction.id, interaction.user_id, interaction.query, answer, records)
+            )
+        if progress is not None and task is not None:
+            progress.advance(task)
+    return examples
 
 
 def split_by_user(

@@ -1,10 +1,18 @@
-"""Train PURPLE's record scorer with REINFORCE against the frozen LLM.
+"""Train PURPLE's record scorer with REINFORCE against the frozen LLM, on accelerate.
 
 Each step takes B training examples, samples M profiles of K records per example from the
 Plackett–Luce policy, rewards each profile with the frozen LLM's log-likelihood of the true answer
 (:class:`~personamem.trainers.purple.reward.LLMReward`, or any function of the same shape), turns rewards into
 advantages per example and ascends Σ advantage · log π(profile). Every ``validate_every`` steps the
 greedy policy (top K by propensity) is scored on the validation users, and the best checkpoint is kept.
+
+The loop is data-parallel through ``accelerate``: launched with N processes (``accelerate launch
+--multi_gpu --num_processes N``, GPUs or, on a machine without one, CPU processes over gloo), every
+process draws the same B examples, scores and backpropagates its share (examples ``rank::N``) and the
+engine averages the gradients, so the replicas stay identical; the replicas' weights are compared at
+every checkpoint and a divergence stops the run. Device placement, bf16 on GPUs, gradient
+accumulation and the resumable state (``last/engine``: optimizer and RNGs) are the engine's; the
+checkpoint format (``best/``, ``last/``) is the same however many processes trained it.
 
 The reward is a sparse tail: on LoCoMo with SmolLM2 a record holding the answer adds +7 to +34 nats
 and most add ≈ 0. The paper's per-example z-score lets those few outliers dominate; ``rank`` (centred
@@ -14,6 +22,8 @@ beside it to compare.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
 import random
 import time
@@ -23,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object, set_seed
 from rich.progress import Progress
 
 from personamem.encoder import SentenceEncoder
-from personamem.profile.purple.checkpoint import load_checkpoint, load_optimizer, save_checkpoint
+from personamem.profile.purple.checkpoint import load_checkpoint, save_checkpoint
 from personamem.profile.purple.model import (
     CandidateStates,
     PurpleConfig,
@@ -40,10 +52,13 @@ from personamem.records import Record
 from personamem.trainers.purple.config import Advantage, PurpleTrainConfig
 from personamem.trainers.purple.data import ProfileExample
 
-__all__ = ["RewardFn", "TrainResult", "advantages", "train_purple"]
+__all__ = ["RewardFn", "TrainResult", "advantages", "on_cpu", "train_purple"]
 
 RewardFn = Callable[[Sequence[tuple[ProfileExample, Sequence[Record]]]], list[float]]
 """Rewards for (example, ordered profile) pairs; :class:`.reward.LLMReward` is one."""
+
+ENGINE_STATE = "engine"
+"""The folder under ``last/`` where accelerate keeps the optimizer and RNG states for ``resume``."""
 
 
 @dataclass
@@ -55,8 +70,10 @@ class TrainResult:
         best_step: the step it was taken at.
         best_validation: its mean validation reward (the greedy profile's log-likelihood).
         history: one row per step (mean / max reward, loss) and per validation.
-        profiles_rewarded: rewards requested in training (cache hits included).
+        profiles_rewarded: rewards this process requested in training (cache hits included).
         seconds: wall-clock time of the run.
+        scorer: the trained scorer as this process ends it (equal in every process).
+        processes: how many processes trained it.
     """
 
     best: Path
@@ -65,6 +82,8 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     profiles_rewarded: int = 0
     seconds: float = 0.0
+    scorer: RecordScorer | None = None
+    processes: int = 1
 
 
 def advantages(rewards: torch.Tensor, method: Advantage, clip_nats: float = 5.0) -> torch.Tensor:
@@ -88,58 +107,77 @@ def train_purple(
     *,
     resume: bool = False,
     progress: Progress | None = None,
+    info: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train, validating and checkpointing into ``out_dir`` (``best/`` and ``last/``).
 
+    ``info`` (the data source, the users validated on...) is recorded in every checkpoint. Under a
+    launcher every process calls this with the same arguments; only the main one writes files and
+    shows ``progress``.
+
     Raises:
         ValueError: no training or no validation examples.
+        RuntimeError: the replicas' weights differ at a checkpoint (they should never).
     """
     if not train or not validation:
         raise ValueError(f"need training and validation examples, got {len(train)} and {len(validation)}")
     started = time.perf_counter()
-    states = _encode(encoder, [*train, *validation], config.model, progress)
-    device = torch.device(config.device)
-    torch.manual_seed(config.seed)
+    accelerator = Accelerator(cpu=on_cpu(config), mixed_precision="bf16" if _bf16(config) else "no")
+    main, rank, world = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
+    if min(config.batch_size, len(train)) < world:
+        raise ValueError(
+            f"a step's {min(config.batch_size, len(train))} example(s) cannot feed {world} processes"
+        )
+    progress = progress if main else None
+    mine = list(validation[rank::world])
+    states = _encode(encoder, [*train, *mine], config.model, progress)
+    set_seed(config.seed)  # the same initial weights in every process
     scorer = RecordScorer(config.model)
+    optimizer = torch.optim.Adam(scorer.parameters(), lr=config.lr)
+    model, optimizer = accelerator.prepare(scorer, optimizer)
     step, best_step, best_value, history = 0, -1, -math.inf, []
-    if resume and (out_dir / "last").is_dir():
-        scorer, done = load_checkpoint(out_dir / "last", encoder=encoder.name)
+    if resume and (out_dir / "last" / ENGINE_STATE).is_dir():
+        _, done = load_checkpoint(out_dir / "last", encoder=encoder.name)
         step, best_step, best_value = done["step"], done["best_step"], done["best_validation"]
         history = done.get("history", [])
-    scorer.to(device)
-    optimizer = torch.optim.Adam(scorer.parameters(), lr=config.lr)
-    if resume and (out_dir / "last").is_dir():
-        load_optimizer(out_dir / "last", optimizer)
+        accelerator.load_state(str(out_dir / "last" / ENGINE_STATE))
     order = random.Random(config.seed)
     for _ in range(step):  # the example order continues where the resumed run left it
         order.sample(range(len(train)), min(config.batch_size, len(train)))
-    sampler = torch.Generator().manual_seed(config.seed + step)
+    sampler = torch.Generator().manual_seed(config.seed + 7919 * step + rank)
     rewarded = 0
     task = progress.add_task("training PURPLE", total=config.steps, completed=step) if progress else None
     while step < config.steps:
         batch = [train[i] for i in order.sample(range(len(train)), min(config.batch_size, len(train)))]
-        row = _step(scorer, optimizer, batch, states, reward, config, device, sampler)
-        rewarded += len(batch) * config.samples
+        share = batch[rank::world]
+        row = _step(accelerator, model, optimizer, share, len(batch), states, reward, config, sampler)
+        rewarded += len(share) * config.samples
         step += 1
         history.append({"step": step, **row})
         if step % config.validate_every == 0 or step == config.steps:
-            value = validate(scorer, validation, states, reward, config.k, device)
+            value = validate(accelerator.unwrap_model(model), mine, states, reward, config.k, accelerator)
             history.append({"step": step, "validation": value})
+            digests = _replica_digests(accelerator, model)
+            summary = {**_summary(step, best_step, best_value, config), "processes": world, **(info or {})}
             if value > best_value:
                 best_step, best_value = step, value
+                summary = {**summary, "best_step": best_step, "best_validation": best_value}
+                if main:
+                    save_checkpoint(
+                        out_dir / "best",
+                        accelerator.unwrap_model(model),
+                        encoder=encoder.name,
+                        training={**summary, "replica_digests": digests},
+                    )
+            if main:
                 save_checkpoint(
-                    out_dir / "best",
-                    scorer,
+                    out_dir / "last",
+                    accelerator.unwrap_model(model),
                     encoder=encoder.name,
-                    training=_summary(step, best_step, best_value, config),
+                    training={**summary, "replica_digests": digests, "history": history},
                 )
-            save_checkpoint(
-                out_dir / "last",
-                scorer,
-                encoder=encoder.name,
-                training={**_summary(step, best_step, best_value, config), "history": history},
-                optimizer=optimizer,
-            )
+            accelerator.save_state(str(out_dir / "last" / ENGINE_STATE))
+            accelerator.wait_for_everyone()
         if progress is not None and task is not None:
             progress.update(
                 task,
@@ -147,8 +185,17 @@ def train_purple(
                 description=f"training PURPLE: reward {row['reward_mean']:.2f} "
                 f"(max {row['reward_max']:.2f}), best validation {best_value:.2f}",
             )
+    trained = accelerator.unwrap_model(model)
+    accelerator.end_training()
     return TrainResult(
-        out_dir / "best", best_step, best_value, history, rewarded, time.perf_counter() - started
+        out_dir / "best",
+        best_step,
+        best_value,
+        history,
+        rewarded,
+        time.perf_counter() - started,
+        trained,
+        world,
     )
 
 
@@ -158,10 +205,15 @@ def validate(
     states: dict[str, CandidateStates],
     reward: RewardFn,
     k: int,
-    device: torch.device,
+    accelerator: Accelerator | None = None,
 ) -> float:
-    """Mean reward of the greedy profile (top ``k`` by propensity) over ``examples``."""
+    """Mean reward of the greedy profile (top ``k`` by propensity) over ``examples``.
+
+    Under a launcher each process passes its share of the validation examples and every process
+    gets the mean over all of them.
+    """
     scorer.eval()
+    device = next(scorer.parameters()).device
     profiles = []
     with torch.inference_mode():
         for start in range(0, len(examples), 32):
@@ -170,52 +222,103 @@ def validate(
             for example, row in zip(chunk, weights.float().cpu(), strict=True):
                 top = row[: len(example.candidates)].argsort(descending=True)[:k].tolist()
                 profiles.append((example, [example.candidates[i] for i in top]))
-    return float(sum(reward(profiles)) / len(profiles))
+    total = torch.tensor([float(sum(reward(profiles))) if profiles else 0.0, float(len(profiles))])
+    if accelerator is not None and accelerator.num_processes > 1:
+        total = accelerator.reduce(total.to(accelerator.device), reduction="sum").cpu()
+    return float(total[0] / total[1])
 
 
 def _step(
-    scorer: RecordScorer,
+    accelerator: Accelerator,
+    model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    batch: list[ProfileExample],
+    share: list[ProfileExample],
+    batch_size: int,
     states: dict[str, CandidateStates],
     reward: RewardFn,
     config: PurpleTrainConfig,
-    device: torch.device,
     sampler: torch.Generator,
 ) -> dict[str, float]:
-    scorer.train()
-    tensors = {name: value.to(device) for name, value in collate([states[e.id] for e in batch]).items()}
-    with _autocast(device):
-        weights = scorer(**tensors).float()
+    """One optimizer step over this process's ``share`` of a batch of ``batch_size`` examples.
+
+    The share is split into ``gradient_accumulation_steps`` backward passes; gradients are synced
+    across processes on the last one only. Each pass's loss is weighted by its share of the whole
+    batch, so the engine's average over processes is the batch mean however the batch divides.
+    """
+    model.train()
+    chunks = [
+        c
+        for c in (
+            share[i :: config.gradient_accumulation_steps] for i in range(config.gradient_accumulation_steps)
+        )
+        if c
+    ]
+    rewards_seen: list[torch.Tensor] = []
+    loss_sum = 0.0
+    for i, chunk in enumerate(chunks):
+        sync = contextlib.nullcontext() if i == len(chunks) - 1 else accelerator.no_sync(model)
+        with sync:
+            loss, rewards = _loss(accelerator, model, chunk, states, reward, config, sampler)
+            weight = len(chunk) * accelerator.num_processes / batch_size
+            accelerator.backward(loss * weight)
+        rewards_seen.append(rewards)
+        loss_sum += float(loss.detach()) * len(chunk) / len(share)
+    accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+    optimizer.step()
+    optimizer.zero_grad()
+    every = torch.cat(rewards_seen)
+    return {"reward_mean": float(every.mean()), "reward_max": float(every.max()), "loss": loss_sum}
+
+
+def _loss(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    chunk: list[ProfileExample],
+    states: dict[str, CandidateStates],
+    reward: RewardFn,
+    config: PurpleTrainConfig,
+    sampler: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """−mean(advantage · log π(profile)) over M sampled profiles per example, and their rewards."""
+    tensors = {
+        name: value.to(accelerator.device) for name, value in collate([states[e.id] for e in chunk]).items()
+    }
+    weights = model(**tensors).float()
     orders = [
         plackett_luce_sample(
             weights[i].detach().cpu(), min(config.k, len(e.candidates)), config.samples, sampler
         )
-        for i, e in enumerate(batch)
+        for i, e in enumerate(chunk)
     ]
     requests = [
         (e, [e.candidates[j] for j in order])
-        for e, o in zip(batch, orders, strict=True)
+        for e, o in zip(chunk, orders, strict=True)
         for order in o.tolist()
     ]
-    rewards = torch.tensor(reward(requests), dtype=torch.float32).view(len(batch), config.samples)
-    advantage = advantages(rewards, config.advantage, config.clip_nats).to(device)
+    rewards = torch.tensor(reward(requests), dtype=torch.float32).view(len(chunk), config.samples)
+    advantage = advantages(rewards, config.advantage, config.clip_nats).to(accelerator.device)
     log_probs = torch.stack(
         [
-            plackett_luce_log_prob(weights[i].expand(config.samples, -1), o.to(device))
+            plackett_luce_log_prob(weights[i].expand(config.samples, -1), o.to(accelerator.device))
             for i, o in enumerate(orders)
         ]
     )
-    loss = -(advantage * log_probs).mean()
-    optimizer.zero_grad()
-    loss.backward()  # type: ignore[no-untyped-call]
-    torch.nn.utils.clip_grad_norm_(scorer.parameters(), config.grad_clip)
-    optimizer.step()
-    return {
-        "reward_mean": float(rewards.mean()),
-        "reward_max": float(rewards.max()),
-        "loss": float(loss.detach()),
-    }
+    return -(advantage * log_probs).mean(), rewards
+
+
+def _replica_digests(accelerator: Accelerator, model: torch.nn.Module) -> list[str]:
+    """Every process's weight digest; RuntimeError when they differ (data parallelism broke)."""
+    state = accelerator.unwrap_model(model).state_dict()
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        digest.update(name.encode())
+        digest.update(state[name].detach().float().cpu().numpy().tobytes())
+    digests = (
+        list(gather_object([digest.hexdigest()])) if accelerator.num_processes > 1 else [digest.hexdigest()]
+    )
+    if len(set(digests)) > 1:
+        raise RuntimeError(f"the {len(digests)} training processes' weights differ: {digests}")
+    return digests
 
 
 def _encode(
@@ -237,10 +340,18 @@ def _encode(
     return states
 
 
-def _autocast(device: torch.device) -> Any:
-    """bf16 autocast on GPUs that support it; full precision elsewhere (CPU bf16 is slow and lossy)."""
-    enabled = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+def on_cpu(config: PurpleTrainConfig) -> bool:
+    """Whether to train on the CPU: asked for, or there is no GPU.
+
+    Told explicitly, accelerate joins the launcher's processes over gloo; left to guess on a machine
+    without a GPU, it runs each process on its own.
+    """
+    return config.device == "cpu" or not torch.cuda.is_available()
+
+
+def _bf16(config: PurpleTrainConfig) -> bool:
+    """bf16 on GPUs that support it; full precision on CPUs (CPU bf16 is slow and lossy)."""
+    return not on_cpu(config) and torch.cuda.is_bf16_supported()
 
 
 def _summary(step: int, best_step: int, best_value: float, config: PurpleTrainConfig) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """PURPLE checkpoints: a folder with the scorer's weights (safetensors) and a config file (JSON).
 
-``model.safetensors`` and ``config.json`` are all inference needs; ``optimizer.safetensors`` and the
-``training`` section of the config let training resume where it stopped. Safetensors rather than
+``model.safetensors`` and ``config.json`` are all inference needs; the ``training`` section of the
+config records how it was trained (and, in ``last/``, with the trainer's ``engine/`` state, lets training
+resume where it stopped). Safetensors rather than
 pickles: a checkpoint from somebody else can be loaded without running their code.
 """
 
@@ -18,7 +19,7 @@ from personamem.errors import CheckpointError
 from personamem.profile.purple.config import PurpleConfig
 from personamem.profile.purple.model import RecordScorer
 
-__all__ = ["load_checkpoint", "load_optimizer", "save_checkpoint"]
+__all__ = ["load_checkpoint", "save_checkpoint"]
 
 FORMAT = 1
 
@@ -29,7 +30,6 @@ def save_checkpoint(
     *,
     encoder: str,
     training: dict[str, Any] | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
 ) -> None:
     """Write the checkpoint, replacing the folder's files (each file is written whole, then renamed)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -40,13 +40,6 @@ def save_checkpoint(
         "model": scorer.config.model_dump(),
         "training": training or {},
     }
-    if optimizer is not None:
-        state = optimizer.state_dict()
-        tensors = {
-            f"{i}.{name}": value for i, slots in state["state"].items() for name, value in slots.items()
-        }
-        _atomic(folder / "optimizer.safetensors", lambda p: save_file(_contiguous(tensors), str(p)))
-        config["optimizer"] = {"param_groups": state["param_groups"]}
     _atomic(
         folder / "config.json", lambda p: p.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     )
@@ -71,23 +64,6 @@ def load_checkpoint(folder: Path, *, encoder: str | None = None) -> tuple[Record
     scorer = RecordScorer(PurpleConfig(**config["model"]))
     scorer.load_state_dict(load_file(str(weights)))
     return scorer.eval(), config["training"]
-
-
-def load_optimizer(folder: Path, optimizer: torch.optim.Optimizer) -> None:
-    """Restore the optimizer state saved with the checkpoint (to resume training).
-
-    Raises:
-        CheckpointError: the checkpoint was saved without an optimizer.
-    """
-    path = folder / "optimizer.safetensors"
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    if not path.is_file() or "optimizer" not in config:
-        raise CheckpointError(f"{folder}: saved without optimizer state, so training cannot resume from it")
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in load_file(str(path)).items():
-        index, name = key.split(".", 1)
-        state.setdefault(int(index), {})[name] = value
-    optimizer.load_state_dict({"state": state, "param_groups": config["optimizer"]["param_groups"]})
 
 
 def _contiguous(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,0 +1,79 @@
+"""What the interaction log adds to ``context()``.
+
+A store of ``--users`` users with ``--records`` realistic records each; for each iteration a user and a
+query (round robin), timed alternately in one process:
+
+1. ``mem.context(user, query)`` with the default pipeline (hybrid, its top 5, 512 tokens): the baseline.
+2. The same pipeline with ``log_interactions = true``: the call plus one interaction row written to
+   SQLite (a write transaction with the user's check, committed in WAL mode).
+
+Gate: p50(logged) / p50(plain) <= 1.05. The last stdout line is
+``interaction_log_overhead_p50_ratio: R (target <= 1.05)``; the exit status is 1 when it is missed.
+
+    python bench/interaction_log.py [--users 20] [--records 200] [--iters 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import QUERIES, log, median_ratio, realistic_text
+
+TARGET = 1.05
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--records", type=int, default=200, help="records per user")
+    parser.add_argument("--iters", type=int, default=300, help="timed calls per variant")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from personamem import PersonaMem, PipelineConfig, Record
+    from personamem.encoder import default_encoder
+
+    rng = random.Random(args.seed)
+    logged = PipelineConfig(log_interactions=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="personamem-bench-") as tmp,
+        PersonaMem.open(Path(tmp) / "store", encoder=default_encoder()) as mem,
+    ):
+        users = [f"user-{u:03d}" for u in range(args.users)]
+        log(f"[setup] ingesting {args.users} x {args.records} records")
+        for user in users:
+            mem.add_many(
+                [Record(user_id=user, text=realistic_text(rng)) for _ in range(args.records)],
+                user_id=user,
+            )
+        log("[setup] warm-up: each user and query once per variant (BM25 indexes)")
+        for user in users:
+            for query in QUERIES:
+                mem.context(user, query)
+                mem.context(user, query, pipeline=logged)
+        times: dict[str, list[float]] = {"context": [], "context, logged": []}
+        for i in range(args.iters):
+            user, query = users[i % len(users)], QUERIES[(i * 7) % len(QUERIES)]
+            for name, pipeline in (("context", None), ("context, logged", logged)):
+                start = time.perf_counter()
+                mem.context(user, query, pipeline=pipeline)
+                times[name].append(time.perf_counter() - start)
+        rows = len(mem.interactions())
+    for name, samples in times.items():
+        print(f"{name:18s} p50 {statistics.median(samples) * 1e3:7.2f} ms")
+    print(f"interactions logged: {rows}")
+    ratio = median_ratio(times["context, logged"], times["context"])
+    print(f"interaction_log_overhead_p50_ratio: {ratio:.3f} (target <= {TARGET})")
+    return 0 if ratio <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The interaction log: what each ``search``/``context`` call returned, and what happened next.
+
+Opt-in (``log_interactions = true`` in the pipeline config). Every logged call gets an id, which the
+application reports back with :meth:`PersonaMem.feedback <personamem.memory.PersonaMem.feedback>`:
+the answer the user accepted, a rating, the records the answer used. The trainers learn from it
+(``personamem train ... --from-store``). It is per-user data: ``forget`` erases it, and deleting a
+record takes it out of every logged result.
+
+The exchange format is JSON Lines, one :class:`Interaction` per line::
+
+    {"id": "5f0c...", "user_id": "ana", "call": "context", "method": "pipeline",
+     "query": "what should I cook?", "time": "2026-11-25T10:00:00Z",
+     "results": [{"record_id": "r1", "score": 0.61}, {"record_id": "r7", "score": 0.44}],
+     "feedback": {"answer": "A lentil curry.", "rating": 1.0, "used_record_ids": ["r1"],
+                  "time": "2026-11-25T10:00:09Z"}}
+
+``feedback`` is null until the application reports one; within it every field may be null.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from personamem.errors import IngestError
+
+__all__ = ["Feedback", "Interaction", "LoggedResult", "read_interactions", "write_interactions"]
+
+Call = Literal["search", "context"]
+
+
+class LoggedResult(BaseModel):
+    """One record a call returned, with the score of the stage that placed it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    record_id: str = Field(min_length=1)
+    score: float
+
+
+class Feedback(BaseModel):
+    """What the application reported after a call; a field left None was not reported."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    answer: str | None = None
+    """The answer the user accepted (PURPLE's target, whose log-likelihood is its reward)."""
+    rating: float | None = None
+    """The user's rating of the answer, higher is better (the trainers can keep only rated ≥ a bar)."""
+    used_record_ids: list[str] | None = None
+    """The records the accepted answer used (PG-Ret's logged pairs, MemRerank's chosen items)."""
+    time: datetime | None = None
+
+
+class Interaction(BaseModel):
+    """One logged call, as exported and imported."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1, max_length=64)
+    user_id: str = Field(min_length=1)
+    call: Call
+    method: str
+    query: str
+    time: datetime
+    results: list[LoggedResult]
+    feedback: Feedback | None = None
+
+    @field_validator("time")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        """Naive times are taken as UTC, so logs from several machines order correctly."""
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+    @property
+    def accepted_answer(self) -> str | None:
+        """The reported answer, stripped; None when there is none."""
+        answer = self.feedback.answer if self.feedback else None
+        return answer.strip() if answer and answer.strip() else None
+
+    @property
+    def used(self) -> list[str]:
+        """The records the answer used ([] when not reported)."""
+        return list(self.feedback.used_record_ids or []) if self.feedback else []
+
+
+def read_interactions(path: str | Path) -> list[Interaction]:
+    """Every line of a JSONL export, validated whole before the caller stores any of it.
+
+    Raises:
+        IngestError: the file is missing, or a line is not UTF-8, not JSON or not an interaction
+            (the message names the file, the line and the field).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise IngestError("file not found", path=str(path))
+    found: list[Interaction] = []
+    seen: dict[str, int] = {}
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise IngestError(
+                    f"not valid UTF-8 (byte {exc.start})", path=str(path), line=number
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                item = Interaction.model_validate(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise IngestError(
+                    f"invalid JSON: {exc.msg} at column {exc.colno}", path=str(path), line=number
+                ) from None
+            except ValidationError as exc:
+                raise IngestError(_first_error(exc), path=str(path), line=number) from None
+            if item.id in seen:
+                raise IngestError(
+                    f"interaction id {item.id!r} repeats line {seen[item.id]}", path=str(path), line=number
+                )
+            seen[item.id] = number
+            found.append(item)
+    return found
+
+
+def write_interactions(path: str | Path, interactions: Iterable[Interaction]) -> int:
+    """Write a JSONL export (written to a temporary file, then renamed); returns the line count."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    count = 0
+    with partial.open("w", encoding="utf-8") as handle:
+        for item in interactions:
+            handle.write(item.model_dump_json() + "\n")
+            count += 1
+    partial.replace(path)
+    return count
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "the line"
+    return f"{where}: {error['msg']}"

@@ -1,0 +1,136 @@
+"""The store's side of the interaction log: rows in SQL, mapped to and from one view's user ids.
+
+The rows live in the ``interactions`` table beside the records (``store/sql.py``), keyed by the same
+user keys, so a tenant sees only its own users' interactions and ``forget`` erases them with the user.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from personamem.errors import InvalidInputError
+from personamem.interactions import Call, Feedback, Interaction, LoggedResult
+from personamem.store.sql import InteractionRow, SqlCatalog
+from personamem.store.tenants import Scope
+
+__all__ = ["InteractionLog"]
+
+
+class InteractionLog:
+    """Log calls, attach feedback, export and import, for the users one view of the store sees."""
+
+    def __init__(self, catalog: SqlCatalog, scope: Scope) -> None:
+        self._catalog = catalog
+        self._scope = scope
+
+    def log(
+        self, user_id: str, call: Call, method: str, query: str, results: Sequence[tuple[str, float]]
+    ) -> str | None:
+        """Record one call; its interaction id, or None for a user with no records (nothing to key it by)."""
+        interaction_id = uuid.uuid4().hex
+        kept = self._catalog.log_interaction(
+            {
+                "interaction_id": interaction_id,
+                "user_id": self._scope.key(user_id),
+                "call": call,
+                "method": method,
+                "query": query,
+                "results": [[record_id, round(float(score), 6)] for record_id, score in results],
+                "time": datetime.now(UTC).isoformat(),
+            }
+        )
+        return interaction_id if kept else None
+
+    def feedback(
+        self,
+        interaction_id: str,
+        *,
+        answer: str | None = None,
+        rating: float | None = None,
+        used_record_ids: Sequence[str] | None = None,
+    ) -> None:
+        """Attach what happened after the call; fields left None keep what was reported before.
+
+        Raises:
+            InvalidInputError: no such interaction in this view, nothing to report, or a field of the
+                wrong type.
+        """
+        if not isinstance(interaction_id, str) or not interaction_id:
+            raise InvalidInputError(f"interaction_id must be a non-empty string, got {interaction_id!r}")
+        if answer is None and rating is None and used_record_ids is None:
+            raise InvalidInputError("feedback needs at least one of answer, rating or used_record_ids")
+        if answer is not None and not isinstance(answer, str):
+            raise InvalidInputError(f"answer must be a string, got {type(answer).__name__}")
+        if rating is not None and (isinstance(rating, bool) or not isinstance(rating, int | float)):
+            raise InvalidInputError(f"rating must be a number, got {rating!r}")
+        changes: dict[str, Any] = {"feedback_time": datetime.now(UTC).isoformat()}
+        if answer is not None:
+            changes["answer"] = answer
+        if rating is not None:
+            changes["rating"] = float(rating)
+        if used_record_ids is not None:
+            if isinstance(used_record_ids, str) or not all(isinstance(r, str) and r for r in used_record_ids):
+                raise InvalidInputError("used_record_ids must be a list of record ids")
+            changes["used"] = list(dict.fromkeys(used_record_ids))
+        if not self._catalog.feedback(interaction_id, self._owns, changes):
+            raise InvalidInputError(
+                f"no interaction {interaction_id!r} (logging off, or the user was forgotten?)"
+            )
+
+    def export(self, user_ids: Sequence[str] | None = None) -> list[Interaction]:
+        """The interactions of these users (None: every user this view sees), oldest first."""
+        keys = None if user_ids is None else [self._scope.key(u) for u in user_ids]
+        return [item for row in self._catalog.interactions(keys) if (item := self._public(row)) is not None]
+
+    def import_(self, interactions: Sequence[Interaction]) -> int:
+        """Store exported interactions in one transaction, skipping ids already here; returns the new count.
+
+        Raises:
+            InvalidInputError: an interaction's user has no records in this store (nothing is written).
+        """
+        return self._catalog.import_interactions([self._row(item) for item in interactions])
+
+    def _owns(self, key: str) -> bool:
+        return self._scope.user(key) is not None
+
+    def _public(self, row: InteractionRow) -> Interaction | None:
+        user = self._scope.user(row.user_id)
+        if user is None:
+            return None
+        feedback = None
+        if row.feedback_time is not None:
+            feedback = Feedback(
+                answer=row.answer,
+                rating=row.rating,
+                used_record_ids=row.used,
+                time=datetime.fromisoformat(row.feedback_time),
+            )
+        return Interaction(
+            id=row.interaction_id,
+            user_id=user,
+            call=row.call,  # type: ignore[arg-type]
+            method=row.method,
+            query=row.query,
+            time=datetime.fromisoformat(row.time),
+            results=[LoggedResult(record_id=r, score=s) for r, s in row.results],
+            feedback=feedback,
+        )
+
+    def _row(self, item: Interaction) -> dict[str, Any]:
+        feedback = item.feedback or Feedback()
+        return {
+            "interaction_id": item.id,
+            "user_id": self._scope.key(item.user_id),
+            "call": item.call,
+            "method": item.method,
+            "query": item.query,
+            "results": [[r.record_id, r.score] for r in item.results],
+            "time": item.time.isoformat(),
+            "answer": feedback.answer,
+            "rating": feedback.rating,
+            "used": feedback.used_record_ids,
+            "feedback_time": None if item.feedback is None else (feedback.time or item.time).isoformat(),
+        }
