@@ -20,9 +20,11 @@ from personamem.trainers.pgret.config import PGRetDataConfig, PGRetTrainConfig
 from personamem.trainers.purple.config import PurpleDataConfig, PurpleTrainConfig
 
 if TYPE_CHECKING:
+    from accelerate import PartialState
     from rich.progress import Progress
 
     from personamem.encoder import SentenceEncoder
+    from personamem.eval.judge import RelevanceJudge
     from personamem.trainers.pgret.data import PGRetData
     from personamem.trainers.purple.data import ProfileExample
 
@@ -237,7 +239,14 @@ def pgret(
     config: PGRetTrainConfig,
     resume: Annotated[bool, typer.Option(help="Continue from --out/last.")] = False,
 ) -> None:
-    """PG-Ret: fine-tune the query tower so it finds relevant records the base retriever misses."""
+    """PG-Ret: fine-tune the query tower so it finds relevant records the base retriever misses.
+
+    The policy-gradient variants run data-parallel under 'accelerate launch --multi_gpu
+    --num_processes N -m personamem train pgret ...', as PURPLE does.
+    """
+    import torch
+    from accelerate import PartialState
+
     from personamem.encoder import default_encoder
     from personamem.eval.benchmark import evenly_spaced
     from personamem.eval.judge import RelevanceJudge, calibrate
@@ -246,8 +255,9 @@ def pgret(
     from personamem.trainers.pgret.infonce import train_infonce
     from personamem.trainers.pgret.trainer import calibration_pairs, train_pgret
 
+    main = PartialState(cpu=torch.device(config.device).type == "cpu" or not torch.cuda.is_available())
     encoder = default_encoder()
-    with progress_bar() as progress:
+    with progress_bar() if main.is_main_process else contextlib.nullcontext() as progress:
         try:
             logged, split = _pgret_data(data, config, encoder, progress)
         except ValueError as exc:
@@ -258,8 +268,9 @@ def pgret(
         train = PGRetData(tuple(evenly_spaced(every.queries, data.max_train)), every.corpora)
         held = logged.only(validation_users)
         validation = PGRetData(tuple(evenly_spaced(held.queries, data.max_validation)), held.corpora)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "split.json").write_text(json.dumps(split, indent=2) + "\n", encoding="utf-8")
+        if main.is_main_process:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "split.json").write_text(json.dumps(split, indent=2) + "\n", encoding="utf-8")
         info: dict[str, Any] = {"data": split}
         rows: list[tuple[str, str]] = [
             ("queries train / validation", f"{len(train.queries)} / {len(validation.queries)}"),
@@ -285,7 +296,7 @@ def pgret(
                 cache_file=data.judge_cache or out_dir.parent / "judge.jsonl",
             )
             pairs, labels = calibration_pairs(every, seed=data.split_seed)
-            calibration = calibrate(judge.margins(pairs), labels)
+            calibration = calibrate(_sharded_margins(judge, pairs, main), labels)
             info["judge"] = {"llm": judge.llm.name, "mode": judge.mode}
             result = train_pgret(
                 train,
@@ -300,7 +311,8 @@ def pgret(
                 resume=resume,
                 progress=progress,
             )
-            (out_dir / "history.json").write_text(json.dumps(result.history) + "\n", encoding="utf-8")
+            if main.is_main_process:
+                (out_dir / "history.json").write_text(json.dumps(result.history) + "\n", encoding="utf-8")
             best = result.best
             rows += [
                 (
@@ -319,6 +331,8 @@ def pgret(
                 ),
                 ("wall-clock seconds", f"{result.seconds:.0f}"),
             ]
+    if not main.is_main_process:
+        return
     table = Table("", "", box=box.SIMPLE, show_header=False, title=f"PG-Ret training ({config.variant})")
     for name, value in [*rows, ("checkpoint", str(best))]:
         table.add_row(name, value)
@@ -326,8 +340,19 @@ def pgret(
     out.print(f'To use it, add to the pipeline table: first_stage = "pgret:{best}"')
 
 
+def _sharded_margins(judge: RelevanceJudge, pairs: list[tuple[str, str]], state: PartialState) -> list[float]:
+    """The judge's margins for ``pairs``, each process judging every N-th pair (all get all, in order)."""
+    if state.num_processes == 1:
+        return list(judge.margins(pairs))
+    from accelerate.utils import gather_object
+
+    world = state.num_processes
+    shares = gather_object([list(judge.margins(pairs[state.process_index :: world]))])
+    return [shares[i % world][i // world] for i in range(len(pairs))]
+
+
 def _pgret_data(
-    data: PGRetDataConfig, config: PGRetTrainConfig, encoder: SentenceEncoder, progress: Progress
+    data: PGRetDataConfig, config: PGRetTrainConfig, encoder: SentenceEncoder, progress: Progress | None
 ) -> tuple[PGRetData, dict[str, Any]]:
     """Every logged query (a benchmark's questions, or traffic with used records) and the user split."""
     from personamem.eval.evaluate import EvalConfig, load_benchmark

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from accelerate import Accelerator
 
 from personamem import PersonaMem, Record, SentenceEncoder
 from personamem.errors import CheckpointError, ConfigError, MethodError
@@ -161,6 +162,7 @@ def test_a_training_step_moves_every_tower_parameter_and_no_record_vector(
     vectors = {u: torch.from_numpy(c.vectors) for u, c in cook_data.corpora.items()}
     calibration = calibrate([0.9, 0.1], [True, False])
     _step(
+        Accelerator(cpu=True),
         policy,
         optimizer,
         list(cook_data.queries),

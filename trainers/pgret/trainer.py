@@ -7,6 +7,13 @@ depends on relevance and on novelty against the base model's top-L, and the bina
 loss (:mod:`.policy`) moves the query vector towards rewarded records and away from penalized ones.
 Record vectors never change. Every ``validate_every`` steps the policy's top-k on validation users is
 scored with the same reward, and the best tower is kept.
+
+The loop runs on ``accelerate``, as PURPLE's does: under ``accelerate launch --multi_gpu
+--num_processes N`` every process draws the same queries and samples the same pairs (the replicas
+are identical, so are their top records and their random streams), then judges and backpropagates
+its share of the queries (``rank::N``, the judge being the expensive part) and the engine averages
+the gradients. Validation is sharded the same way and reduced. One process behaves exactly as the
+single-process loop did.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import Accelerator
 from rich.progress import Progress
 from sentence_transformers import SentenceTransformer
 
@@ -63,6 +71,10 @@ class QueryPolicy(torch.nn.Module):
     def __init__(self, model: SentenceTransformer) -> None:
         super().__init__()
         self.model = model
+
+    def forward(self, texts: Sequence[str]) -> torch.Tensor:
+        """Unit query vectors, with gradients (``forward``, so a data-parallel wrapper syncs them)."""
+        return self.embed(texts)
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """Unit query vectors, with gradients."""
@@ -134,18 +146,26 @@ def train_pgret(
             f"need training and validation queries, got {len(train.queries)} and {len(validation.queries)}"
         )
     started = time.perf_counter()
-    device = torch.device(config.device)
+    cpu = torch.device(config.device).type == "cpu" or not torch.cuda.is_available()
+    bf16 = not cpu and torch.cuda.is_bf16_supported()
+    accelerator = Accelerator(cpu=cpu, mixed_precision="bf16" if bf16 else "no")
+    main = accelerator.is_main_process
+    if min(config.batch_size, len(train.queries)) < accelerator.num_processes:
+        raise ValueError(f"a step's queries cannot feed {accelerator.num_processes} processes")
+    progress = progress if main else None
+    device = accelerator.device
     torch.manual_seed(config.seed)
     last = out_dir / "last"
     state: dict[str, Any] = {}
     if resume and (last / _STATE).is_file():
         state = torch.load(last / _STATE, weights_only=False)
-    model = SentenceTransformer(str(last if state else base_model_path), device=config.device)
+    model = SentenceTransformer(str(last if state else base_model_path), device=str(device))
     policy = QueryPolicy(model).to(device)
     _freeze_unused(policy)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr)
     if state:
         optimizer.load_state_dict(state["optimizer"])
+    wrapped, optimizer = accelerator.prepare(policy, optimizer)
     step: int = state.get("step", 0)
     best_step: int = state.get("best_step", -1)
     best_value: float = state.get("best_validation", -math.inf)
@@ -153,7 +173,7 @@ def train_pgret(
     rng = random.Random(config.seed)
     if "rng" in state:
         rng.setstate(state["rng"])
-    sampler = torch.Generator().manual_seed(config.seed + step)
+    sampler = torch.Generator().manual_seed(config.seed + step + 7919 * accelerator.process_index)
     vectors = {
         u: torch.from_numpy(c.vectors).to(device) for u, c in {**train.corpora, **validation.corpora}.items()
     }
@@ -161,6 +181,8 @@ def train_pgret(
     judged_before = judge.scored + judge.hits
 
     def checkpoint(folder: Path) -> None:
+        if not main:
+            return
         save_query_tower(
             folder,
             policy.model,
@@ -177,34 +199,38 @@ def train_pgret(
         )
 
     if best_step < 0:  # the base tower is the bar to beat
-        best_value = validate(policy, validation, vectors, judge, calibration, config)
+        best_value = validate(policy, validation, vectors, judge, calibration, config, accelerator)
         best_step = 0
         history.append({"step": 0, "validation": best_value})
         checkpoint(out_dir / "best")
     task = progress.add_task("training PG-Ret", total=config.steps, completed=step) if progress else None
     while step < config.steps:
         batch = rng.sample(list(train.queries), min(config.batch_size, len(train.queries)))
-        row = _step(policy, optimizer, batch, train, vectors, judge, calibration, config, rng, sampler)
+        row = _step(
+            accelerator, wrapped, optimizer, batch, train, vectors, judge, calibration, config, rng, sampler
+        )
         step += 1
         history.append({"step": step, **row})
         if step % config.validate_every == 0 or step == config.steps:
-            value = validate(policy, validation, vectors, judge, calibration, config)
+            value = validate(policy, validation, vectors, judge, calibration, config, accelerator)
             history.append({"step": step, "validation": value})
             if value > best_value:
                 best_step, best_value = step, value
                 checkpoint(out_dir / "best")
             checkpoint(last)
-            torch.save(
-                {
-                    "step": step,
-                    "best_step": best_step,
-                    "best_validation": best_value,
-                    "optimizer": optimizer.state_dict(),
-                    "rng": rng.getstate(),
-                    "history": history,
-                },
-                last / _STATE,
-            )
+            if main:
+                torch.save(
+                    {
+                        "step": step,
+                        "best_step": best_step,
+                        "best_validation": best_value,
+                        "optimizer": optimizer.state_dict(),
+                        "rng": rng.getstate(),
+                        "history": history,
+                    },
+                    last / _STATE,
+                )
+            accelerator.wait_for_everyone()
         if progress is not None and task is not None:
             progress.update(
                 task,
@@ -212,6 +238,7 @@ def train_pgret(
                 description=f"training PG-Ret ({config.variant}): reward {row['reward']:.2f}, "
                 f"best validation {best_value:.3f}",
             )
+    accelerator.end_training()
     return PGRetResult(
         out_dir / "best",
         best_step,
@@ -229,16 +256,20 @@ def validate(
     judge: RelevanceJudge,
     calibration: JudgeCalibration,
     config: PGRetTrainConfig,
+    accelerator: Accelerator | None = None,
 ) -> float:
     """Mean item reward of the policy's top-k records over ``data``'s queries.
 
-    A gold record is relevant by its label, the rest by the judge's verdict.
+    A gold record is relevant by its label, the rest by the judge's verdict. Under a launcher each
+    process judges its share of the queries and every process gets the mean over all of them.
     """
+    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+    queries = data.queries[rank::world]
     policy.eval()
     with torch.inference_mode():
-        embedded = policy.embed([q.text for q in data.queries])
+        embedded = policy.embed([q.text for q in queries]) if queries else torch.empty(0)
     pairs, novel, gold = [], [], []
-    for query, vector in zip(data.queries, embedded, strict=True):
+    for query, vector in zip(queries, embedded, strict=True):
         corpus = data.corpora[query.user_id]
         top = (vectors[query.user_id] @ vector).topk(min(config.k, len(corpus.ids))).indices.tolist()
         for i in top:
@@ -248,11 +279,15 @@ def validate(
             gold.append(record_id in query.gold)
     relevance = _relevance(judge.margins(pairs), gold, calibration, corrected=False)
     rewards = config.reward(relevance, torch.tensor(novel, dtype=torch.float32))
-    return float(rewards.mean())
+    total = torch.tensor([float(rewards.sum()), float(len(pairs))])
+    if accelerator is not None and world > 1:
+        total = accelerator.reduce(total.to(accelerator.device), reduction="sum").cpu()
+    return float(total[0] / total[1])
 
 
 def _step(
-    policy: QueryPolicy,
+    accelerator: Accelerator,
+    policy: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     batch: list[LoggedQuery],
     data: PGRetData,
@@ -263,8 +298,9 @@ def _step(
     rng: random.Random,
     sampler: torch.Generator,
 ) -> dict[str, float]:
+    """One update; every process samples the whole batch's pairs, then judges and learns from its share."""
     policy.train()
-    embedded = policy.embed([q.text for q in batch])
+    embedded = policy([q.text for q in batch])
     rows, sources = [], {"policy": 0, "exploration": 0, "logged": 0}
     for query, vector in zip(batch, embedded.detach(), strict=True):
         corpus = data.corpora[query.user_id]
@@ -273,7 +309,9 @@ def _step(
         picked = _sample_pairs(query, corpus.index(), top, config, rng, sources)
         rows.append(picked)
     pairs, novel, gold, owners, records = [], [], [], [], []
-    for i, (query, picked) in enumerate(zip(batch, rows, strict=True)):
+    share = range(accelerator.process_index, len(batch), accelerator.num_processes)
+    for i in share:
+        query, picked = batch[i], rows[i]
         corpus = data.corpora[query.user_id]
         for record in picked:
             pairs.append((query.text, corpus.texts[record]))
@@ -291,8 +329,9 @@ def _step(
         actions = torch.bernoulli(torch.sigmoid(logits).cpu(), generator=sampler).to(logits.device)
     loss = binary_policy_loss(logits, actions, rewards)
     optimizer.zero_grad()
-    loss.backward()  # type: ignore[no-untyped-call]
-    torch.nn.utils.clip_grad_norm_(list(policy.parameters()), config.grad_clip)
+    # weighted by the share's part of the batch, so the engine's average over processes is the batch's
+    accelerator.backward(loss * len(share) * accelerator.num_processes / len(batch))
+    accelerator.clip_grad_norm_(list(policy.parameters()), config.grad_clip)
     optimizer.step()
     return {
         "reward": float((actions * rewards).sum() / actions.sum().clamp(min=1)),
