@@ -2,9 +2,10 @@
 
 Both runs train the same steps on the same synthetic examples (``--examples`` users' questions over
 20 realistic candidate records each) with the real reward, SmolLM2's log-likelihood of the answer
-(ctranslate2 int8, one thread per process): ``python`` for one process, ``accelerate launch
---multi_gpu --num_processes 2`` for two (gloo on a machine without a GPU). Throughput is profiles
-rewarded per second of training, over all processes; encoding and model loading are not timed.
+(ctranslate2 int8; the cores split evenly between the processes, for torch and the LLM alike):
+``python`` for one process, ``accelerate launch --multi_gpu --num_processes 2`` for two (gloo on a
+machine without a GPU). Throughput is profiles rewarded per second of the training call, over all
+processes (model loading is not timed; encoding the candidates' token states is, in every process).
 
 On this 2-core machine the second process competes with the first for the cores the one process
 used, so the point is that the data-parallel run works and loses little; on a machine with a GPU
@@ -64,7 +65,8 @@ def worker(args: argparse.Namespace) -> None:
         validate_every=args.steps,
         device="cpu",
     )
-    reward = LLMReward(load_llm("smollm2-135m", runtime="ctranslate2", threads=1))
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))  # the cores this process may use
+    reward = LLMReward(load_llm("smollm2-135m", runtime="ctranslate2", threads=threads))
     state = PartialState(cpu=True)
     start = time.perf_counter()
     result = train_purple(examples[2:], examples[:2], default_encoder(), reward, config, args.out / "run")
