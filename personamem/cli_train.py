@@ -255,9 +255,9 @@ def pgret(
     from personamem.trainers.pgret.infonce import train_infonce
     from personamem.trainers.pgret.trainer import calibration_pairs, train_pgret
 
-    main = PartialState(cpu=torch.device(config.device).type == "cpu" or not torch.cuda.is_available())
+    state = PartialState(cpu=torch.device(config.device).type == "cpu" or not torch.cuda.is_available())
     encoder = default_encoder()
-    with progress_bar() if main.is_main_process else contextlib.nullcontext() as progress:
+    with progress_bar() if state.is_main_process else contextlib.nullcontext() as progress:
         try:
             logged, split = _pgret_data(data, config, encoder, progress)
         except ValueError as exc:
@@ -268,7 +268,7 @@ def pgret(
         train = PGRetData(tuple(evenly_spaced(every.queries, data.max_train)), every.corpora)
         held = logged.only(validation_users)
         validation = PGRetData(tuple(evenly_spaced(held.queries, data.max_validation)), held.corpora)
-        if main.is_main_process:
+        if state.is_main_process:
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "split.json").write_text(json.dumps(split, indent=2) + "\n", encoding="utf-8")
         info: dict[str, Any] = {"data": split}
@@ -296,7 +296,7 @@ def pgret(
                 cache_file=data.judge_cache or out_dir.parent / "judge.jsonl",
             )
             pairs, labels = calibration_pairs(every, seed=data.split_seed)
-            calibration = calibrate(_sharded_margins(judge, pairs, main), labels)
+            calibration = calibrate(_sharded_margins(judge, pairs, state), labels)
             info["judge"] = {"llm": judge.llm.name, "mode": judge.mode}
             result = train_pgret(
                 train,
@@ -311,7 +311,7 @@ def pgret(
                 resume=resume,
                 progress=progress,
             )
-            if main.is_main_process:
+            if state.is_main_process:
                 (out_dir / "history.json").write_text(json.dumps(result.history) + "\n", encoding="utf-8")
             best = result.best
             rows += [
@@ -331,7 +331,7 @@ def pgret(
                 ),
                 ("wall-clock seconds", f"{result.seconds:.0f}"),
             ]
-    if not main.is_main_process:
+    if not state.is_main_process:
         return
     table = Table("", "", box=box.SIMPLE, show_header=False, title=f"PG-Ret training ({config.variant})")
     for name, value in [*rows, ("checkpoint", str(best))]:

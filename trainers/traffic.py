@@ -43,7 +43,8 @@ class TrafficSource(BaseModel):
     """Where a trainer's data comes from: a benchmark, or an application's store and interaction log.
 
     Mixed into each trainer's data config, so every ``personamem train`` command takes the same
-    ``--from-store`` / ``--from-log`` / ``--min-rating`` options.
+    ``--from-store`` / ``--from-log`` / ``--min-rating`` options. A config that also has ``benchmark``
+    and ``data`` fields is checked to name exactly one source.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
