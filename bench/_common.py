@@ -11,8 +11,9 @@ import random
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
-__all__ = ["QUERIES", "log", "median_ratio", "realistic_text", "rss_mib"]
+__all__ = ["QUERIES", "fill_users", "log", "median_ratio", "realistic_text", "rss_mib"]
 
 _OPENERS = [
     "I",
@@ -64,6 +65,15 @@ def realistic_text(rng: random.Random) -> str:
     for _ in range(rng.randint(0, 2)):
         sentences.append(rng.choice(_DETAILS).format(n=rng.randint(2, 300)))
     return " ".join(sentences)
+
+
+def fill_users(mem: Any, users: int, records: int, rng: random.Random) -> list[str]:
+    """Add ``records`` realistic records for each of ``users`` users (``user-000``...); their ids."""
+    names = [f"user-{u:03d}" for u in range(users)]
+    log(f"[setup] ingesting {users} x {records} records")
+    for user in names:
+        mem.add_many([realistic_text(rng) for _ in range(records)], user_id=user)
+    return names
 
 
 def log(message: str) -> None:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import QUERIES, log, median_ratio, realistic_text
+from _common import QUERIES, fill_users, log, median_ratio
 
 TARGET_OVERHEAD = 1.10
 TARGET_PURPLE = 3.0
@@ -44,7 +44,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from personamem import PersonaMem, Record
+    from personamem import PersonaMem
     from personamem.encoder import default_encoder
     from personamem.profile.purple import PurpleConfig
     from personamem.profile.purple.checkpoint import save_checkpoint
@@ -56,13 +56,7 @@ def main() -> int:
         checkpoint = Path(tmp) / "purple"
         save_checkpoint(checkpoint, RecordScorer(PurpleConfig(layers=2)), encoder=encoder.name)
         with PersonaMem.open(Path(tmp) / "store", encoder=encoder) as mem:
-            users = [f"user-{u:03d}" for u in range(args.users)]
-            log(f"[setup] ingesting {args.users} x {args.records} records")
-            for user in users:
-                mem.add_many(
-                    [Record(user_id=user, text=realistic_text(rng)) for _ in range(args.records)],
-                    user_id=user,
-                )
+            users = fill_users(mem, args.users, args.records, rng)
             calls: dict[str, Callable[[str, str], object]] = {
                 "hybrid search": lambda u, q: mem.search(u, q, k=5, method="hybrid"),
                 "context (default pipeline)": lambda u, q: mem.context(u, q),

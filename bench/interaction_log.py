@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import QUERIES, log, median_ratio, realistic_text
+from _common import QUERIES, fill_users, log, median_ratio
 
 TARGET = 1.05
 
@@ -38,7 +38,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from personamem import PersonaMem, PipelineConfig, Record
+    from personamem import PersonaMem, PipelineConfig
     from personamem.encoder import default_encoder
 
     rng = random.Random(args.seed)
@@ -47,13 +47,7 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="personamem-bench-") as tmp,
         PersonaMem.open(Path(tmp) / "store", encoder=default_encoder()) as mem,
     ):
-        users = [f"user-{u:03d}" for u in range(args.users)]
-        log(f"[setup] ingesting {args.users} x {args.records} records")
-        for user in users:
-            mem.add_many(
-                [Record(user_id=user, text=realistic_text(rng)) for _ in range(args.records)],
-                user_id=user,
-            )
+        users = fill_users(mem, args.users, args.records, rng)
         log("[setup] warm-up: each user and query once per variant (BM25 indexes)")
         for user in users:
             for query in QUERIES:

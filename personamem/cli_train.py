@@ -53,11 +53,11 @@ def purple(
 
     from personamem.encoder import default_encoder
     from personamem.llm.load import load_llm
+    from personamem.trainers.engine import on_cpu
     from personamem.trainers.purple import train_purple
     from personamem.trainers.purple.reward import LLMReward
-    from personamem.trainers.purple.trainer import on_cpu
 
-    main = PartialState(cpu=on_cpu(config)).is_main_process
+    main = PartialState(cpu=on_cpu(config.device)).is_main_process
     encoder = default_encoder()
     with progress_bar() if main else contextlib.nullcontext() as progress:
         try:
@@ -244,18 +244,18 @@ def pgret(
     The policy-gradient variants run data-parallel under 'accelerate launch --multi_gpu
     --num_processes N -m personamem train pgret ...', as PURPLE does.
     """
-    import torch
     from accelerate import PartialState
 
     from personamem.encoder import default_encoder
     from personamem.eval.benchmark import evenly_spaced
     from personamem.eval.judge import RelevanceJudge, calibrate
     from personamem.llm.load import load_llm
+    from personamem.trainers.engine import on_cpu
     from personamem.trainers.pgret.data import PGRetData
     from personamem.trainers.pgret.infonce import train_infonce
     from personamem.trainers.pgret.trainer import calibration_pairs, train_pgret
 
-    state = PartialState(cpu=torch.device(config.device).type == "cpu" or not torch.cuda.is_available())
+    state = PartialState(cpu=on_cpu(config.device))
     encoder = default_encoder()
     with progress_bar() if state.is_main_process else contextlib.nullcontext() as progress:
         try:

@@ -19,7 +19,6 @@ The exchange format is JSON Lines, one :class:`Interaction` per line::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from personamem.errors import IngestError
+from personamem.ingest._json import JsonFile
 
 __all__ = ["Feedback", "Interaction", "LoggedResult", "read_interactions", "write_interactions"]
 
@@ -96,35 +95,18 @@ def read_interactions(path: str | Path) -> list[Interaction]:
         IngestError: the file is missing, or a line is not UTF-8, not JSON or not an interaction
             (the message names the file, the line and the field).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise IngestError("file not found", path=str(path))
+    source = JsonFile(Path(path))
     found: list[Interaction] = []
     seen: dict[str, int] = {}
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise IngestError(
-                    f"not valid UTF-8 (byte {exc.start})", path=str(path), line=number
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                item = Interaction.model_validate(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise IngestError(
-                    f"invalid JSON: {exc.msg} at column {exc.colno}", path=str(path), line=number
-                ) from None
-            except ValidationError as exc:
-                raise IngestError(_first_error(exc), path=str(path), line=number) from None
-            if item.id in seen:
-                raise IngestError(
-                    f"interaction id {item.id!r} repeats line {seen[item.id]}", path=str(path), line=number
-                )
-            seen[item.id] = number
-            found.append(item)
+    for number, data in source.objects():
+        try:
+            item = Interaction.model_validate(data)
+        except ValidationError as exc:
+            raise source.error(_first_error(exc), line=number) from None
+        if item.id in seen:
+            raise source.error(f"interaction id {item.id!r} repeats line {seen[item.id]}", line=number)
+        seen[item.id] = number
+        found.append(item)
     return found
 
 

@@ -8,6 +8,7 @@ The importers share this so that every malformed input fails the same way: one
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -62,6 +63,33 @@ class JsonFile:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise self.error(f"invalid JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from None
+
+    def objects(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Each non-blank line of a JSON Lines file as (line number, object).
+
+        Raises:
+            IngestError: the file is missing, or a line is not UTF-8, not JSON or not an object (with
+                its line).
+        """
+        if not self.path.is_file():
+            raise self.error("file not found")
+        with self.path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise self.error(
+                        f"not valid UTF-8 (byte {exc.start}); re-encode the file as UTF-8", line=number
+                    ) from None
+                if not line.strip():
+                    continue
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise self.error(f"invalid JSON: {exc.msg} at column {exc.colno}", line=number) from None
+                if not isinstance(data, dict):
+                    raise self.error(f"expected a JSON object, got {type(data).__name__}", line=number)
+                yield number, data
 
     def expect(self, value: object, kind: type[T], where: str) -> T:
         """Return ``value`` if it has the JSON type ``kind``; ``where`` says what it is, for the error."""

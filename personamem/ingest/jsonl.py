@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from personamem.errors import IngestError, InvalidRecordError
+from personamem.errors import InvalidRecordError
+from personamem.ingest._json import JsonFile
 from personamem.records import Record, parse_record
 
 __all__ = ["read_jsonl"]
@@ -22,34 +22,11 @@ def read_jsonl(path: str | Path, *, user_id: str | None = None) -> list[Record]:
         IngestError: the file is missing, a line is not UTF-8, not JSON, not an object, or not a
             valid record.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise IngestError("file not found", path=str(path))
+    source = JsonFile(Path(path))
     records = []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise IngestError(
-                    f"not valid UTF-8 (byte {exc.start}); re-encode the file as UTF-8",
-                    path=str(path),
-                    line=number,
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise IngestError(
-                    f"invalid JSON: {exc.msg} at column {exc.colno}", path=str(path), line=number
-                ) from None
-            if not isinstance(data, dict):
-                raise IngestError(
-                    f"expected a JSON object, got {type(data).__name__}", path=str(path), line=number
-                )
-            try:
-                records.append(parse_record(data, default_user=user_id))
-            except InvalidRecordError as exc:
-                raise IngestError(str(exc), path=str(path), line=number) from None
+    for number, data in source.objects():
+        try:
+            records.append(parse_record(data, default_user=user_id))
+        except InvalidRecordError as exc:
+            raise source.error(str(exc), line=number) from None
     return records

@@ -34,6 +34,7 @@ from sentence_transformers import SentenceTransformer
 from personamem.encoder import Encoder
 from personamem.eval.judge import JudgeCalibration, RelevanceJudge, labelled_pairs
 from personamem.retrieval.query_tower import save_query_tower
+from personamem.trainers.engine import accelerator_for, process_mean
 from personamem.trainers.pgret.config import VARIANT_REWARDS, PGRetTrainConfig
 from personamem.trainers.pgret.data import LoggedQuery, PGRetData
 from personamem.trainers.pgret.policy import binary_policy_loss, query_logits
@@ -146,9 +147,7 @@ def train_pgret(
             f"need training and validation queries, got {len(train.queries)} and {len(validation.queries)}"
         )
     started = time.perf_counter()
-    cpu = torch.device(config.device).type == "cpu" or not torch.cuda.is_available()
-    bf16 = not cpu and torch.cuda.is_bf16_supported()
-    accelerator = Accelerator(cpu=cpu, mixed_precision="bf16" if bf16 else "no")
+    accelerator = accelerator_for(config.device)
     main = accelerator.is_main_process
     if min(config.batch_size, len(train.queries)) < accelerator.num_processes:
         raise ValueError(f"a step's queries cannot feed {accelerator.num_processes} processes")
@@ -279,10 +278,7 @@ def validate(
             gold.append(record_id in query.gold)
     relevance = _relevance(judge.margins(pairs), gold, calibration, corrected=False)
     rewards = config.reward(relevance, torch.tensor(novel, dtype=torch.float32))
-    total = torch.tensor([float(rewards.sum()), float(len(pairs))])
-    if accelerator is not None and world > 1:
-        total = accelerator.reduce(total.to(accelerator.device), reduction="sum").cpu()
-    return float(total[0] / total[1])
+    return process_mean(float(rewards.sum()), len(pairs), accelerator)
 
 
 def _step(

@@ -49,10 +49,11 @@ from personamem.profile.purple.model import (
 from personamem.profile.purple.policy import plackett_luce_log_prob, plackett_luce_sample
 from personamem.profile.purple.states import RecordStateCache
 from personamem.records import Record
+from personamem.trainers.engine import accelerator_for, process_mean
 from personamem.trainers.purple.config import Advantage, PurpleTrainConfig
 from personamem.trainers.purple.data import ProfileExample
 
-__all__ = ["RewardFn", "TrainResult", "advantages", "on_cpu", "train_purple"]
+__all__ = ["RewardFn", "TrainResult", "advantages", "train_purple"]
 
 RewardFn = Callable[[Sequence[tuple[ProfileExample, Sequence[Record]]]], list[float]]
 """Rewards for (example, ordered profile) pairs; :class:`.reward.LLMReward` is one."""
@@ -122,7 +123,7 @@ def train_purple(
     if not train or not validation:
         raise ValueError(f"need training and validation examples, got {len(train)} and {len(validation)}")
     started = time.perf_counter()
-    accelerator = Accelerator(cpu=on_cpu(config), mixed_precision="bf16" if _bf16(config) else "no")
+    accelerator = accelerator_for(config.device)
     main, rank, world = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
     if min(config.batch_size, len(train)) < world:
         raise ValueError(
@@ -158,17 +159,17 @@ def train_purple(
             value = validate(accelerator.unwrap_model(model), mine, states, reward, config.k, accelerator)
             history.append({"step": step, "validation": value})
             digests = _replica_digests(accelerator, model)
-            summary = {**_summary(step, best_step, best_value, config), "processes": world, **(info or {})}
-            if value > best_value:
+            improved = value > best_value
+            if improved:
                 best_step, best_value = step, value
-                summary = {**summary, "best_step": best_step, "best_validation": best_value}
-                if main:
-                    save_checkpoint(
-                        out_dir / "best",
-                        accelerator.unwrap_model(model),
-                        encoder=encoder.name,
-                        training={**summary, "replica_digests": digests},
-                    )
+            summary = {**_summary(step, best_step, best_value, config), "processes": world, **(info or {})}
+            if improved and main:
+                save_checkpoint(
+                    out_dir / "best",
+                    accelerator.unwrap_model(model),
+                    encoder=encoder.name,
+                    training={**summary, "replica_digests": digests},
+                )
             if main:
                 save_checkpoint(
                     out_dir / "last",
@@ -222,10 +223,7 @@ def validate(
             for example, row in zip(chunk, weights.float().cpu(), strict=True):
                 top = row[: len(example.candidates)].argsort(descending=True)[:k].tolist()
                 profiles.append((example, [example.candidates[i] for i in top]))
-    total = torch.tensor([float(sum(reward(profiles))) if profiles else 0.0, float(len(profiles))])
-    if accelerator is not None and accelerator.num_processes > 1:
-        total = accelerator.reduce(total.to(accelerator.device), reduction="sum").cpu()
-    return float(total[0] / total[1])
+    return process_mean(float(sum(reward(profiles))) if profiles else 0.0, len(profiles), accelerator)
 
 
 def _step(
@@ -338,20 +336,6 @@ def _encode(
         if progress is not None and task is not None:
             progress.advance(task)
     return states
-
-
-def on_cpu(config: PurpleTrainConfig) -> bool:
-    """Whether to train on the CPU: asked for, or there is no GPU.
-
-    Told explicitly, accelerate joins the launcher's processes over gloo; left to guess on a machine
-    without a GPU, it runs each process on its own.
-    """
-    return config.device == "cpu" or not torch.cuda.is_available()
-
-
-def _bf16(config: PurpleTrainConfig) -> bool:
-    """bf16 on GPUs that support it; full precision on CPUs (CPU bf16 is slow and lossy)."""
-    return not on_cpu(config) and torch.cuda.is_bf16_supported()
 
 
 def _summary(step: int, best_step: int, best_value: float, config: PurpleTrainConfig) -> dict[str, Any]:
