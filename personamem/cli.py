@@ -16,8 +16,10 @@ from rich import box
 from rich.table import Table
 
 from personamem.cli_analyze import analyze_app
+from personamem.cli_eval_adapter import eval_adapter
 from personamem.cli_eval_memory import eval_memory
 from personamem.cli_eval_pgret import eval_pgret
+from personamem.cli_improve import improve
 from personamem.cli_log import feedback, log_app
 from personamem.cli_memory import memory_app
 from personamem.cli_models import models_app
@@ -52,6 +54,8 @@ app.command()(feedback)
 app.command()(serve)
 app.command("eval-memory")(eval_memory)
 app.command("eval-pgret")(eval_pgret)
+app.command("eval-adapter")(eval_adapter)
+app.command("improve")(improve)
 
 
 def default_store() -> Path:
@@ -73,6 +77,11 @@ class StoreOptions:
     chroma_url: str | None
     config: Path | None
 
+    @property
+    def pipeline_file(self) -> Path:
+        """The pipeline file serving reads and ``improve`` writes: --config, else ./personamem.toml."""
+        return self.config or DEFAULT_CONFIG
+
     def pipeline(self, **overrides: object) -> PipelineConfig:
         """The ``[pipeline]`` of ``--config`` or ./personamem.toml, with the options given here."""
         given = {key: value for key, value in overrides.items() if value is not None}
@@ -83,9 +92,15 @@ class StoreOptions:
 
     def open(self, **overrides: object) -> PersonaMem:
         """Open the configured store: a local folder unless a SQL URL is given."""
+        return self._open(self.pipeline(**overrides))
+
+    def open_default(self) -> PersonaMem:
+        """Open the configured store with the package's default pipeline, whatever the files say."""
+        return self._open(PipelineConfig())
+
+    def _open(self, pipeline: PipelineConfig) -> PersonaMem:
         if self.chroma_url and not self.sql_url:
             raise typer.BadParameter("--chroma-url needs --sql-url (the SQL side is the source of truth)")
-        pipeline = self.pipeline(**overrides)
         return open_memory(self.path, sql_url=self.sql_url, chroma_url=self.chroma_url, pipeline=pipeline)
 
 

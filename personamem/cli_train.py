@@ -1,4 +1,4 @@
-"""``personamem train``: fit learned components offline against the frozen LLM (PURPLE, MemRerank, PG-Ret)."""
+"""``personamem train``: fit learned components offline (query adapter, PURPLE, MemRerank, PG-Ret)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rich.table import Table
 
 from personamem.cli_options import config_options
 from personamem.console import out, progress_bar
+from personamem.trainers.adapter.config import AdapterDataConfig, AdapterTrainConfig
 from personamem.trainers.memrerank.config import MemRerankConfig, MemRerankDataConfig
 from personamem.trainers.pgret.config import PGRetDataConfig, PGRetTrainConfig
 from personamem.trainers.purple.config import PurpleDataConfig, PurpleTrainConfig
@@ -31,6 +32,64 @@ if TYPE_CHECKING:
 __all__ = ["train_app"]
 
 train_app = typer.Typer(help="Train learned components against the frozen LLM.", no_args_is_help=True)
+
+
+@train_app.command("adapter")
+@config_options(config_file=True)
+def adapter(
+    *,
+    data: AdapterDataConfig,
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="The adapter folder (adapter.npy, adapter.json, split-*.json).")
+    ] = Path("runs/adapter"),
+    config: AdapterTrainConfig,
+    resume: Annotated[bool, typer.Option(help="Continue from --out/last.pt.")] = False,
+) -> None:
+    """Query adapter: a small map on the query vector, fitted on benchmarks' training users or a store.
+
+    From benchmarks it learns from gold labels (or, with --labels synthetic, from questions the LLM
+    writes); from --from-store it learns label-free from the store's own records. Records keep their
+    vectors: nothing is re-indexed.
+    """
+    from personamem.encoder import default_encoder
+    from personamem.errors import InsufficientDataError
+    from personamem.eval.vectors import default_vector_cache
+    from personamem.llm.load import load_llm
+    from personamem.trainers.adapter.run import train_adapter
+
+    needs_llm = data.from_store is not None or data.labels == "synthetic"
+    encoder = default_encoder()
+    with progress_bar() as progress:
+        try:
+            run = train_adapter(
+                data,
+                config,
+                out_dir,
+                encoder=encoder,
+                llm=load_llm(data.llm) if needs_llm else None,
+                cache_dir=default_vector_cache(),
+                resume=resume,
+                progress=progress,
+            )
+        except (InsufficientDataError, ValueError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+    table = Table("", "", box=box.SIMPLE, show_header=False, title="Query adapter training")
+    for source in run.sources:
+        table.add_row(
+            f"{source['source']}: questions (users) train / validation",
+            f"{source['queries']} ({source['users']}) / "
+            f"{source['validation_queries']} ({source['validation_users']})",
+        )
+    fit = run.fit
+    if fit.best_validation is not None and fit.start_validation is not None:
+        table.add_row(
+            f"validation recall@{config.k}: start → best (step)",
+            f"{fit.start_validation:.3f} → {fit.best_validation:.3f} ({fit.best_step})",
+        )
+    table.add_row("wall-clock seconds", f"{fit.seconds:.0f}")
+    table.add_row("adapter (sha256)", f"{run.folder} ({run.sha256[:16]})")
+    out.print(table)
+    out.print(f'To use it, add to the pipeline table: query_encoder = "adapter:{run.folder}"')
 
 
 @train_app.command("purple")

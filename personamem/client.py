@@ -157,6 +157,7 @@ class Client:
             warnings=body["warnings"],
             memory=body["memory"],
             interaction_id=body.get("interaction_id"),
+            first_stage=body.get("first_stage", {}),
         )
 
     def memory(self, user_id: str) -> PreferenceMemory:

@@ -276,6 +276,21 @@ class PersonaMem:
         users = None if user_id is None else [check_user_id(user_id)]
         return self.store.interactions.export(users)
 
+    def improve(self, config_file: str | Path = "personamem.toml", **settings: Any) -> Any:
+        """Fit the first stage to this store and put it live in ``config_file`` only if it validates better.
+
+        The SDK's door to ``personamem improve`` (keyword settings as its options, e.g.
+        ``max_synthetic=600``); on success this memory serves the new pipeline at once. Returns the
+        :class:`~personamem.trainers.adapter.improve.ImproveResult`.
+
+        Raises:
+            InsufficientDataError: too few users or questions (the message gives the counts).
+        """
+        from personamem.trainers.adapter.config import ImproveConfig  # the one door into trainers/
+        from personamem.trainers.adapter.improve import improve
+
+        return improve(self, Path(config_file), ImproveConfig(**settings))
+
     def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
         """The pipeline for a method name or config (default: the configured one), built once and kept."""
         if method is None:

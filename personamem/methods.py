@@ -34,10 +34,16 @@ __all__ = [
 ]
 
 _STAGES: dict[str, Any] = {
-    name: PipelineConfig.model_fields[name].default
-    for name in ("personalizer", "first_stage", "query_encoder", "selector", "candidates", "profile_k")
+    **{
+        name: PipelineConfig.model_fields[name].default
+        for name in ("personalizer", "first_stage", "selector", "candidates", "profile_k", "chosen_by")
+    },
+    "query_encoder": "base",
+    "dense_weight": None,
+    "rrf_k": None,
 }
-"""Every stage field a preset sets; what a preset leaves out takes the config's default."""
+"""Every stage field a preset sets; what a preset leaves out takes these values. The query encoder is
+the store's own: a method name means the same ranking whatever the package's default adapter."""
 
 _PROFILE = {"first_stage": "hybrid", "candidates": 20, "profile_k": 5}
 """Profile selection over hybrid's top 20, a 5-record profile (PURPLE's setting)."""
@@ -95,6 +101,21 @@ METHODS: tuple[MethodSpec, ...] = (
         "pgret-rrf:<folder>",
         "hybrid with a PG-Ret-trained query tower as its dense side",
         lambda folder: {"first_stage": "hybrid", "query_encoder": f"pgret:{folder}"},
+    ),
+    MethodSpec(
+        "adapter:<name>",
+        "dense search with a query adapter (a folder, or a shipped one by name: adapter:mixed)",
+        lambda spec: {"first_stage": "dense", "query_encoder": f"adapter:{spec}"},
+    ),
+    MethodSpec(
+        "adapter-rrf:<name>",
+        "hybrid with a query adapter on its dense side (weighted to dense as the default is)",
+        lambda spec: {"first_stage": "hybrid", "query_encoder": f"adapter:{spec}"},
+    ),
+    MethodSpec(
+        "default",
+        "the package's default first stage: hybrid with the shipped query adapter (auto), weighted to dense",
+        lambda _: {"query_encoder": "auto"},
     ),
     MethodSpec(
         "pipeline:<file>",

@@ -141,7 +141,7 @@ def test_bad_settings_fail_at_construction(shared_mem: PersonaMem) -> None:
     with pytest.raises(
         ValidationError,
         match=r"listwise.*purple:<folder>, pgret:<folder>, "
-        r"pgret-rrf:<folder>, pipeline:<file>",
+        r"pgret-rrf:<folder>, adapter:<name>, adapter-rrf:<name>, default, pipeline:<file>",
     ):
         PersonaMemRetriever(memory=shared_mem, user_id="alice", method="tfidf")
     with pytest.raises(ValidationError):

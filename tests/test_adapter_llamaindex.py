@@ -147,7 +147,7 @@ def test_retriever_checks_its_settings(filled: PersonaMem) -> None:
     with pytest.raises(
         MethodError,
         match=r"listwise, purple:<folder>, pgret:<folder>, "
-        r"pgret-rrf:<folder>, pipeline:<file>",
+        r"pgret-rrf:<folder>, adapter:<name>, adapter-rrf:<name>, default, pipeline:<file>",
     ):
         PersonaMemRetriever(filled, "alice", method="fuzzy")
     with pytest.raises(MethodError, match="method 'listwise' needs a frozen LLM"):  # none configured

@@ -66,6 +66,8 @@ def arguments(
         "purple:": f"purple:{purple_checkpoint}",
         "pgret:": f"pgret:{pgret_checkpoint}",
         "pgret-rrf:": f"pgret-rrf:{pgret_checkpoint}",
+        "adapter:": "adapter:mixed",
+        "adapter-rrf:": "adapter-rrf:mixed",
         "pipeline:": f"pipeline:{pipeline}",
     }
 

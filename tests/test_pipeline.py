@@ -90,8 +90,15 @@ def test_context_renders_the_profile_and_reports_its_cost(alice: PersonaMem) -> 
     assert context.text.splitlines() == [f"- {h.record.text}" for h in context.hits]
     assert len(context.hits) == 5 and {h.record.user_id for h in context.hits} == {"alice"}
     assert [h.record.id for h in context.hits] == [
-        h.record.id for h in alice.search("alice", "what should I cook tonight?", k=5, method="hybrid")
+        h.record.id for h in alice.search("alice", "what should I cook tonight?", k=5, method="default")
     ]
+    assert context.first_stage == {
+        "first_stage": "hybrid",
+        "query_encoder": "adapter:mixed",
+        "dense_weight": 0.8,
+        "rrf_k": 2,
+        "chosen_by": "default",
+    }
     assert context.usage == Usage() and context.warnings == []
     assert (
         set(context.timings_ms) == {"first_stage", "fit"} and context.tokens <= context.budget_tokens == 512
@@ -106,7 +113,7 @@ def test_context_never_exceeds_its_budget_and_drops_from_the_end(alice: PersonaM
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(budget=st.integers(min_value=0, max_value=120), k=st.integers(min_value=1, max_value=7))
     def check(budget: int, k: int) -> None:
-        config = PipelineConfig(first_stage="dense", profile_k=k)
+        config = PipelineConfig(first_stage="dense", query_encoder="base", profile_k=k)
         context = alice.context("alice", "peanut allergy and dinner", budget_tokens=budget, pipeline=config)
         assert context.tokens <= budget and (not context.text or count([context.text])[0] <= budget)
         full = alice.search("alice", "peanut allergy and dinner", k=k, method="dense")
@@ -140,7 +147,7 @@ def test_an_llm_stage_past_the_deadline_falls_back_within_it(alice: PersonaMem) 
     with pytest.warns(PBRFallbackWarning, match="deadline"):
         context = pipeline.context("alice", "what should I cook tonight?")
     assert time.monotonic() - start < 2.0  # the 3 s answer was not waited for
-    plain = Pipeline(alice.store, PipelineConfig(first_stage="dense")).context(
+    plain = Pipeline(alice.store, PipelineConfig(first_stage="dense", query_encoder="base")).context(
         "alice", "what should I cook tonight?"
     )
     assert [h.record.id for h in context.hits] == [h.record.id for h in plain.hits]

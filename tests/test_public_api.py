@@ -119,4 +119,6 @@ def test_runtime_never_imports_the_harness_or_the_trainers() -> None:
             offenders += [
                 f"{relative}: {n}" for n in names if n.startswith(("personamem.eval", "personamem.trainers"))
             ]
-    assert offenders == []
+    # PersonaMem.improve is the SDK's door to the improve trainer (imported when called; DESIGN.md says why)
+    door = {"memory.py: personamem.trainers.adapter.config", "memory.py: personamem.trainers.adapter.improve"}
+    assert sorted(set(offenders) - door) == []

@@ -65,13 +65,14 @@ class TrafficSource(BaseModel):
                 "--from-log needs --from-store: the log names records by id, their texts and vectors "
                 "are in the store"
             )
-        benchmark = getattr(self, "benchmark", None)
-        if benchmark is not None and self.from_store is not None:
-            raise ValueError("give one data source: --benchmark with --data, or --from-store")
-        if benchmark is None and self.from_store is None and "benchmark" in type(self).model_fields:
-            raise ValueError("no data source: give --benchmark with --data, or --from-store")
-        if benchmark is not None and getattr(self, "data", None) is None:
-            raise ValueError("--benchmark needs --data, the benchmark folder")
+        benchmark = getattr(self, "benchmark", None)  # a name, or several (empty: none)
+        folder = "--data-root" if "data_root" in type(self).model_fields else "--data"
+        if benchmark and self.from_store is not None:
+            raise ValueError(f"give one data source: --benchmark with {folder}, or --from-store")
+        if not benchmark and self.from_store is None and "benchmark" in type(self).model_fields:
+            raise ValueError(f"no data source: give --benchmark with {folder}, or --from-store")
+        if benchmark and getattr(self, folder.removeprefix("--").replace("-", "_"), None) is None:
+            raise ValueError(f"--benchmark needs {folder}, the folder of the benchmark data")
         return self
 
     @property

@@ -42,6 +42,15 @@ class BenchmarkName(StrEnum):
     PREFEVAL = "prefeval"
 
 
+BENCHMARK_FOLDERS: dict[BenchmarkName, str] = {
+    BenchmarkName.LOCOMO: "locomo",
+    BenchmarkName.PERSONABENCH: "personabench",
+    BenchmarkName.IKAT: "trec_ikat",
+    BenchmarkName.PREFEVAL: "prefeval",
+}
+"""Each benchmark's folder in the shared data's layout (commands that read several take one root)."""
+
+
 class EvalConfig(BaseModel):
     """What to evaluate and how; each field is a ``personamem eval`` option of the same name."""
 

@@ -17,11 +17,14 @@ from personamem.errors import ConfigError
 from personamem.llm.load import DEFAULT_RUNTIME, Runtime
 
 __all__ = [
+    "ADAPTER_FUSION",
+    "DEFAULT_ADAPTER",
     "FIRST_STAGES",
     "LLM_MEMORIES",
     "LLM_PERSONALIZERS",
     "MEMORIES",
     "PERSONALIZERS",
+    "PLAIN_RRF",
     "QUERY_ENCODERS",
     "SELECTORS",
     "FirstStage",
@@ -75,10 +78,25 @@ MEMORIES: dict[str, str] = {
 """Preference memories by name: each is written once per history revision and put before the records."""
 
 QUERY_ENCODERS: dict[str, str] = {
+    "auto": "the shipped adapter where it applies (dense or hybrid first stage, no personalizer, the "
+    "encoder it was fitted to), else base",
     "base": "the store's encoder (the records' own)",
     "pgret:<folder>": "a PG-Ret-trained query tower, from a checkpoint folder (records keep their vectors)",
+    "adapter:<name>": "a query adapter (a learned map on the store encoder's query vectors): "
+    "a shipped one by name (mixed) or a folder from 'personamem train adapter' or 'personamem improve'",
 }
 """Query towers by name: each maps a query to a vector in the store encoder's space."""
+
+DEFAULT_ADAPTER = "mixed"
+"""The shipped query adapter ``auto`` resolves to (fitted on the training users of LoCoMo,
+PersonaBench, TREC iKAT and PrefEval; see docs/RESULTS.md)."""
+ADAPTER_FUSION = (0.8, 2)
+"""Hybrid's (dense weight, RRF k) when the query goes through an adapter: chosen among weights
+0.7–1.0 and k 2, 10, 60 on the benchmarks' training and validation users (never the test users), as
+the setting whose worst change against the better of dense and hybrid, over every benchmark and
+recall@5, recall@10 and nDCG@10, is largest (docs/RESULTS.md)."""
+PLAIN_RRF = (0.5, 60)
+"""Plain reciprocal rank fusion: equal weights, Cormack et al.'s k = 60."""
 
 LLM_MEMORIES = frozenset({"prompted", "atomic"})
 """The memories the pipeline's LLM writes (a checkpoint brings its own model)."""
@@ -87,9 +105,9 @@ LLM_MEMORIES = frozenset({"prompted", "atomic"})
 class PipelineConfig(BaseModel):
     """query personalizer → first stage → profile selector → preference memory → fit to a token budget.
 
-    The defaults run offline without an LLM: hybrid retrieval, its top 5 as the profile, fitted to 512
-    tokens. Fields are documented once, here; the CLI's options and ``personamem.toml`` use the
-    same names.
+    The defaults run offline without an LLM: hybrid retrieval with the shipped query adapter, its top
+    5 as the profile, fitted to 512 tokens. Fields are documented once, here; the CLI's options and
+    ``personamem.toml`` use the same names.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
@@ -100,10 +118,23 @@ class PipelineConfig(BaseModel):
     first_stage: FirstStage = "hybrid"
     """Retrieval over the user's records: dense (cosine), bm25, or hybrid (their reciprocal rank fusion).
     ``pgret:<checkpoint folder>`` is short for dense with ``query_encoder = "pgret:<folder>"``."""
-    query_encoder: str = "base"
-    """Encodes the query for dense search and hybrid's dense side: base (the store's encoder) or
-    pgret:<checkpoint folder> (a PG-Ret-trained query tower; the stored record vectors are used as
-    they are, so nothing is re-indexed)."""
+    query_encoder: str = "auto"
+    """Encodes the query for dense search and hybrid's dense side: auto (the shipped adapter
+    ``adapter:mixed`` where it applies: no personalizer, a dense or hybrid first stage, the encoder it
+    was fitted to; else base), base (the store's encoder), adapter:<name> (a learned map on the
+    base query vector: a shipped adapter's name or a folder) or pgret:<checkpoint folder> (a
+    PG-Ret-trained query tower). The stored record vectors are used as they are, so nothing is
+    re-indexed."""
+    dense_weight: float | None = Field(default=None, ge=0, le=1)
+    """Hybrid's weight of the dense ranking in reciprocal rank fusion; BM25's is 1 − it. None: 0.8
+    when the query goes through an adapter, else 0.5 (plain RRF). ``personamem improve`` fits it
+    per store."""
+    rrf_k: int | None = Field(default=None, ge=1)
+    """k in hybrid's weight / (k + rank): 60 flattens the ranks (plain RRF), a small k lets the head
+    of each list count, so the dense weight decides the top. None: 2 with an adapter, else 60."""
+    chosen_by: str | None = None
+    """Why this first stage serves: ``personamem improve`` writes what it fitted on and how it
+    validated; ``context`` reports it with the stage (None: the package's default)."""
     selector: str = "none"
     """Picks and orders the profile from the candidates: none, relevance, random, earliest, listwise,
     purple:<checkpoint folder>."""
@@ -175,9 +206,10 @@ class PipelineConfig(BaseModel):
             raise ValueError(
                 f"unknown query_encoder {self.query_encoder!r}; choose from: {', '.join(QUERY_ENCODERS)}"
             )
-        if self.query_encoder != "base" and self.first_stage == "bm25":
+        explicit = self.query_encoder not in ("base", "auto")
+        if explicit and self.first_stage == "bm25":
             raise ValueError("a query tower gives a vector: use the dense or hybrid first stage")
-        if self.query_encoder != "base" and self.personalizer != "none":
+        if explicit and self.personalizer != "none":
             raise ValueError(
                 "a query personalizer builds its own query vector with the store's encoder: "
                 "use either a personalizer or a query tower"
@@ -189,6 +221,19 @@ class PipelineConfig(BaseModel):
         if self.selector != "none" and self.candidates < self.profile_k:
             raise ValueError(f"candidates ({self.candidates}) must be at least profile_k ({self.profile_k})")
         return self
+
+    @property
+    def wants_adapter(self) -> bool:
+        """Whether ``auto`` resolves to the shipped adapter (given an encoder it was fitted to)."""
+        return self.query_encoder == "auto" and self.personalizer == "none" and self.first_stage != "bm25"
+
+    def fusion(self, query_encoder: str) -> tuple[float, int]:
+        """Hybrid's (dense weight, RRF k) for the resolved ``query_encoder`` (see both fields)."""
+        weight, k = ADAPTER_FUSION if query_encoder.startswith("adapter:") else PLAIN_RRF
+        return (
+            weight if self.dense_weight is None else self.dense_weight,
+            k if self.rrf_k is None else self.rrf_k,
+        )
 
     @property
     def needs_llm(self) -> bool:
@@ -220,8 +265,10 @@ def is_memory(name: str) -> bool:
 
 
 def is_query_encoder(name: str) -> bool:
-    """Whether ``name`` is ``base`` or ``pgret:<folder>``."""
-    return name == "base" or (name.startswith("pgret:") and len(name) > len("pgret:"))
+    """Whether ``name`` is ``auto``, ``base``, ``adapter:<name>`` or ``pgret:<folder>``."""
+    return name in ("auto", "base") or any(
+        name.startswith(prefix) and len(name) > len(prefix) for prefix in ("pgret:", "adapter:")
+    )
 
 
 def read_pipeline_table(path: Path) -> dict[str, Any]:

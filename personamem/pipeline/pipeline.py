@@ -53,6 +53,7 @@ from personamem.pipeline.stages import (
     build_personalizer,
     build_query_encoder,
     build_selector,
+    resolve_query_encoder,
 )
 from personamem.preference import PreferenceMemories
 from personamem.profile import ProfileSelector
@@ -88,6 +89,9 @@ class Context:
             the pipeline has none.
         interaction_id: the logged call's id, for :meth:`PersonaMem.feedback
             <personamem.memory.PersonaMem.feedback>` (None: logging is off, or the user is unknown).
+        first_stage: which first stage served the call (``first_stage``, ``query_encoder``,
+            ``dense_weight`` and ``rrf_k`` where hybrid fused) and why (``chosen_by``: what
+            ``personamem improve`` fitted it on, or ``default``).
     """
 
     text: str
@@ -100,6 +104,7 @@ class Context:
     warnings: list[str] = field(default_factory=list)
     memory: str | None = None
     interaction_id: str | None = None
+    first_stage: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (records as id, score, rank and text)."""
@@ -117,6 +122,7 @@ class Context:
             "interaction_id": self.interaction_id,
             "warnings": self.warnings,
             "memory": self.memory,
+            "first_stage": self.first_stage,
         }
 
 
@@ -146,7 +152,9 @@ class Pipeline:
 
     Attributes:
         memories: the users' preference memories (None: the pipeline has none).
-        query_encoder: encodes the query for dense search (the store's encoder, or a trained tower).
+        query_encoder: encodes the query for dense search (the store's encoder, an adapter, a tower).
+        query_encoder_name: its name, ``auto`` resolved (``adapter:mixed`` or ``base``).
+        dense_weight, rrf_k: hybrid's weight of the dense ranking (BM25's is 1 − it) and RRF's k.
 
     Raises:
         MethodError: a stage needs an LLM and ``llm`` is None.
@@ -180,7 +188,9 @@ class Pipeline:
         self.selector = selector or build_selector(config.selector, store, self.llm, config.seed)
         if self.personalizer is not None and config.first_stage == "bm25":
             raise ValueError("a query personalizer gives a vector: use the dense or hybrid first stage")
-        self.query_encoder = build_query_encoder(config.query_encoder, store)
+        self.query_encoder_name = resolve_query_encoder(config, store)
+        self.query_encoder = build_query_encoder(self.query_encoder_name, store)
+        self.dense_weight, self.rrf_k = config.fusion(self.query_encoder_name)
         self._dense = DenseRetriever(store)
         self._bm25 = bm25 or BM25Retriever(store)
         # a user's records come back for many queries: their lines are counted once
@@ -231,7 +241,18 @@ class Pipeline:
             warnings=list(notes),
             memory=None if memory is None else "\n".join(memory[:shown]),
             interaction_id=self._log(user_id, "context", query, fitted.kept),
+            first_stage=self.first_stage,
         )
+
+    @property
+    def first_stage(self) -> dict[str, Any]:
+        """The first stage's settings and why they serve (what ``Context.first_stage`` reports)."""
+        config = self.config
+        served: dict[str, Any] = {"first_stage": config.first_stage, "query_encoder": self.query_encoder_name}
+        if config.first_stage == "hybrid":
+            served["dense_weight"], served["rrf_k"] = self.dense_weight, self.rrf_k
+        served["chosen_by"] = config.chosen_by or "default"
+        return served
 
     def _log(self, user_id: str, call: Call, query: str, shown: Sequence[object]) -> str | None:
         """The call's interaction id where the config logs interactions, else None."""
@@ -301,7 +322,8 @@ class Pipeline:
             if vector is None:
                 vector = self.query_encoder.encode([query])[0]
             dense = _VectorSearch(self._dense, vector)
-            both = HybridRetriever([dense, self._bm25])
+            weights = (self.dense_weight, 1.0 - self.dense_weight)
+            both = HybridRetriever([dense, self._bm25], k_rrf=self.rrf_k, weights=weights)
             hits = dense.search(user_id, query, n) if stage == "dense" else both.search(user_id, query, n)
         timings["first_stage"] = _ms(start)
         return hits

@@ -12,7 +12,7 @@ from personamem.encoder import Encoder, SentenceEncoder
 from personamem.errors import MethodError
 from personamem.llm.base import FrozenLLM
 from personamem.personalize import EXPANSIONS, PBR, LLMExpansion, PAnchor, QueryPersonalizer
-from personamem.pipeline.config import PipelineConfig
+from personamem.pipeline.config import DEFAULT_ADAPTER, PipelineConfig
 from personamem.preference import PreferenceMemories, PromptedExtractor
 from personamem.profile import (
     EarliestSelector,
@@ -23,7 +23,14 @@ from personamem.profile import (
 )
 from personamem.store import Store
 
-__all__ = ["build_extractor", "build_memories", "build_personalizer", "build_query_encoder", "build_selector"]
+__all__ = [
+    "build_extractor",
+    "build_memories",
+    "build_personalizer",
+    "build_query_encoder",
+    "build_selector",
+    "resolve_query_encoder",
+]
 
 _TOKENS_PER_WORD = 1.6
 """Tokens an extractor may write per memory word: headers and evidence labels cost tokens too (the
@@ -49,13 +56,30 @@ def build_personalizer(name: str, store: Store, llm: FrozenLLM | None, seed: int
     raise MethodError(f"unknown personalizer {name!r}")
 
 
+def resolve_query_encoder(config: PipelineConfig, store: Store) -> str:
+    """The query encoder ``config`` names, with ``auto`` resolved for ``store``.
+
+    ``auto`` is the shipped adapter when the config can use one and the adapter was fitted to the
+    store's encoder; any other encoder gets ``base``, so a store built with a model of its own keeps
+    working unchanged.
+    """
+    if config.query_encoder != "auto":
+        return config.query_encoder
+    if config.wants_adapter:
+        from personamem.retrieval.query_adapter import fits
+
+        if fits(DEFAULT_ADAPTER, store.encoder):
+            return f"adapter:{DEFAULT_ADAPTER}"
+    return "base"
+
+
 def build_query_encoder(name: str, store: Store) -> Encoder:
     """The query tower ``name`` names (see :data:`~personamem.pipeline.config.QUERY_ENCODERS`).
 
     Raises:
-        CheckpointError: a PG-Ret checkpoint that is missing, broken or trained against another
-            record encoder.
-        MethodError: an unknown name.
+        CheckpointError: a PG-Ret checkpoint or query adapter that is missing, broken or trained
+            against another record encoder.
+        MethodError: an unknown name (``auto`` must be resolved first: :func:`resolve_query_encoder`).
     """
     if name == "base":
         return store.encoder
@@ -63,6 +87,10 @@ def build_query_encoder(name: str, store: Store) -> Encoder:
         from personamem.retrieval.query_tower import QueryTower  # sentence-transformers, loaded when used
 
         return QueryTower.load(name.removeprefix("pgret:"), store.encoder)
+    if name.startswith("adapter:"):
+        from personamem.retrieval.query_adapter import QueryAdapter
+
+        return QueryAdapter.load(name.removeprefix("adapter:"), store.encoder)
     raise MethodError(f"unknown query encoder {name!r}")
 
 

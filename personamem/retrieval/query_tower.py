@@ -18,6 +18,7 @@ import numpy as np
 
 from personamem.encoder import Encoder, SentenceEncoder
 from personamem.errors import CheckpointError
+from personamem.retrieval.checkpoint_json import read_checkpoint_json
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -86,14 +87,7 @@ def read_tower_config(folder: Path) -> dict[str, Any]:
     path = folder / CONFIG_FILE
     if not path.is_file():
         raise CheckpointError(f"{folder}: not a PG-Ret query tower (no {CONFIG_FILE})")
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(info, dict) or info.get("format") != FORMAT:
-        found = info.get("format") if isinstance(info, dict) else None
-        raise CheckpointError(f"{path}: checkpoint format {found!r}, expected {FORMAT}")
-    return info
+    return read_checkpoint_json(path, FORMAT, "checkpoint")
 
 
 def save_query_tower(

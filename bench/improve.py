@@ -1,0 +1,89 @@
+"""``personamem improve`` on a store of ``--users`` x ``--records`` (1,000 x 200 by default), timed whole.
+
+The store is filled with seeded synthetic records drawn from a pool of ``--pool`` distinct texts
+(embedded once, the vectors passed to ``add_many``), then ``personamem --store DIR improve`` runs as
+a user would run it, in its own process, with its defaults: synthetic questions from the packaged
+LLM for sampled records, the adapter fit, the dense weight chosen, the live and candidate pipelines
+validated. Building the store is not timed.
+
+Gate: the improve command's wall-clock seconds <= 1800 (30 minutes on this 2-core machine). The last
+stdout line is ``improve_seconds: S (target <= 1800)``; the exit status is 1 when the target is missed
+or the command fails.
+
+    python bench/improve.py [--users 1000] [--records 200] [--store DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import log, realistic_text
+
+TARGET_SECONDS = 1800
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--users", type=int, default=1000)
+    parser.add_argument("--records", type=int, default=200, help="records per user")
+    parser.add_argument("--pool", type=int, default=4000, help="distinct record texts drawn from")
+    parser.add_argument("--store", type=Path, default=None, help="keep the store here (default: temporary)")
+    args = parser.parse_args()
+
+    import numpy as np
+
+    from personamem import PersonaMem, Record
+    from personamem.encoder import default_encoder
+
+    with tempfile.TemporaryDirectory(prefix="bench-improve-") as tmp:
+        root = args.store or Path(tmp)
+        store = root / "store"
+        if not store.exists():
+            encoder = default_encoder()
+            rng = random.Random(0)
+            # records drawn from a pool of distinct texts: embedding 200,000 texts would take longer
+            # than the run it sets up, and improve's cost does not depend on how varied they are
+            pool = sorted({realistic_text(rng) for _ in range(args.pool)})
+            log(f"[setup] embedding {len(pool)} distinct texts for {args.users} x {args.records} records")
+            vectors = dict(zip(pool, encoder.encode(pool), strict=True))
+            texts = [[rng.choice(pool) for _ in range(args.records)] for _ in range(args.users)]
+            started = time.perf_counter()
+            with PersonaMem.open(store, encoder=encoder) as mem:
+                for u, user_texts in enumerate(texts):
+                    records = [
+                        Record(user_id=f"user-{u:04d}", id=f"r{i}", text=t) for i, t in enumerate(user_texts)
+                    ]
+                    mem.store.add_many(records, vectors=np.stack([vectors[t] for t in user_texts]))
+            log(f"[setup] store filled in {time.perf_counter() - started:.0f} s")
+        command = [
+            sys.executable,
+            "-m",
+            "personamem",
+            "--store",
+            str(store),
+            "--config",
+            str(root / "personamem.toml"),
+            "improve",
+        ]
+        log("[run] " + " ".join(command))
+        started = time.perf_counter()
+        done = subprocess.run(command, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
+        seconds = time.perf_counter() - started
+    ok = done.returncode == 0 and seconds <= TARGET_SECONDS
+    if done.returncode != 0:
+        log(f"improve exited {done.returncode}")
+    print(f"improve_seconds: {seconds:.0f} (target <= {TARGET_SECONDS})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

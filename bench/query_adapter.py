@@ -1,0 +1,69 @@
+"""The shipped query adapter's cost on the read path: search with it against the same search without it.
+
+One user with ``--records`` seeded synthetic records in a real store. ``search`` with
+``method="dense"`` (the store's encoder embeds the query) against ``method="adapter:mixed"`` (the same
+vector, then mapped by the adapter's 384 x 384 weights), alternating which goes first, a different
+query each time; the ratio of medians is the result. ``hybrid`` against ``default`` (hybrid with the
+adapter, weighted to dense) is reported beside it.
+
+Gate: p50(adapter) / p50(dense) <= 1.05. The last stdout line is
+``query_adapter_search_p50_ratio: R (target <= 1.05)``; the exit status is 1 when the target is missed.
+
+    python bench/query_adapter.py [--records 500] [--iters 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import QUERIES, log, median_ratio, realistic_text
+
+TARGET_RATIO = 1.05
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=500, help="records of the user searched")
+    parser.add_argument("--iters", type=int, default=300, help="timed searches per method")
+    args = parser.parse_args()
+
+    from personamem import PersonaMem
+    from personamem.encoder import default_encoder
+
+    rng = random.Random(0)
+    pairs = {"adapter": ("dense", "adapter:mixed"), "default": ("hybrid", "default")}
+    times: dict[str, list[float]] = {m: [] for pair in pairs.values() for m in pair}
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-adapter-") as tmp,
+        PersonaMem.open(Path(tmp) / "store", encoder=default_encoder()) as mem,
+    ):
+        mem.add_many([{"id": f"r{i}", "text": realistic_text(rng)} for i in range(args.records)], user_id="u")
+        for method in times:  # warm up: load the adapter, build BM25, fill caches
+            mem.search("u", QUERIES[0], k=10, method=method)
+        for i in range(args.iters):
+            query = QUERIES[i % len(QUERIES)] + f" ({i})"
+            for base, ours in pairs.values():
+                for method in (base, ours) if i % 2 else (ours, base):
+                    start = time.perf_counter()
+                    mem.search("u", query, k=10, method=method)
+                    times[method].append(time.perf_counter() - start)
+    for base, ours in pairs.values():
+        log(
+            f"search p50: {base} {sorted(times[base])[args.iters // 2] * 1e3:.2f} ms, {ours} "
+            f"{sorted(times[ours])[args.iters // 2] * 1e3:.2f} ms over {args.records} records"
+        )
+    print(f"default_vs_hybrid_search_p50_ratio: {median_ratio(times['default'], times['hybrid']):.3f}")
+    ratio = median_ratio(times["adapter:mixed"], times["dense"])
+    print(f"query_adapter_search_p50_ratio: {ratio:.3f} (target <= {TARGET_RATIO})")
+    return 0 if ratio <= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The adapter's training data: (query vector, gold records) over each user's fixed record vectors.
+
+Every source, a benchmark's gold labels, a store's synthetic queries or its logged feedback, becomes
+the same :class:`QuerySet`: base query vectors, the user each was asked by, and the rows of that
+user's records that answer it. Training scores a query against all of its own user's records
+(the in-user softmax), which is exactly the choice retrieval makes. Users, never questions, are
+split: held-out users are never trained on.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from personamem.encoder import Encoder
+from personamem.eval.benchmark import Benchmark
+from personamem.eval.vectors import corpus_vectors
+
+__all__ = ["QuerySet", "UserSplit", "query_set_from_benchmark", "split_users"]
+
+
+@dataclass(frozen=True)
+class UserSplit:
+    """Which users train, which choose the checkpoint, which are only ever tested on."""
+
+    train: list[str]
+    validation: list[str]
+    test: list[str]
+
+    def to_json(self) -> dict[str, list[str]]:
+        """``split.json``'s shape (``test_users`` is what ``personamem eval --held-out`` reads)."""
+        return {"train_users": self.train, "validation_users": self.validation, "test_users": self.test}
+
+
+def split_users(
+    users: Sequence[str], *, test_share: float = 0.4, validation_share: float = 0.15, seed: int = 0
+) -> UserSplit:
+    """Users drawn into train / validation / test by ``seed`` (keep it fixed to compare training seeds).
+
+    At least one user is tested and one trains; validation may be empty for tiny benchmarks (four
+    PersonaBench users give two for training, two for testing).
+
+    Raises:
+        ValueError: fewer than two users.
+    """
+    users = sorted(set(users))
+    if len(users) < 2:
+        raise ValueError(f"{len(users)} user(s) cannot give a training and a test user")
+    random.Random(seed).shuffle(users)
+    test = max(1, round(test_share * len(users)))
+    validation = min(int(validation_share * len(users)), len(users) - test - 1)
+    return UserSplit(
+        train=sorted(users[test + validation :]),
+        validation=sorted(users[test : test + validation]),
+        test=sorted(users[:test]),
+    )
+
+
+@dataclass
+class QuerySet:
+    """Queries with their gold records over their users' record vectors.
+
+    Attributes:
+        source: where the queries came from (a benchmark name, ``synthetic``, ``feedback``).
+        users: the asking user of each query.
+        queries: ``(n, dim)`` base query vectors (the store encoder's, before any adapter).
+        gold: per query, the rows of its user's corpus that answer it.
+        corpora: user -> ``(records, dim)`` unit record vectors, as the store holds them.
+        texts: the query texts (kept for reports and for ranking through a real store).
+        record_ids: user -> record ids in corpus row order.
+    """
+
+    source: str
+    users: list[str]
+    queries: np.ndarray
+    gold: list[np.ndarray]
+    corpora: dict[str, np.ndarray]
+    texts: list[str] = field(default_factory=list)
+    record_ids: dict[str, list[str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+    def only(self, users: Sequence[str]) -> QuerySet:
+        """The queries of ``users`` (and their corpora)."""
+        keep = set(users)
+        rows = [i for i, user in enumerate(self.users) if user in keep]
+        return QuerySet(
+            self.source,
+            [self.users[i] for i in rows],
+            self.queries[rows],
+            [self.gold[i] for i in rows],
+            {u: c for u, c in self.corpora.items() if u in keep},
+            [self.texts[i] for i in rows] if self.texts else [],
+            {u: ids for u, ids in self.record_ids.items() if u in keep},
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """Counts for ``adapter.json`` and the training table."""
+        return {"source": self.source, "queries": len(self), "users": len(set(self.users))}
+
+
+def query_set_from_benchmark(
+    benchmark: Benchmark, encoder: Encoder, *, source: str, cache_dir: Path | None = None
+) -> QuerySet:
+    """Every question with gold records, embedded by ``encoder``; record vectors through the cache."""
+    vectors = corpus_vectors(encoder, [r.text for r in benchmark.records], cache_dir)
+    rows_of: dict[str, list[int]] = {}
+    record_ids: dict[str, list[str]] = {}
+    for row, record in enumerate(benchmark.records):
+        rows_of.setdefault(record.user_id, []).append(row)
+        record_ids.setdefault(record.user_id, []).append(record.id)
+    stacked = {u: np.asarray(vectors[rows], dtype=np.float32) for u, rows in rows_of.items()}
+    index = {u: {record_id: i for i, record_id in enumerate(ids)} for u, ids in record_ids.items()}
+    users, texts, gold = [], [], []
+    for question in benchmark.questions:
+        rows = index.get(question.user_id, {})
+        hits = [rows[r] for r, grade in question.relevant.items() if grade > 0 and r in rows]
+        if hits:
+            users.append(question.user_id)
+            texts.append(question.text)
+            gold.append(np.asarray(sorted(set(hits)), dtype=np.int64))
+    queries = corpus_vectors(encoder, texts, cache_dir) if texts else np.zeros((0, encoder.dim), "float32")
+    return QuerySet(source, users, np.asarray(queries, "float32"), gold, stacked, texts, record_ids)
