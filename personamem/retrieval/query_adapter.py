@@ -21,7 +21,7 @@ import numpy as np
 
 from personamem.encoder import Encoder
 from personamem.errors import CheckpointError
-from personamem.retrieval.checkpoint_json import read_checkpoint_json
+from personamem.retrieval.checkpoint_json import check_record_encoder, read_checkpoint_json
 
 __all__ = [
     "CONFIG_FILE",
@@ -68,13 +68,10 @@ class QueryAdapter:
         """
         folder = adapter_folder(spec)
         info = _read_config(folder)
-        trained_on, dim = info.get("record_encoder"), info.get("dim")
-        if trained_on != record_encoder.name or dim != record_encoder.dim:
-            raise CheckpointError(
-                f"{folder}: this query adapter was fitted to record encoder {trained_on!r} ({dim} dims), "
-                f"but the store's records are embedded by {record_encoder.name!r} "
-                f"({record_encoder.dim} dims); fit one for this store with 'personamem train adapter'"
-            )
+        check_record_encoder(
+            folder, info, record_encoder, "query adapter", "fit one for it with 'personamem train adapter'"
+        )
+        dim = record_encoder.dim
         path = folder / WEIGHTS_FILE
         try:
             raw = path.read_bytes()
@@ -116,10 +113,11 @@ class QueryAdapter:
 def fits(spec: str | Path, record_encoder: Encoder) -> bool:
     """Whether adapter ``spec`` exists and was fitted to ``record_encoder`` (no weights are read)."""
     try:
-        info = _read_config(adapter_folder(spec))
+        folder = adapter_folder(spec)
+        check_record_encoder(folder, _read_config(folder), record_encoder, "query adapter", "")
     except CheckpointError:
         return False
-    return info.get("record_encoder") == record_encoder.name and info.get("dim") == record_encoder.dim
+    return True
 
 
 def adapter_folder(spec: str | Path) -> Path:

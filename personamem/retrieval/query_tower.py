@@ -18,7 +18,7 @@ import numpy as np
 
 from personamem.encoder import Encoder, SentenceEncoder
 from personamem.errors import CheckpointError
-from personamem.retrieval.checkpoint_json import read_checkpoint_json
+from personamem.retrieval.checkpoint_json import check_record_encoder, read_checkpoint_json
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -54,13 +54,9 @@ class QueryTower:
         """
         folder = Path(folder)
         info = read_tower_config(folder)
-        trained_on, dim = info.get("record_encoder"), info.get("dim")
-        if trained_on != record_encoder.name or dim != record_encoder.dim:
-            raise CheckpointError(
-                f"{folder}: this query tower was trained against record encoder {trained_on!r} "
-                f"({dim} dims), but the store's records are embedded by {record_encoder.name!r} "
-                f"({record_encoder.dim} dims); retrain it against this store's encoder"
-            )
+        check_record_encoder(
+            folder, info, record_encoder, "query tower", "retrain it against this store's encoder"
+        )
         return cls(folder, SentenceEncoder(folder), info)
 
     @property
