@@ -89,15 +89,21 @@ class QuerySet:
     def only(self, users: Sequence[str]) -> QuerySet:
         """The queries of ``users`` (and their corpora)."""
         keep = set(users)
-        rows = [i for i, user in enumerate(self.users) if user in keep]
+        taken = self.take([i for i, user in enumerate(self.users) if user in keep])
+        taken.corpora = {u: c for u, c in self.corpora.items() if u in keep}
+        taken.record_ids = {u: ids for u, ids in self.record_ids.items() if u in keep}
+        return taken
+
+    def take(self, rows: Sequence[int]) -> QuerySet:
+        """The queries at ``rows``, over the same corpora."""
         return QuerySet(
             self.source,
             [self.users[i] for i in rows],
-            self.queries[rows],
+            self.queries[list(rows)],
             [self.gold[i] for i in rows],
-            {u: c for u, c in self.corpora.items() if u in keep},
+            self.corpora,
             [self.texts[i] for i in rows] if self.texts else [],
-            {u: ids for u, ids in self.record_ids.items() if u in keep},
+            self.record_ids,
         )
 
     def describe(self) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from personamem.trainers.adapter.config import AdapterTrainConfig, ImproveConfig
 from personamem.trainers.adapter.data import QuerySet
 from personamem.trainers.adapter.run import store_query_sets
 from personamem.trainers.adapter.trainer import fit_adapter
+from personamem.trainers.traffic import accepted
 
 __all__ = ["ImproveConfig", "ImproveResult", "improve", "rollback"]
 
@@ -307,7 +308,7 @@ def _feedback_sets(
     memory: PersonaMem, train_users: list[str], validation_users: list[str], settings: ImproveConfig
 ) -> tuple[QuerySet, QuerySet, str]:
     """Feedback-labelled questions on each side, or two empty sets and ``synthetic`` when too few."""
-    usable = [i for i in memory.interactions() if i.feedback is not None and i.used]
+    usable = [i for i in memory.interactions() if accepted(i, None) and i.used]
     dim = memory.store.encoder.dim
     empty = QuerySet("feedback", [], np.zeros((0, dim), "float32"), [], {})
     if len(usable) < settings.min_feedback:
@@ -317,23 +318,22 @@ def _feedback_sets(
         chosen = [i for i in usable if i.user_id in users]
         corpora: dict[str, np.ndarray] = {}
         record_ids: dict[str, list[str]] = {}
+        index: dict[str, dict[str, int]] = {}  # user -> record id -> corpus row
         for user in sorted({i.user_id for i in chosen}):
             records, vectors = memory.store.vectors(user)
             corpora[user] = np.asarray(vectors, dtype=np.float32)
             record_ids[user] = [r.id for r in records]
+            index[user] = {r.id: n for n, r in enumerate(records)}
         kept_users, texts, gold = [], [], []
         for interaction in chosen:
-            index = {r: n for n, r in enumerate(record_ids.get(interaction.user_id, []))}
-            rows = [index[r] for r in interaction.used if r in index]
+            rows = [
+                index[interaction.user_id][r] for r in interaction.used if r in index[interaction.user_id]
+            ]
             if rows:
                 kept_users.append(interaction.user_id)
                 texts.append(interaction.query)
                 gold.append(np.asarray(sorted(set(rows)), dtype=np.int64))
-        queries = (
-            memory.store.encoder.encode(texts)
-            if texts
-            else np.zeros((0, memory.store.encoder.dim), "float32")
-        )
+        queries = memory.store.encoder.encode(texts) if texts else np.zeros((0, dim), "float32")
         sets.append(
             QuerySet("feedback", kept_users, np.asarray(queries, "float32"), gold, corpora, texts, record_ids)
         )
@@ -343,16 +343,7 @@ def _feedback_sets(
 def _subset(queries: QuerySet, n: int, seed: int) -> QuerySet:
     if len(queries) <= n:
         return queries
-    rows = sorted(random.Random(seed).sample(range(len(queries)), n))
-    return QuerySet(
-        queries.source,
-        [queries.users[i] for i in rows],
-        queries.queries[rows],
-        [queries.gold[i] for i in rows],
-        queries.corpora,
-        [queries.texts[i] for i in rows],
-        queries.record_ids,
-    )
+    return queries.take(sorted(random.Random(seed).sample(range(len(queries)), n)))
 
 
 def _recalls(
