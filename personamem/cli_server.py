@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,6 +13,34 @@ from personamem.console import err, out
 from personamem.errors import MissingExtraError
 
 __all__ = ["keys_app", "serve"]
+
+# SQLite's WAL and our lock files need every process on one host: a store folder on these is unsafe
+# for several workers (and for several machines, which no check here can see)
+NETWORK_FILESYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre", "fuse.sshfs", "afs"}
+)
+
+
+def network_filesystem(folder: Path, mounts: str | None = None) -> str | None:
+    """The type of the network filesystem ``folder`` is on, or None (local, or not Linux).
+
+    ``mounts`` is a ``/proc/self/mounts`` table (read when not given).
+    """
+    if mounts is None:
+        try:
+            mounts = Path("/proc/self/mounts").read_text()
+        except OSError:
+            return None
+    target, best, kind = folder.resolve(), -1, ""
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = Path(fields[1].replace("\\040", " "))
+        if (target == point or point in target.parents) and len(point.parts) > best:
+            best, kind = len(point.parts), fields[2]
+    return kind if kind in NETWORK_FILESYSTEMS else None
+
 
 keys_app = typer.Typer(help="API keys of the REST server: each key names one tenant.", no_args_is_help=True)
 
@@ -62,7 +91,9 @@ def serve(
     """Serve the memory over HTTP (JSON routes under /v1, OpenAPI docs at /docs).
 
     Needs API keys (`personamem keys create --tenant NAME`). The store options (--store, --sql-url,
-    --chroma-url, --config) say what every worker opens.
+    --chroma-url, --config) say what every worker opens. Several workers may share an embedded
+    store on a local disk (each checks the others' writes on every search); on a network
+    filesystem they are refused: use --sql-url and --chroma-url (PostgreSQL and a Chroma server).
     """
     try:
         import uvicorn
@@ -71,6 +102,20 @@ def serve(
     from personamem.cli import DEFAULT_CONFIG
 
     options = ctx.obj
+    if workers > 1 and (kind := network_filesystem(Path(options.path))) is not None:
+        embedded = [
+            part
+            for part, remote in (("SQLite", options.sql_url), ("Chroma", options.chroma_url))
+            if not remote
+        ]
+        if embedded:
+            err.print(
+                f"[red]error:[/red] --workers {workers} over a store folder on a network filesystem "
+                f"({kind}, {options.path}): {' and '.join(embedded)} there need every process on one "
+                "machine and a local disk. Move the store to a local disk, serve with --workers 1, or "
+                "use --sql-url (PostgreSQL) and --chroma-url (a Chroma server)."
+            )
+            raise typer.Exit(2)
     with options.open() as mem:  # fail here, readably, rather than in every worker
         if not any(key.active for key in mem.store.keys.list()):
             err.print(

@@ -37,6 +37,7 @@ __all__ = [
     "RewriteFallbackWarning",
     "StoreError",
     "TruncationWarning",
+    "UserBeingForgottenError",
     "collect_fallbacks",
     "warn_fallback",
 ]
@@ -69,6 +70,18 @@ class IngestError(PersonaMemError, ValueError):
 
 class StoreError(PersonaMemError):
     """The SQL database or the vector index failed or disagreed in a way repair could not fix."""
+
+
+class UserBeingForgottenError(StoreError):
+    """A write met a user whose ``forget`` has not finished (in another process, or interrupted).
+
+    A write waits for another process's forget; this is raised when that wait runs out, which means
+    the forget was interrupted: opening the store finishes it.
+    """
+
+    def __init__(self, message: str, *, user_id: str) -> None:
+        super().__init__(message)
+        self.user_id = user_id
 
 
 class PartialWriteError(StoreError):

@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 
 from personamem.errors import (
@@ -73,6 +74,32 @@ def _error(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": {"type": kind, "message": message, **extra}}, status, headers=headers)
 
 
+class _Api(FastAPI):
+    """FastAPI with a request whose *declared* body is over the limit refused in the JSON error shape.
+
+    FastAPI's own limit (Starlette's, the outermost middleware but one) answers that case in plain
+    text, replacing whatever the app answers; a middleware of ours would sit inside it. So this
+    check wraps the whole stack. Bodies without a length, or longer than declared, are still
+    counted by FastAPI's limit as they arrive and reach our handler as an HTTPException (JSON).
+    """
+
+    def build_middleware_stack(self) -> Any:
+        """The usual stack inside the declared-length check."""
+        inner = super().build_middleware_stack()
+        limit = self.max_body_size
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and limit is not None:
+                declared = Headers(scope=scope).get("content-length", "")
+                if declared.isdigit() and int(declared) > limit:
+                    message = f"the request body is {declared} bytes; this server takes at most {limit}"
+                    await _error(413, "PayloadTooLarge", message)(scope, receive, send)
+                    return
+            await inner(scope, receive, send)
+
+        return app
+
+
 class _Metrics:
     """Request counts and latencies per route, in a registry of this app's own (Prometheus text)."""
 
@@ -114,7 +141,7 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         yield
         mem.close()
 
-    app = FastAPI(
+    app = _Api(
         title="personamem",
         version=version("personamem"),
         description="Per-user memory for LLM applications: store, search, context, forget.",

@@ -16,6 +16,10 @@ forget is finished on open.
 3–4 to a background thread (``store/indexer.py``); until then searches score the pending vector from
 SQL, so every acknowledged record is searchable at once, from any process.
 
+Searches read the user's indexed vectors from this process's view (``store/views.py``), valid for
+the user's index token, which step 4 changes in whichever process indexes: one SQL read tells a
+process that its view (and its embedded vector index's) is stale.
+
 ``for_tenant`` gives a view of the store in which one tenant's user ids are mapped to their own keys
 (``store/tenants.py``); every public method maps at the boundary, so below it there are only keys.
 """
@@ -44,6 +48,7 @@ from personamem.store.pseudonyms import Pseudonyms, legacy_collection, new_key
 from personamem.store.sql import PSEUDONYM_KEY, RecordStatus, SqlCatalog
 from personamem.store.tenants import Scope
 from personamem.store.vectors import VectorIndex
+from personamem.store.views import UserView, VectorViews
 
 __all__ = ["ConsistencyReport", "Store"]
 
@@ -79,6 +84,7 @@ class Store:
         self._encoder_lock = threading.Lock()
         self._write_lock = threading.RLock()
         self._caches: weakref.WeakSet[UserCache[Any]] = weakref.WeakSet()
+        self.views = VectorViews()
         self._indexer = BackgroundIndexer(self._index)
         self.names = self._pseudonyms()
         self.repair()
@@ -317,8 +323,11 @@ class Store:
                         f"({exc}); they are kept as pending in SQL and will be indexed when the store is "
                         "next opened"
                     ) from exc
-                if not self.catalog.mark_indexed(user_id, batch):
+                tokens = self.catalog.mark_indexed(user_id, batch)
+                if tokens is None:
                     self.index.drop([collection])
+                else:
+                    self.views.advance(user_id, *tokens, vector_ids, vectors[rows])
 
     def forget(self, user_id: str) -> bool:
         """Delete every row, vector and cached value of the user; False if there was no such user.
@@ -348,8 +357,10 @@ class Store:
             self._indexer.flush()
         with self._write_lock:
             collection = self.names.collection(user_id)
+            self.index.refresh(collection)  # another process may have indexed vectors we must keep
             deleted = self.catalog.delete_records(user_id, record_ids, self.index.vectors(collection))
             if deleted:
+                self.views.evict(user_id)
                 self.index.drop([collection])
                 for pending in self.catalog.pending(user_id).values():
                     self._index_pending(pending)
@@ -358,6 +369,7 @@ class Store:
     def _finish_forget(self, user_id: str) -> None:
         for cache in list(self._caches):
             cache.evict(user_id)
+        self.views.evict(user_id)
         self.index.drop([self.names.collection(user_id)])
         self.catalog.finish_forget(user_id)
 
@@ -372,6 +384,7 @@ class Store:
                 if self.index.ids(collection) - self.catalog.vector_ids(user_id):
                     # a delete died between its SQL commit and its rebuild: the collection still
                     # holds the deleted vectors, so rebuild it rather than index into it
+                    self.index.refresh(collection)
                     self.catalog.requeue(user_id, self.index.vectors(collection))
                     self.index.drop([collection])
                     pending = self.catalog.pending(user_id)[user_id]
@@ -418,37 +431,69 @@ class Store:
         return self.catalog.revision(self._key(user_id))
 
     def nearest(self, user_id: str, vector: np.ndarray, k: int) -> list[tuple[Record, float]]:
-        """The user's ``k`` records closest to ``vector`` by cosine, best first."""
+        """The user's ``k`` records closest to ``vector`` by cosine, best first.
+
+        One SQL read gives the user's index token and pending vectors; the indexed vectors come from
+        this process's view, current at that token (rebuilt when another process indexed).
+        """
         user_id = self._key(user_id)
-        # pending first: a row indexed between the two reads is then in both, never in neither
-        pending_ids, pending = self.catalog.pending_vectors(user_id)
-        hits = self.index.query(self.names.collection(user_id), vector, k)
-        if pending is not None:
-            scores = pending @ np.asarray(vector, dtype=np.float32)
-            fresh = dict(zip(pending_ids, scores.tolist(), strict=True))
-            hits = [(vid, score) for vid, score in hits if vid not in fresh] + list(fresh.items())
-            hits = sorted(hits, key=lambda hit: -hit[1])[:k]
+        state = self.catalog.search_state(user_id)
+        if state is None or k <= 0:
+            return []
+        scores = [] if state.pending is None else (state.pending @ vector).tolist()
+        fresh = dict(zip(state.pending_ids, scores, strict=True))
+        view = self._view(user_id, state.index_token)
+        if view.matrix is not None:
+            hits = view.nearest(vector, k, skip=set(fresh))
+        else:  # too large to copy: the index's HNSW, asked for enough to cover pending updates
+            hits = self.index.query(self.names.collection(user_id), vector, k + len(fresh))
+            hits = [(vid, score) for vid, score in hits if vid not in fresh]
+        if fresh:
+            hits = sorted(hits + list(fresh.items()), key=lambda hit: -hit[1])
+        hits = hits[:k]
         found = self.catalog.by_vector_ids(user_id, [vid for vid, _ in hits])
         kept = [(found[vid], score) for vid, score in hits if vid in found]
         return list(zip(self._outward([r for r, _ in kept]), [s for _, s in kept], strict=True))
 
     def vectors(self, user_id: str) -> tuple[list[Record], np.ndarray]:
-        """The user's indexed records and their vectors (rows aligned), for corpus-level methods.
+        """The user's records and their vectors (rows aligned), for corpus-level methods.
 
         P-Anchor's similarity graph needs every vector of a user at once. Pending records are in
         when their vector is kept in SQL (from :meth:`add`), as they are in search.
         """
         user_id = self._key(user_id)
-        pending_ids, pending = self.catalog.pending_vectors(user_id)
-        vector_ids, matrix = self.index.vectors(self.names.collection(user_id))
-        if pending is not None:
-            kept = set(pending_ids)
+        state = self.catalog.search_state(user_id)
+        if state is None:
+            return [], np.zeros((0, self.encoder.dim), dtype=np.float32)
+        view = self._view(user_id, state.index_token)
+        if view.matrix is not None:
+            vector_ids, matrix = list(view.ids), view.matrix
+        else:
+            vector_ids, matrix = self.index.vectors(self.names.collection(user_id))
+        if state.pending is not None:
+            kept = set(state.pending_ids)
             indexed = [i for i, vid in enumerate(vector_ids) if vid not in kept]
-            matrix = np.vstack([matrix[indexed], pending]) if indexed else pending
-            vector_ids = [vector_ids[i] for i in indexed] + pending_ids
+            matrix = np.vstack([matrix[indexed], state.pending]) if indexed else state.pending
+            vector_ids = [vector_ids[i] for i in indexed] + state.pending_ids
         found = self.catalog.by_vector_ids(user_id, vector_ids)
         keep = [i for i, vid in enumerate(vector_ids) if vid in found]
         return self._outward([found[vector_ids[i]] for i in keep]), matrix[keep] if keep else matrix[:0]
+
+    def _view(self, user_id: str, token: str | None) -> UserView:
+        """This process's view of the user's indexed vectors, current at ``token``.
+
+        Built after refreshing the vector index (an embedded one does not see other processes'
+        writes otherwise); a token read before the build is safe, since the build can only be newer.
+        """
+        view = self.views.get(user_id, token)
+        if view is not None:
+            return view
+        collection = self.names.collection(user_id)
+        self.index.refresh(collection)
+        if self.index.count(collection) > self.views.max_user_vectors:
+            return self.views.put(user_id, token, [], None)
+        ids, matrix = self.index.vectors(collection)
+        return self.views.put(user_id, token, ids, matrix)
 
     def derived(self, user_id: str, namespace: str, key: str, compute: Callable[[], Any]) -> Any:
         """``compute()``, cached durably per user under (namespace, key); JSON values only.

@@ -13,6 +13,15 @@ owns and vacuums the database. And Chroma's HNSW files persist their unused capa
 ``malloc``: that memory can hold freed bytes of *another* user's vectors (107 of a forgotten user's
 300 vectors were found in a second user's ``data_level0.bin``). An embedded index therefore asks
 glibc to overwrite freed memory (``M_PERTURB``), process-wide; see :func:`_perturb_freed_memory`.
+
+An embedded index is one process's view (measured with Chroma 1.5.9): each process keeps the HNSW
+indexes it loaded in memory, and a query does not read what another process wrote since (its ``get``
+of embeddings even fails with "Error finding id"), while any write first applies every write in
+Chroma's log. So :meth:`VectorIndex.refresh` catches a collection up with a write that changes
+nothing, and the store calls it when the user's index token says another process indexed. Writes
+from several processes take a lock file beside the folder: Chroma does not serialize them itself.
+A collection dropped by another process invalidates its handle; every call gets a new one and
+carries on (a write recreates the collection).
 """
 
 from __future__ import annotations
@@ -25,9 +34,9 @@ import shutil
 import sqlite3
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 import numpy as np
@@ -42,9 +51,12 @@ if TYPE_CHECKING:
 
 __all__ = ["VectorIndex"]
 
+T = TypeVar("T")
+
 CHROMA_DB = "chroma.sqlite3"
 _SEGMENT_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _M_PERTURB = -6  # glibc mallopt parameter: fill freed (and fresh) heap memory with a byte pattern
+_REFRESH_ID = "personamem-refresh"  # deleted (never present) to make Chroma apply other processes' writes
 _perturbed = False
 
 
@@ -80,6 +92,18 @@ class VectorIndex:
         self._folder = folder
         self._collections: dict[str, Collection] = {}
         self._lock = threading.Lock()
+        # collections this process touched: only those can be held, stale, in Chroma's memory
+        self._loaded: set[str] = set()
+        # one writer at a time across the processes sharing an embedded folder
+        self._writing = FileLock(str(folder) + ".write.lock") if folder is not None else None
+
+    @property
+    def embedded(self) -> bool:
+        """True for an in-process index over a folder, whose view other processes do not update."""
+        return self._folder is not None
+
+    def _exclusive(self) -> contextlib.AbstractContextManager[object]:
+        return self._writing if self._writing is not None else contextlib.nullcontext()
 
     @classmethod
     def persistent(cls, path: str | Path) -> VectorIndex:
@@ -132,6 +156,7 @@ class VectorIndex:
             except NotFoundError:
                 return None
             self._collections[name] = found
+            self._loaded.add(name)
             return found
 
     def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray) -> None:
@@ -140,33 +165,75 @@ class VectorIndex:
             raise ValueError(f"{len(ids)} ids but {len(vectors)} vectors")
         if not ids:
             return
-        collection = self._collection(name, create=True)
-        assert collection is not None
+        from chromadb.errors import NotFoundError
+
         batch = self._client.get_max_batch_size()
-        for start in range(0, len(ids), batch):
-            collection.upsert(ids=list(ids[start : start + batch]), embeddings=vectors[start : start + batch])
+        with self._exclusive():
+            for attempt in (1, 2):
+                collection = self._collection(name, create=True)
+                assert collection is not None
+                try:
+                    for start in range(0, len(ids), batch):
+                        chunk = slice(start, start + batch)
+                        collection.upsert(ids=list(ids[chunk]), embeddings=vectors[chunk])
+                    return
+                except NotFoundError:  # dropped by another process since we cached the handle
+                    self.evict(name)
+                    if attempt == 2:
+                        raise
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
         """Remove vectors for ``ids`` from collection ``name`` (absent ids are ignored)."""
-        collection = self._collection(name, create=False)
-        if collection is not None and ids:
-            collection.delete(ids=list(ids))
+        if ids:
+            self._delete(name, list(ids))
+
+    def refresh(self, name: str) -> None:
+        """Make this process's view of the collection current with what other processes wrote.
+
+        A no-op for a Chroma server (one process serves every client), and for a collection this
+        process never touched (Chroma loads it from disk when first used). Otherwise a delete of an
+        id that never exists: Chroma applies its log, other processes' writes included, before it.
+        """
+        if self.embedded and name in self._loaded:
+            self._delete(name, [_REFRESH_ID])
+
+    def _delete(self, name: str, ids: list[str]) -> None:
+        from chromadb.errors import NotFoundError
+
+        with self._exclusive():
+            self.evict(name)  # the handle may name a collection another process dropped
+            collection = self._collection(name, create=False)
+            if collection is not None:
+                with contextlib.suppress(NotFoundError):  # dropped again meanwhile: nothing to delete
+                    collection.delete(ids=ids)
+
+    def _read(self, name: str, read: Callable[[Collection], T], absent: T) -> T:
+        """``read(collection)``, or ``absent`` when there is no such collection.
+
+        A handle whose collection another process dropped (and maybe made again) fails with
+        NotFoundError; the read is tried once more with a new handle.
+        """
+        from chromadb.errors import NotFoundError
+
+        for _ in range(2):
+            collection = self._collection(name, create=False)
+            if collection is None:
+                return absent
+            try:
+                return read(collection)
+            except NotFoundError:
+                self.evict(name)
+        return absent
 
     def query(self, name: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` nearest vectors to ``vector`` as (vector id, cosine similarity), best first."""
-        from chromadb.errors import NotFoundError
-
-        collection = self._collection(name, create=False)
-        if collection is None or k <= 0:
+        if k <= 0:
             return []
-        try:
-            result = collection.query(
-                query_embeddings=np.asarray(vector, dtype=np.float32).reshape(1, -1),
-                n_results=k,
-                include=["distances"],
-            )
-        except NotFoundError:  # dropped by another process since we cached the handle
-            self.evict(name)
+        query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
+        result = self._read(
+            name, lambda c: c.query(query_embeddings=query, n_results=k, include=["distances"]), None
+        )
+        if result is None:
             return []
         distances = result["distances"]
         assert distances is not None
@@ -174,29 +241,32 @@ class VectorIndex:
 
     def vectors(self, name: str) -> tuple[list[str], np.ndarray]:
         """Every vector id of the collection and its vector (rows aligned); empty when absent."""
-        collection = self._collection(name, create=False)
-        if collection is None:
+        result = self._read(name, lambda c: c.get(include=["embeddings"]), None)
+        if result is None:
             return [], np.zeros((0, 0), dtype=np.float32)
-        result = collection.get(include=["embeddings"])
         embeddings = result["embeddings"]
         assert embeddings is not None
         return list(result["ids"]), np.asarray(embeddings, dtype=np.float32)
 
     def ids(self, name: str) -> set[str]:
         """Ids of the collection's vectors."""
-        collection = self._collection(name, create=False)
-        return set(collection.get(include=[])["ids"]) if collection is not None else set()
+        return self._read(name, lambda c: set(c.get(include=[])["ids"]), set())
+
+    def count(self, name: str) -> int:
+        """How many vectors the collection holds (0 when absent)."""
+        return self._read(name, lambda c: c.count(), 0)
 
     def drop(self, names: Iterable[str]) -> None:
         """Delete these collections (absent ones are skipped) and, when embedded, erase their bytes."""
         from chromadb.errors import NotFoundError
 
-        for name in names:
-            self.evict(name)
-            with contextlib.suppress(NotFoundError):
-                self._client.delete_collection(name)
-        if self._folder is not None:
-            self._erase_unowned(self._folder)
+        with self._exclusive():
+            for name in names:
+                self.evict(name)
+                with contextlib.suppress(NotFoundError):
+                    self._client.delete_collection(name)
+            if self._folder is not None:
+                self._erase_unowned(self._folder)
 
     def _erase_unowned(self, folder: Path) -> None:
         """Remove segment folders no collection owns, then vacuum Chroma's database.

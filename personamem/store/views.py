@@ -1,0 +1,132 @@
+"""This process's views of users' indexed vectors: exact copies, valid for the user's index token.
+
+Two reasons to hold a copy rather than ask the vector index each time. Speed: a Chroma query over
+one user's few hundred vectors costs about 1.3 ms, a fifth of encoding the query, where a matrix
+product over the same vectors costs tens of microseconds and ranks exactly (``bench/read_path.py``).
+Freshness: a view is valid only for the index token it was built at, which every process changes
+in SQL when it indexes a user's vectors, so one read of the token tells a process that another one
+wrote. Users with more vectors than ``max_user_vectors`` keep no copy; their view only records that
+this process's vector index is current for them (it was refreshed), and Chroma's HNSW answers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["UserView", "VectorViews"]
+
+MAX_BYTES = 128 << 20  # all copies together; least recently used go first
+MAX_USER_VECTORS = 20_000  # about 30 MB at 384 dimensions, and a 2 ms matrix product
+
+
+@dataclass
+class UserView:
+    """A user's indexed vectors as of ``token``; ``matrix`` is None when the user is too large to copy."""
+
+    token: str | None
+    ids: list[str]
+    matrix: np.ndarray | None
+    position: dict[str, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.position = {vid: i for i, vid in enumerate(self.ids)}
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the copy."""
+        return 0 if self.matrix is None else int(self.matrix.nbytes)
+
+    def nearest(self, vector: np.ndarray, k: int, skip: set[str]) -> list[tuple[str, float]]:
+        """The ``k`` best (vector id, cosine) by exact search, leaving out the ids in ``skip``."""
+        matrix = self.matrix  # the indexer thread may grow the view meanwhile: rows past it wait
+        assert matrix is not None
+        if len(matrix) == 0 or k <= 0:
+            return []
+        scores = matrix @ np.asarray(vector, dtype=np.float32)
+        for vid in skip:
+            if (i := self.position.get(vid)) is not None and i < len(scores):
+                scores[i] = -np.inf
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(self.ids[i], float(scores[i])) for i in top if scores[i] != -np.inf]
+
+    def upsert(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Replace the vectors of known ids and append the others, as the index's upsert did."""
+        assert self.matrix is not None
+        fresh = []
+        for vid, vector in zip(ids, vectors, strict=True):
+            if (i := self.position.get(vid)) is not None:
+                self.matrix[i] = vector
+            else:
+                self.position[vid] = len(self.ids)
+                self.ids.append(vid)
+                fresh.append(vector)
+        if fresh:
+            old = self.matrix.reshape(-1, vectors.shape[1])
+            self.matrix = np.vstack([old, np.asarray(fresh, np.float32)])
+
+
+class VectorViews:
+    """An LRU of :class:`UserView` by store key, bounded by the bytes of its copies; thread-safe."""
+
+    def __init__(self, *, max_bytes: int = MAX_BYTES, max_user_vectors: int = MAX_USER_VECTORS) -> None:
+        self.max_bytes = max_bytes
+        self.max_user_vectors = max_user_vectors
+        self._views: OrderedDict[str, UserView] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, token: str | None) -> UserView | None:
+        """The user's view if it is current at ``token``."""
+        with self._lock:
+            view = self._views.get(key)
+            if view is None or view.token != token:
+                return None
+            self._views.move_to_end(key)
+            return view
+
+    def put(self, key: str, token: str | None, ids: list[str], matrix: np.ndarray | None) -> UserView:
+        """Keep a view built at ``token`` (pass ``matrix=None`` for a user searched in the index)."""
+        if matrix is not None and len(ids) > self.max_user_vectors:
+            ids, matrix = [], None
+        view = UserView(token, ids, None if matrix is None else np.array(matrix, dtype=np.float32))
+        with self._lock:
+            self._views[key] = view
+            self._views.move_to_end(key)
+            self._trim()
+        return view
+
+    def advance(
+        self, key: str, before: str | None, after: str, ids: Sequence[str], vectors: np.ndarray
+    ) -> None:
+        """This process indexed ``ids``; the view moves to ``after`` if it was current at ``before``.
+
+        Otherwise another process indexed in between, and the view is dropped to be rebuilt.
+        """
+        with self._lock:
+            view = self._views.get(key)
+            if view is None:
+                return
+            too_large = view.matrix is not None and len(view.ids) + len(ids) > self.max_user_vectors
+            if view.token != before or too_large:
+                del self._views[key]
+                return
+            if view.matrix is not None:
+                view.upsert(ids, vectors)
+            view.token = after
+            self._trim()
+
+    def evict(self, key: str) -> None:
+        """Drop the user's view (forget, delete)."""
+        with self._lock:
+            self._views.pop(key, None)
+
+    def _trim(self) -> None:
+        total = sum(view.nbytes for view in self._views.values())
+        while total > self.max_bytes and len(self._views) > 1:
+            _, oldest = self._views.popitem(last=False)
+            total -= oldest.nbytes

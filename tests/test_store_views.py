@@ -1,0 +1,58 @@
+"""Per-process views of users' vectors: exact, keyed by the index token, moved forward only by a
+write that follows the view's own token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from personamem import PersonaMem, SentenceEncoder
+from personamem.store.views import VectorViews
+
+
+def _units(n: int, seed: int) -> np.ndarray:
+    vectors = np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_a_view_ranks_exactly_and_leaves_out_what_is_pending() -> None:
+    vectors = _units(50, 0)
+    view = VectorViews().put("u", "t1", [f"v{i}" for i in range(50)], vectors)
+    exact = np.argsort(-(vectors @ vectors[7]))[:5]
+    assert [vid for vid, _ in view.nearest(vectors[7], 5, skip=set())] == [f"v{i}" for i in exact]
+    assert "v7" not in [vid for vid, _ in view.nearest(vectors[7], 5, skip={"v7"})]
+
+
+def test_a_view_moves_forward_only_from_its_own_token() -> None:
+    views, vectors = VectorViews(), _units(4, 1)
+    views.put("u", "t1", ["a", "b"], vectors[:2])
+    views.advance("u", "t1", "t2", ["b", "c"], vectors[2:])  # this process indexed right after t1
+    view = views.get("u", "t2")
+    assert view is not None and view.ids == ["a", "b", "c"]
+    assert np.allclose(view.matrix, vectors[[0, 2, 3]])  # b replaced in place, c appended
+    views.advance("u", "t9", "t10", ["d"], vectors[:1])  # another process indexed in between
+    assert views.get("u", "t2") is None and views.get("u", "t10") is None
+
+
+def test_views_keep_within_their_byte_budget_and_large_users_keep_no_copy() -> None:
+    views = VectorViews(max_bytes=3 * 50 * 8 * 4, max_user_vectors=60)
+    for user in ("a", "b", "c", "d"):
+        views.put(user, "t", [f"{user}{i}" for i in range(50)], _units(50, 2))
+    assert views.get("a", "t") is None and views.get("d", "t") is not None  # least recently used left
+    large = views.put("e", "t", [f"e{i}" for i in range(61)], _units(61, 3))
+    assert large.matrix is None and large.ids == []
+
+
+def test_a_process_s_own_adds_advance_its_view_without_a_rebuild(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.add_many(["I keep bees on the roof.", "My bike is a red fixie."], user_id="u")
+        mem.search("u", "bees", k=1)
+        built = mem.store.views.get("u", mem.store.catalog.search_state("u").index_token)  # type: ignore[union-attr]
+        mem.add("u", "I switched to oat milk last spring.", id="milk")
+        mem.store.flush()
+        assert mem.search("u", "oat milk", k=1)[0].record.id == "milk"
+        now = mem.store.views.get("u", mem.store.catalog.search_state("u").index_token)  # type: ignore[union-attr]
+        assert now is built and len(now.ids) == 3  # the same copy, moved forward in place
