@@ -24,6 +24,7 @@ from personamem.cli_log import feedback, log_app
 from personamem.cli_memory import memory_app
 from personamem.cli_models import models_app
 from personamem.cli_options import REFERENCE_LLM_RUNTIME, LLMRuntime, config_options, runtime_option
+from personamem.cli_portability import export_user, import_user
 from personamem.cli_server import keys_app, serve
 from personamem.cli_train import train_app
 from personamem.console import err, out, progress_bar
@@ -56,6 +57,8 @@ app.command("eval-memory")(eval_memory)
 app.command("eval-pgret")(eval_pgret)
 app.command("eval-adapter")(eval_adapter)
 app.command("improve")(improve)
+app.command("export")(export_user)
+app.command("import")(import_user)
 
 
 def default_store() -> Path:

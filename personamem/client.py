@@ -9,6 +9,7 @@ cannot be reached or fails is a :class:`~personamem.errors.RemoteError`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -19,6 +20,7 @@ from personamem import errors
 from personamem.errors import AuthenticationError, MissingExtraError, PartialWriteError, RemoteError
 from personamem.llm.base import Usage
 from personamem.pipeline import Context, Hits
+from personamem.portability import Imported, write_export
 from personamem.preference import PreferenceMemory
 from personamem.records import Record, parse_record, parse_records
 from personamem.retrieval import Hit
@@ -217,6 +219,30 @@ class Client:
             if not body["records"] or len(found) >= body["count"]:
                 return found
 
+    def export(self, user_id: str, path: str | Path, *, interactions: bool = False) -> int:
+        """Write the user's export (JSON Lines) to ``path``; returns the lines after the header."""
+        params: dict[str, str | bool] = {"user_id": _user(user_id), "interactions": interactions}
+        try:
+            with self._http.stream("GET", "/v1/export", params=params) as response:
+                if not response.is_success:
+                    response.read()
+                    raise _error(response.status_code, response)
+                return write_export(path, (line for line in response.iter_lines() if line))
+        except self._transport_error as exc:
+            raise RemoteError(f"cannot reach the personamem server at {self._http.base_url}: {exc}") from exc
+
+    def import_user(self, path: str | Path, *, user_id: str | None = None) -> Imported:
+        """Store a user's export (from :meth:`export`), as its user or ``user_id``."""
+        params = {} if user_id is None else {"user_id": _user(user_id)}
+        try:
+            response = self._http.post("/v1/import", content=Path(path).read_bytes(), params=params)
+        except self._transport_error as exc:
+            raise RemoteError(f"cannot reach the personamem server at {self._http.base_url}: {exc}") from exc
+        if not response.is_success:
+            raise _error(response.status_code, response)
+        body = response.json()
+        return Imported(body["records"], body["interactions"])
+
     def users(self) -> list[str]:
         """Users with at least one record."""
         return list(self._call("GET", "/v1/users")["users"])
@@ -273,7 +299,7 @@ def _error(status: int, response: Any) -> Exception:
     if kind == "PartialWriteError":
         return PartialWriteError(message, stored=error.get("stored", 0), total=error.get("total", 0))
     known = getattr(errors, kind, None) if kind in errors.__all__ else None
-    plain = known not in (errors.IngestError, errors.MissingExtraError, errors.RemoteError)  # other args
+    plain = known not in (errors.MissingExtraError, errors.RemoteError)  # these take other arguments
     if isinstance(known, type) and issubclass(known, errors.PersonaMemError) and status < 500 and plain:
         return known(message)
     if status == 422:

@@ -22,13 +22,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from personamem.ingest._json import JsonFile
 
-__all__ = ["Feedback", "Interaction", "LoggedResult", "read_interactions", "write_interactions"]
+__all__ = [
+    "Feedback",
+    "Interaction",
+    "LoggedResult",
+    "first_error",
+    "parse_interactions",
+    "read_interactions",
+    "write_interactions",
+]
 
 Call = Literal["search", "context"]
 
@@ -96,13 +104,22 @@ def read_interactions(path: str | Path) -> list[Interaction]:
             (the message names the file, the line and the field).
     """
     source = JsonFile(Path(path))
+    return parse_interactions(source, source.objects())
+
+
+def parse_interactions(source: JsonFile, lines: Iterable[tuple[int, dict[str, Any]]]) -> list[Interaction]:
+    """Interactions from (line number, object) pairs of ``source``; a repeated id is refused.
+
+    Raises:
+        IngestError: naming ``source``, the line and the field.
+    """
     found: list[Interaction] = []
     seen: dict[str, int] = {}
-    for number, data in source.objects():
+    for number, data in lines:
         try:
             item = Interaction.model_validate(data)
         except ValidationError as exc:
-            raise source.error(_first_error(exc), line=number) from None
+            raise source.error(first_error(exc), line=number) from None
         if item.id in seen:
             raise source.error(f"interaction id {item.id!r} repeats line {seen[item.id]}", line=number)
         seen[item.id] = number
@@ -123,7 +140,8 @@ def write_interactions(path: str | Path, interactions: Iterable[Interaction]) ->
     return count
 
 
-def _first_error(exc: ValidationError) -> str:
+def first_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, as ``field.path: message`` (for errors naming a line)."""
     error = exc.errors()[0]
     where = ".".join(str(part) for part in error["loc"]) or "the line"
     return f"{where}: {error['msg']}"

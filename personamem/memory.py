@@ -22,6 +22,7 @@ from personamem.methods import check_llm, method_config
 from personamem.pipeline import Context, Hits, Pipeline, PipelineConfig, load_pipeline
 from personamem.pipeline.config import LLM_MEMORIES, pipeline_config
 from personamem.pipeline.stages import build_extractor
+from personamem.portability import Imported, export_lines, read_export, write_export
 from personamem.preference import PreferenceMemories, PreferenceMemory, PromptedExtractor, SetwiseReranker
 from personamem.profile import ProfileSelector
 from personamem.records import Record, check_user_id, parse_record, parse_records
@@ -275,6 +276,28 @@ class PersonaMem:
         """Logged interactions of one user (None: every user), oldest first, with their feedback."""
         users = None if user_id is None else [check_user_id(user_id)]
         return self.store.interactions.export(users)
+
+    def export(self, user_id: str, path: str | Path, *, interactions: bool = False) -> int:
+        """Write the user's records (and, with ``interactions``, logged calls) to a JSON Lines file.
+
+        The file imports into any store with :meth:`import_user` (the format is in
+        :mod:`personamem.portability`); returns how many records and interactions it holds.
+        """
+        return write_export(path, export_lines(self, check_user_id(user_id), interactions=interactions))
+
+    def import_user(self, path: str | Path, *, user_id: str | None = None) -> Imported:
+        """Store a user's export (from :meth:`export`), as that user or as ``user_id``.
+
+        The file is validated whole first; records already here unchanged, and interactions already
+        logged, are skipped, so importing twice changes nothing.
+
+        Raises:
+            IngestError: the file is not an export, or a line is not valid (the message names it).
+        """
+        data = read_export(path, user_id=None if user_id is None else check_user_id(user_id))
+        written = self.store.add_many(data.records)
+        logged = self.store.interactions.import_(data.interactions) if data.interactions else 0
+        return Imported(written, logged)
 
     def improve(self, config_file: str | Path = "personamem.toml", **settings: Any) -> Any:
         """Fit the first stage to this store and put it live in ``config_file`` only if it validates better.

@@ -11,15 +11,18 @@ annotations at definition time, and they name a dependency made inside :func:`cr
 
 import logging
 import os
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import version
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -27,6 +30,7 @@ from starlette.exceptions import HTTPException
 from personamem.errors import (
     CheckpointError,
     ConfigError,
+    IngestError,
     InvalidInputError,
     InvalidRecordError,
     LLMError,
@@ -38,6 +42,8 @@ from personamem.errors import (
     collect_fallbacks,
 )
 from personamem.memory import PersonaMem, open_memory
+from personamem.portability import Imported, export_lines
+from personamem.records import check_user_id
 from personamem.server.schemas import (
     MAX_BATCH,
     BatchIn,
@@ -204,6 +210,19 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         page = records[offset : offset + limit]
         return {"count": len(records), "records": [r.model_dump(mode="json") for r in page]}
 
+    @app.get("/v1/export", tags=["records"], response_class=StreamingResponse)
+    def export(user_id: str, tenant: Tenant, interactions: bool = False) -> StreamingResponse:
+        """The user's export as JSON Lines (see ``personamem.portability``), for ``POST /v1/import``."""
+        lines = export_lines(tenant, check_user_id(user_id), interactions=interactions)
+        return StreamingResponse((line + "\n" for line in lines), media_type="application/x-ndjson")
+
+    @app.post("/v1/import", status_code=201, tags=["records"])
+    async def import_user(request: Request, tenant: Tenant, user_id: str | None = None) -> dict[str, Any]:
+        """Store a user's export (the body, JSON Lines), as its user or ``user_id``; idempotent."""
+        body = await request.body()
+        added = await run_in_threadpool(_import_export, tenant, body, user_id)
+        return {"records": added.records, "interactions": added.interactions}
+
     # a record id is the rest of the path, so ids with "/" work; user ids travel in queries and bodies
     @app.get("/v1/records/{record_id:path}", tags=["records"])
     def get(record_id: str, user_id: str, tenant: Tenant) -> dict[str, Any]:
@@ -295,6 +314,18 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return {"count": tenant.count(user_id)}
 
     return app
+
+
+def _import_export(mem: PersonaMem, body: bytes, user_id: str | None) -> Imported:
+    """``mem.import_user`` of a request body; its errors name the body's line, not a temporary file."""
+    with tempfile.TemporaryDirectory(prefix="personamem-import-") as folder:
+        path = Path(folder) / "export.jsonl"
+        path.write_bytes(body)
+        try:
+            return mem.import_user(path, user_id=user_id)
+        except IngestError as exc:
+            where = f"{exc.path}:{exc.line}: " if exc.line else f"{exc.path}: "
+            raise IngestError(str(exc).removeprefix(where), path="the request body", line=exc.line) from None
 
 
 def _install_error_handlers(app: FastAPI) -> None:
