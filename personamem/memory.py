@@ -6,6 +6,7 @@ or config, built on first use and kept (a PURPLE checkpoint or an LLM is loaded 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -243,6 +244,29 @@ class PersonaMem:
             MethodError: an unknown method, or one that needs an LLM when none is configured.
         """
         return self.pipeline(pipeline).context(user_id, query, budget_tokens=budget_tokens)
+
+    # -- for event loops: the same calls on a worker thread -----------------------------------------
+
+    async def aadd(self, user_id: str, text: str = "", **fields: Any) -> Record:
+        """:meth:`add` without blocking the event loop (the encoder and SQL run on a thread)."""
+        return await asyncio.to_thread(self.add, user_id, text, **fields)
+
+    async def asearch(self, user_id: str, query: str, k: int = 5, method: str = "dense") -> Hits:
+        """:meth:`search` without blocking the event loop."""
+        return await asyncio.to_thread(self.search, user_id, query, k, method)
+
+    async def acontext(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        budget_tokens: int | None = None,
+        pipeline: PipelineConfig | str | None = None,
+    ) -> Context:
+        """:meth:`context` without blocking the event loop (an LLM stage's wait included)."""
+        return await asyncio.to_thread(
+            self.context, user_id, query, budget_tokens=budget_tokens, pipeline=pipeline
+        )
 
     # -- interaction log ----------------------------------------------------------------------------
 

@@ -1,0 +1,255 @@
+"""The SDK's calls as HTTP exchanges, written once for both clients (``personamem/client.py``).
+
+Each call is a generator: it validates its arguments as the SDK would, yields the requests it needs,
+is sent back each answer's JSON (or has the exception the SDK would have raised thrown into it), and
+returns the SDK's result. ``Client`` drives them with ``httpx.Client``, ``AsyncClient`` with
+``httpx.AsyncClient``, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from pydantic_core import to_jsonable_python
+
+from personamem import errors
+from personamem.errors import AuthenticationError, PartialWriteError, RemoteError
+from personamem.llm.base import Usage
+from personamem.pipeline import Context, Hits
+from personamem.portability import Imported, write_export
+from personamem.preference import PreferenceMemory
+from personamem.records import Record, parse_record, parse_records
+from personamem.retrieval import Hit
+
+__all__ = ["Call", "Request", "error_from"]
+
+T = TypeVar("T")
+_BATCH = 10_000  # the server's most records per batch request (personamem.server.schemas.MAX_BATCH)
+_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class Request:
+    """One HTTP request of a call; ``raw`` asks for the body as text rather than JSON."""
+
+    method: str
+    path: str
+    json: Any = None
+    params: Mapping[str, Any] | None = None
+    content: bytes | None = None
+    raw: bool = False
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of ``httpx``'s ``request``."""
+        return {"json": self.json, "params": self.params, "content": self.content}
+
+
+Call = Generator[Request, Any, T]
+
+
+def add(user_id: str, text: str, fields: Mapping[str, Any]) -> Call[Record]:
+    record = parse_record({"user_id": user_id, "text": text, **fields})  # the SDK's errors, here
+    return Record.model_validate((yield Request("POST", "/v1/records", record.model_dump(mode="json"))))
+
+
+def add_many(
+    records: Iterable[Record | Mapping[str, Any] | str],
+    user_id: str | None,
+    progress: Callable[[int], None] | None,
+) -> Call[list[Record]]:
+    parsed = parse_records(records, user_id=user_id)
+    stored: list[Record] = []
+    for start in range(0, len(parsed), _BATCH):
+        batch = [r.model_dump(mode="json") for r in parsed[start : start + _BATCH]]
+        try:
+            body = yield Request("POST", "/v1/records/batch", {"records": batch})
+        except errors.PersonaMemError as exc:
+            if start == 0:
+                raise
+            raise PartialWriteError(
+                f"stored {start} of {len(parsed)} record(s), then: {exc}; adding the same records "
+                "again skips the stored ones and finishes the job",
+                stored=start,
+                total=len(parsed),
+            ) from exc
+        stored.extend(Record.model_validate(r) for r in body["records"])
+        if progress is not None:
+            progress(len(batch))
+    return stored
+
+
+def delete(user_id: str, record_ids: str | Sequence[str]) -> Call[list[str]]:
+    ids = [record_ids] if isinstance(record_ids, str) else list(record_ids)
+    if not ids:
+        return []
+    return list(
+        (yield Request("POST", "/v1/records/delete", {"user_id": _user(user_id), "ids": ids}))["deleted"]
+    )
+
+
+def update(user_id: str, record_id: str, changes: Mapping[str, Any]) -> Call[Record]:
+    body = to_jsonable_python(dict(changes))  # datetimes as ISO strings, as Record dumps them
+    request = Request("PATCH", _record(record_id), body, params={"user_id": _user(user_id)})
+    return Record.model_validate((yield request))
+
+
+def forget(user_id: str) -> Call[bool]:
+    return bool((yield Request("DELETE", "/v1/users", params={"user_id": _user(user_id)}))["forgotten"])
+
+
+def search(user_id: str, query: str, k: int, method: str) -> Call[Hits]:
+    body = yield Request(
+        "POST", "/v1/search", {"user_id": _user(user_id), "query": query, "k": k, "method": method}
+    )
+    hits = Hits(_hit(h) for h in body["hits"])
+    hits.interaction_id = body.get("interaction_id")
+    return hits
+
+
+def feedback(
+    interaction_id: str, answer: str | None, rating: float | None, used_record_ids: Sequence[str] | None
+) -> Call[None]:
+    used = None if used_record_ids is None else list(used_record_ids)
+    request = {"interaction_id": interaction_id, "answer": answer, "rating": rating, "used_record_ids": used}
+    yield Request("POST", "/v1/feedback", request)
+
+
+def context(user_id: str, query: str, budget_tokens: int | None, pipeline: str | None) -> Call[Context]:
+    request = {
+        "user_id": _user(user_id),
+        "query": query,
+        "budget_tokens": budget_tokens,
+        "pipeline": pipeline,
+    }
+    body = yield Request("POST", "/v1/context", request)
+    return Context(
+        text=body["text"],
+        hits=[_hit(h) for h in body["records"]],
+        dropped=[_hit(h) for h in body["dropped"]],
+        tokens=body["tokens"],
+        budget_tokens=body["budget_tokens"],
+        usage=Usage(**body["usage"]),
+        timings_ms=body["timings_ms"],
+        warnings=body["warnings"],
+        memory=body["memory"],
+        interaction_id=body.get("interaction_id"),
+        first_stage=body.get("first_stage", {}),
+    )
+
+
+def memory(user_id: str) -> Call[PreferenceMemory]:
+    return PreferenceMemory.from_json(
+        (yield Request("GET", "/v1/memory", params={"user_id": _user(user_id)}))
+    )
+
+
+def refresh_memories(
+    user_ids: Sequence[str] | None, progress: Callable[[int], None] | None, batch_size: int
+) -> Call[int]:
+    if isinstance(user_ids, str):
+        raise errors.InvalidInputError("user_ids must be a sequence of user ids, not one string")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    users = (yield from list_users()) if user_ids is None else [_user(u) for u in user_ids]
+    built = 0
+    for start in range(0, len(users), batch_size):
+        batch = users[start : start + batch_size]
+        body = yield Request("POST", "/v1/memory/refresh", {"user_ids": batch, "batch_size": batch_size})
+        built += int(body["built"])
+        if progress is not None:
+            progress(len(batch))
+    return built
+
+
+def rerank(user_id: str, query: str, candidates: Sequence[str], k: int | None) -> Call[list[int]]:
+    if isinstance(candidates, str):
+        raise errors.InvalidInputError("candidates must be a sequence of strings, not one string")
+    request = {"user_id": _user(user_id), "query": query, "candidates": list(candidates), "k": k}
+    return [int(i) for i in (yield Request("POST", "/v1/rerank", request))["order"]]
+
+
+def get(user_id: str, record_id: str) -> Call[Record | None]:
+    try:
+        body = yield Request("GET", _record(record_id), params={"user_id": _user(user_id)})
+    except RemoteError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return Record.model_validate(body)
+
+
+def records(user_id: str) -> Call[list[Record]]:
+    found: list[Record] = []
+    while True:
+        params = {"user_id": _user(user_id), "offset": len(found), "limit": _PAGE}
+        body = yield Request("GET", "/v1/records", params=params)
+        found.extend(Record.model_validate(r) for r in body["records"])
+        if not body["records"] or len(found) >= body["count"]:
+            return found
+
+
+def export(user_id: str, path: str | Path, interactions: bool) -> Call[int]:
+    params = {"user_id": _user(user_id), "interactions": str(interactions).lower()}
+    text = yield Request("GET", "/v1/export", params=params, raw=True)
+    return write_export(path, (line for line in text.splitlines() if line))
+
+
+def import_user(path: str | Path, user_id: str | None) -> Call[Imported]:
+    params = {} if user_id is None else {"user_id": _user(user_id)}
+    body = yield Request("POST", "/v1/import", params=params, content=Path(path).read_bytes())
+    return Imported(body["records"], body["interactions"])
+
+
+def list_users() -> Call[list[str]]:
+    return list((yield Request("GET", "/v1/users"))["users"])
+
+
+def count(user_id: str | None) -> Call[int]:
+    params = {} if user_id is None else {"user_id": _user(user_id)}
+    return int((yield Request("GET", "/v1/count", params=params))["count"])
+
+
+def health() -> Call[dict[str, Any]]:
+    return dict((yield Request("GET", "/v1/health")))
+
+
+def _user(user_id: str) -> str:
+    """``user_id`` if it is a string: a number or bytes sent as JSON or a query would name another user."""
+    if not isinstance(user_id, str):
+        raise errors.InvalidInputError(f"user_id must be a non-empty string, got {user_id!r}")
+    return user_id
+
+
+def _record(record_id: str) -> str:
+    if not isinstance(record_id, str) or not record_id:
+        raise errors.InvalidInputError(f"record ids must be non-empty strings, got {record_id!r}")
+    return f"/v1/records/{quote(record_id, safe='')}"
+
+
+def _hit(body: Mapping[str, Any]) -> Hit:
+    return Hit(record=Record.model_validate(body["record"]), score=body["score"], rank=body["rank"])
+
+
+def error_from(status: int, response: Any) -> Exception:
+    """The exception the SDK would have raised, from the server's JSON error body."""
+    try:
+        error = response.json()["error"]
+        kind, message = str(error["type"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        error, kind, message = {}, "", response.text or f"HTTP {status}"
+    if status == 401:
+        return AuthenticationError(message, status=status)
+    if kind == "PartialWriteError":
+        return PartialWriteError(message, stored=error.get("stored", 0), total=error.get("total", 0))
+    known = getattr(errors, kind, None) if kind in errors.__all__ else None
+    plain = known not in (errors.MissingExtraError, errors.RemoteError)  # these take other arguments
+    if isinstance(known, type) and issubclass(known, errors.PersonaMemError) and status < 500 and plain:
+        return known(message)
+    if status == 422:
+        return errors.InvalidInputError(message)
+    return RemoteError(f"the server answered {status}: {message}", status=status)
