@@ -318,6 +318,7 @@ _RECORD_STATES = select(RecordRow.record_id, RecordRow.content_hash, RecordRow.s
     col(RecordRow.user_id) == bindparam("user_id"),
     col(RecordRow.record_id).in_(bindparam("ids", expanding=True)),
 )
+_INSERT_INTERACTION = InteractionRow.__table__.insert()  # type: ignore[attr-defined]
 _BUMP_REVISION = (
     update(UserRow).where(col(UserRow.user_id) == bindparam("key")).values(revision=bindparam("fresh"))
 )
@@ -527,11 +528,10 @@ class SqlCatalog:
 
         A user without a row has nothing ``forget`` could find the interaction by, so it is not kept.
         """
-        with self.session(write=True) as s:
-            user = s.get(UserRow, row["user_id"])
-            if user is None or user.status != UserStatus.ACTIVE.value:
+        with self.transaction() as s:  # on every logged call: Core, like ``stage``
+            if s.execute(_USER_STATUS, {"user_id": row["user_id"]}).scalar() != UserStatus.ACTIVE.value:
                 return False
-            s.add(InteractionRow(**row))
+            s.execute(_INSERT_INTERACTION, [row])
         return True
 
     def import_interactions(self, rows: Sequence[dict[str, Any]]) -> int:
