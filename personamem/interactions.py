@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from personamem.ingest._json import JsonFile
+from personamem.ingest._json import JsonFile, write_lines
 
 __all__ = [
     "Feedback",
@@ -129,15 +129,7 @@ def parse_interactions(source: JsonFile, lines: Iterable[tuple[int, dict[str, An
 
 def write_interactions(path: str | Path, interactions: Iterable[Interaction]) -> int:
     """Write a JSONL export (written to a temporary file, then renamed); returns the line count."""
-    path = Path(path)
-    partial = path.with_name(path.name + ".partial")
-    count = 0
-    with partial.open("w", encoding="utf-8") as handle:
-        for item in interactions:
-            handle.write(item.model_dump_json() + "\n")
-            count += 1
-    partial.replace(path)
-    return count
+    return write_lines(Path(path), (item.model_dump_json() for item in interactions))
 
 
 def first_error(exc: ValidationError) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from personamem.errors import InvalidRecordError
-from personamem.ingest._json import JsonFile
+from personamem.ingest._json import JsonFile, write_lines
 from personamem.interactions import Interaction, parse_interactions
 from personamem.records import Record, parse_record
 
@@ -111,12 +111,4 @@ def read_export(path: str | Path, *, user_id: str | None = None) -> UserExport:
 
 def write_export(path: str | Path, lines: Iterator[str]) -> int:
     """Write export lines to ``path`` (a temporary file, then renamed); returns the lines after the header."""
-    path = Path(path)
-    partial = path.with_name(path.name + ".partial")
-    count = -1  # the header is not counted
-    with partial.open("w", encoding="utf-8") as handle:
-        for line in lines:
-            handle.write(line + "\n")
-            count += 1
-    partial.replace(path)
-    return count
+    return write_lines(Path(path), lines) - 1

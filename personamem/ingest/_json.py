@@ -8,7 +8,7 @@ The importers share this so that every malformed input fails the same way: one
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -120,3 +120,18 @@ class JsonFile:
             return datetime.strptime(value, fmt)
         except ValueError:
             raise self.error(f"{where}: cannot parse time {value!r} (expected format {fmt!r})") from None
+
+
+def write_lines(path: Path, lines: Iterable[str]) -> int:
+    """Write JSON Lines to ``path`` through a temporary file renamed at the end; returns the line count.
+
+    A crash or a failing source leaves the old file (or none), never half of a new one.
+    """
+    partial = path.with_name(path.name + ".partial")
+    count = 0
+    with partial.open("w", encoding="utf-8") as handle:
+        for line in lines:
+            handle.write(line + "\n")
+            count += 1
+    partial.replace(path)
+    return count

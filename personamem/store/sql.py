@@ -141,17 +141,8 @@ class RecordRow(SQLModel, table=True):
 
     def to_record(self) -> Record:
         """The public, immutable form."""
-        return Record(
-            user_id=self.user_id,
-            id=self.record_id,
-            text=self.text,
-            kind=RecordKind(self.kind),
-            category=self.category,
-            timestamp=datetime.fromisoformat(self.timestamp) if self.timestamp else None,
-            metadata=self.meta,
-            input=self.input,
-            output=self.output,
-        )
+        stored = (self.user_id, self.record_id, self.text, self.kind, self.category, self.timestamp)
+        return _record(*stored, self.meta, self.input, self.output)
 
 
 class StoreInfo(SQLModel, table=True):
@@ -236,9 +227,18 @@ _SEARCH_STATE = (
 )
 
 
-def _record(row: Sequence[Any]) -> Record:
-    """A record from a raw row of ``_RECORD_COLUMNS``, as :meth:`RecordRow.to_record` builds it."""
-    user_id, record_id, text_, kind, category, timestamp, meta, input_, output = row
+def _record(
+    user_id: str,
+    record_id: str,
+    text_: str,
+    kind: str,
+    category: str | None,
+    timestamp: str | None,
+    meta: dict[str, Any],
+    input_: str | None,
+    output: str | None,
+) -> Record:
+    """A record from its stored columns (``_RECORD_COLUMNS``, with ``meta`` decoded)."""
     return Record(
         user_id=user_id,
         id=record_id,
@@ -246,7 +246,7 @@ def _record(row: Sequence[Any]) -> Record:
         kind=RecordKind(kind),
         category=category,
         timestamp=datetime.fromisoformat(timestamp) if timestamp else None,
-        metadata=json.loads(meta),
+        metadata=meta,
         input=input_,
         output=output,
     )
@@ -881,7 +881,9 @@ class SqlCatalog:
         for chunk in _chunks(list(vector_ids)):
             marks = ",".join("?" * len(chunk))
             rows = reader.execute(_BY_VECTOR_IDS.format(marks=marks), (user_id, *chunk)).fetchall()
-            found.update({row[0]: _record(row[1:]) for row in rows})
+            for vid, *columns in rows:
+                columns[6] = json.loads(columns[6])  # meta: JSON text in a raw row
+                found[vid] = _record(*columns)
         return found
 
     def _lookup(self, user_id: str, key: Any, values: Sequence[str]) -> dict[str, Record]:

@@ -464,7 +464,7 @@ class Store:
         user_id = self._key(user_id)
         state = self.catalog.search_state(user_id)
         if state is None:
-            return [], np.zeros((0, self.encoder.dim), dtype=np.float32)
+            return [], np.zeros((0, 0), dtype=np.float32)  # as the index answers for no collection
         view = self._view(user_id, state.index_token)
         if view.matrix is not None:
             vector_ids, matrix = list(view.ids), view.matrix
