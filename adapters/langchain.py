@@ -50,6 +50,7 @@ from personamem.pipeline import PipelineConfig
 from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind, check_user_id, parse_record
 from personamem.retrieval.base import Hit
+from personamem.store.timeline import reading
 
 __all__ = [
     "PersonaMemChatMessageHistory",
@@ -102,6 +103,9 @@ class PersonaMemRetriever(BaseRetriever):
     retriever is (a PURPLE checkpoint is loaded once per memory), so an unknown name, a missing
     checkpoint or an LLM method on a memory without an LLM fails here rather than on the first query.
 
+    Only facts current now are found, unless ``as_of`` names another time (a datetime or ISO 8601
+    string) or ``include_superseded`` asks for every version (see :meth:`PersonaMem.supersede`).
+
     ``k`` may also be given per call (``retriever.invoke(query, k=2)``). Async calls run the sync
     search in LangChain's executor (the store is thread-safe and has no async client); the async
     method is overridden only because LangChain's default wrapper drops call keywords such as ``k``.
@@ -117,6 +121,8 @@ class PersonaMemRetriever(BaseRetriever):
     k: int = Field(default=4, ge=1)
     method: str = "dense"
     pipeline: PipelineConfig | None = None
+    as_of: datetime | str | None = None
+    include_superseded: bool = False
 
     @model_validator(mode="after")
     def _buildable(self) -> PersonaMemRetriever:
@@ -133,9 +139,9 @@ class PersonaMemRetriever(BaseRetriever):
         k = self.k if k is None else k
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        hits = self.memory.pipeline(self.method if self.pipeline is None else self.pipeline).search(
-            self.user_id, query, k
-        )
+        pipeline = self.memory.pipeline(self.method if self.pipeline is None else self.pipeline)
+        with reading(self.as_of, include_superseded=self.include_superseded):
+            hits = pipeline.search(self.user_id, query, k)
         return [_hit_to_document(hit, hits.interaction_id) for hit in hits]
 
     async def _aget_relevant_documents(

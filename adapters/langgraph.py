@@ -40,9 +40,11 @@ Semantics, following LangGraph's own stores where personamem allows:
 - ``list_namespaces`` reads every record of every user: linear in the size of the store, meant for
   inspection rather than the request path.
 
-Not supported: TTLs (``supports_ttl`` is False, so LangGraph refuses a ``ttl``), and ``index=False``:
-every personamem record is embedded, so such an item is still found by a query search. Values must be
-JSON-serializable, as LangGraph requires of every store.
+A put's ``ttl`` (minutes) becomes the record's ``expires_at``: the item is hidden once it passes and
+erased by the store's sweep. Reads do not refresh a TTL (``refresh_ttl`` is ignored).
+
+Not supported: ``index=False``: every personamem record is embedded, so such an item is still found
+by a query search. Values must be JSON-serializable, as LangGraph requires of every store.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ import hashlib
 import json
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from personamem.errors import InvalidInputError, MissingExtraError
@@ -130,6 +132,8 @@ class PersonaMemStore(BaseStore):
         >>> store.search(("alice", "memories"), query="what should I cook?")  # doctest: +SKIP
     """
 
+    supports_ttl = True
+
     def __init__(
         self,
         memory: PersonaMem,
@@ -150,7 +154,6 @@ class PersonaMemStore(BaseStore):
         Raises:
             InvalidInputError: a namespace or prefix that names no user, or an unknown filter operator.
             InvalidNamespaceError: a namespace label LangGraph refuses (empty, or holding a ``.``).
-            NotImplementedError: a put with a TTL.
         """
         ops = list(ops)
         for op in ops:
@@ -227,8 +230,6 @@ class PersonaMemStore(BaseStore):
             if op.value is None:
                 deletes.setdefault(user, []).append(rid)
                 continue
-            if op.ttl is not None:
-                raise NotImplementedError("PersonaMemStore does not expire items: put them with ttl=None")
             value = dict(op.value)
             old = self._item(self.memory.get(user, rid))
             records.append(
@@ -238,6 +239,9 @@ class PersonaMemStore(BaseStore):
                     "text": self._text(value, op.index if isinstance(op.index, list) else self.text_fields),
                     "kind": RecordKind.NOTE,
                     "timestamp": now,
+                    # LangGraph's TTL is in minutes; the store's sweep erases the item (reads do not
+                    # refresh it: refresh_ttl is ignored)
+                    "expires_at": None if op.ttl is None else now + timedelta(minutes=op.ttl),
                     "metadata": {
                         _NAMESPACE: json.dumps(list(op.namespace), ensure_ascii=False),
                         _KEY: op.key,

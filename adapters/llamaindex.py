@@ -43,6 +43,7 @@ from personamem.pipeline import Context, PipelineConfig
 from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind, check_user_id
 from personamem.retrieval.base import Hit
+from personamem.store.timeline import epoch, reading
 
 try:
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -116,6 +117,9 @@ class PersonaMemRetriever(BaseRetriever):
     loaded once per memory), so an unknown name, a missing checkpoint or an LLM method on a memory
     without an LLM fails at construction.
 
+    Only facts current now are found, unless ``as_of`` names another time or ``include_superseded``
+    asks for every version (see :meth:`PersonaMem.supersede`).
+
     A query bundle with an ``embedding`` is searched densely with that vector (``method`` and
     ``pipeline`` do not apply): it must be in the store encoder's space, e.g. a personalized query
     vector.
@@ -134,6 +138,8 @@ class PersonaMemRetriever(BaseRetriever):
         k: int = 4,
         method: str = "dense",
         pipeline: PipelineConfig | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
         callback_manager: CallbackManager | None = None,
     ) -> None:
         if k < 1:
@@ -147,8 +153,14 @@ class PersonaMemRetriever(BaseRetriever):
         self.k = k
         self.method = method
         self.pipeline = pipeline
+        epoch(as_of)  # a bad time fails here, not on the first query
+        self.as_of, self.include_superseded = as_of, include_superseded
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        with reading(self.as_of, include_superseded=self.include_superseded):
+            return self._search(query_bundle)
+
+    def _search(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         if query_bundle.embedding is not None:
             vector = self._query_vector(query_bundle.embedding)
             hits = self.memory.search_vector(self.user_id, vector, self.k)

@@ -17,10 +17,13 @@ from rich.table import Table
 
 from personamem.cli_analyze import analyze_app
 from personamem.cli_eval_adapter import eval_adapter
+from personamem.cli_eval_conflicts import eval_conflicts
 from personamem.cli_eval_memory import eval_memory
 from personamem.cli_eval_pgret import eval_pgret
+from personamem.cli_facts import purge, supersede, ttl
 from personamem.cli_improve import improve
 from personamem.cli_log import feedback, log_app
+from personamem.cli_mcp import mcp
 from personamem.cli_memory import memory_app
 from personamem.cli_models import models_app
 from personamem.cli_options import REFERENCE_LLM_RUNTIME, LLMRuntime, config_options, runtime_option
@@ -56,9 +59,14 @@ app.command()(serve)
 app.command("eval-memory")(eval_memory)
 app.command("eval-pgret")(eval_pgret)
 app.command("eval-adapter")(eval_adapter)
+app.command("eval-conflicts")(eval_conflicts)
 app.command("improve")(improve)
 app.command("export")(export_user)
 app.command("import")(import_user)
+app.command("mcp")(mcp)
+app.command("supersede")(supersede)
+app.command("purge")(purge)
+app.command("ttl")(ttl)
 
 
 def default_store() -> Path:
@@ -194,6 +202,10 @@ def ingest(
     out.print(f"stored {stored} record(s) for {users} user(s)")
 
 
+_AS_OF = typer.Option(help="Answer from the facts current at this time (ISO 8601; UTC if naive).")
+_ALL_VERSIONS = typer.Option("--include-superseded", help="Include superseded and not-yet-valid records.")
+
+
 @app.command()
 def search(
     ctx: typer.Context,
@@ -206,10 +218,12 @@ def search(
     ] = None,
     llm_runtime: Annotated[LLMRuntime | None, runtime_option()] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
+    as_of: Annotated[str | None, _AS_OF] = None,
+    include_superseded: Annotated[bool, _ALL_VERSIONS] = False,
 ) -> None:
-    """Search one user's memory with any method."""
+    """Search one user's memory with any method (the facts current now, unless --as-of says when)."""
     with ctx.obj.open(llm=llm, llm_runtime=llm_runtime and llm_runtime.value) as mem:
-        hits = mem.search(user, query, k=k, method=method)
+        hits = mem.search(user, query, k=k, method=method, as_of=as_of, include_superseded=include_superseded)
     if as_json:
         for hit in hits:
             row = {"rank": hit.rank, "score": hit.score, **hit.record.model_dump(mode="json")}
@@ -234,6 +248,8 @@ def context(
         typer.Option(help="Run this method's stages over the configured pipeline (see 'search --help')."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the context as JSON.")] = False,
+    as_of: Annotated[str | None, _AS_OF] = None,
+    include_superseded: Annotated[bool, _ALL_VERSIONS] = False,
     *,
     pipeline: PipelineConfig,
 ) -> None:
@@ -243,7 +259,7 @@ def context(
     """
     given = pipeline.model_dump(include=pipeline.model_fields_set)  # options given override the file
     with ctx.obj.open(**given) as mem:
-        result = mem.context(user, query, pipeline=method)
+        result = mem.context(user, query, pipeline=method, as_of=as_of, include_superseded=include_superseded)
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
         return

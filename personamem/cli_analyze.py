@@ -154,3 +154,50 @@ def judge(
         f"{calibration.pairs} pairs ({sum(labels)} gold); at margin ≥ {calibration.threshold:.2f}: "
         f"TPR {calibration.tpr:.2f}, FPR {calibration.fpr:.2f}; {len(pairs) / seconds:.1f} pairs/s"
     )
+
+
+@analyze_app.command("duplicates")
+def duplicates(
+    data_root: Annotated[Path, typer.Option(help="The folder holding each benchmark's folder.")],
+    threshold: Annotated[
+        list[float] | None,
+        typer.Option(help="Cosine thresholds to count at; repeat. [default: 0.9 0.95 0.99]"),
+    ] = None,
+) -> None:
+    """How many records of each benchmark's users nearly repeat one of the same user's earlier records.
+
+    What ``add``'s near-duplicate check would report (``keep``) or drop (``skip``) on that history,
+    counted against the user's earlier records, with exact repeats of the text apart.
+    """
+    import numpy as np
+    from rich.table import Table
+
+    from personamem.encoder import default_encoder
+    from personamem.eval.evaluate import BENCHMARK_FOLDERS, EvalConfig, load_benchmark
+    from personamem.eval.vectors import corpus_vectors, default_vector_cache
+
+    levels = sorted(threshold or [0.9, 0.95, 0.99])
+    encoder = default_encoder()
+    table = Table("benchmark", "users", "records", "same text", *(f"cos ≥ {t:g}" for t in levels))
+    for name, folder in BENCHMARK_FOLDERS.items():
+        if not (data_root / folder).is_dir():
+            continue
+        bench = load_benchmark(EvalConfig(benchmark=name, data=data_root / folder))
+        vectors = corpus_vectors(encoder, [r.text for r in bench.records], default_vector_cache())
+        rows: dict[str, list[int]] = {}
+        for i, record in enumerate(bench.records):
+            rows.setdefault(record.user_id, []).append(i)
+        same_text, near = 0, [0] * len(levels)
+        for indices in rows.values():
+            texts = [bench.records[i].text for i in indices]
+            same_text += len(texts) - len(set(texts))
+            user = vectors[indices]
+            cosine = np.tril(user @ user.T, k=-1)  # each record against the user's earlier ones
+            best = cosine.max(axis=1) if len(indices) > 1 else np.zeros(1)
+            for j, level in enumerate(levels):
+                near[j] += int((best >= level).sum())
+        n = len(bench.records)
+        table.add_row(
+            name.value, str(len(rows)), str(n), str(same_text), *(f"{c} ({c / n:.1%})" for c in near)
+        )
+    out.print(table)

@@ -11,6 +11,7 @@ reached or fails is a :class:`~personamem.errors.RemoteError`. Both clients driv
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -131,11 +132,30 @@ class Client:
         """Store a user's export (from :meth:`export`), as its user or ``user_id``."""
         return self._run(remote.import_user(path, user_id))
 
+    def supersede(self, user_id: str, old_id: str, text: str = "", **fields: Any) -> Record:
+        """Store a record that replaces ``old_id`` as the current fact (:meth:`PersonaMem.supersede`)."""
+        return self._run(remote.supersede(user_id, old_id, text, fields))
+
+    def ttl(self) -> timedelta | None:
+        """The tenant's default time-to-live of new records (None: they do not expire)."""
+        return self._run(remote.ttl())
+
+    def set_ttl(self, ttl: timedelta | float | None) -> None:
+        """Make the tenant's new records expire ``ttl`` (a timedelta or seconds) after they are added."""
+        self._run(remote.set_ttl(ttl))
+
+    def purge(self) -> int:
+        """Erase the tenant's expired records now; returns how many."""
+        return self._run(remote.purge())
+
     # -- reads ------------------------------------------------------------------------------------
 
-    def search(self, user_id: str, query: str, k: int = 5, method: str = "dense") -> Hits:
-        """The user's top ``k`` records for ``query`` by ``method`` (``interaction_id`` where logged)."""
-        return self._run(remote.search(user_id, query, k, method))
+    def search(self, user_id: str, query: str, k: int = 5, method: str = "dense", **when: Any) -> Hits:
+        """The user's top ``k`` records for ``query`` by ``method`` (``interaction_id`` where logged).
+
+        ``when``: ``as_of`` and ``include_superseded``, as in :meth:`PersonaMem.search`.
+        """
+        return self._run(remote.search(user_id, query, k, method, when))
 
     def feedback(
         self,
@@ -149,10 +169,19 @@ class Client:
         self._run(remote.feedback(interaction_id, answer, rating, used_record_ids))
 
     def context(
-        self, user_id: str, query: str, *, budget_tokens: int | None = None, pipeline: str | None = None
+        self,
+        user_id: str,
+        query: str,
+        *,
+        budget_tokens: int | None = None,
+        pipeline: str | None = None,
+        **when: Any,
     ) -> Context:
-        """What to paste into the LLM's prompt for ``query`` (``pipeline``: a method name)."""
-        return self._run(remote.context(user_id, query, budget_tokens, pipeline))
+        """What to paste into the LLM's prompt for ``query`` (``pipeline``: a method name).
+
+        ``when``: ``as_of`` and ``include_superseded``, as in :meth:`PersonaMem.context`.
+        """
+        return self._run(remote.context(user_id, query, budget_tokens, pipeline, when))
 
     def memory(self, user_id: str) -> PreferenceMemory:
         """The user's preference memory (``stale`` when the server could not rebuild it in time)."""
@@ -276,9 +305,25 @@ class AsyncClient:
         """:meth:`Client.import_user`."""
         return await self._run(remote.import_user(path, user_id))
 
-    async def search(self, user_id: str, query: str, k: int = 5, method: str = "dense") -> Hits:
+    async def supersede(self, user_id: str, old_id: str, text: str = "", **fields: Any) -> Record:
+        """:meth:`Client.supersede`."""
+        return await self._run(remote.supersede(user_id, old_id, text, fields))
+
+    async def ttl(self) -> timedelta | None:
+        """:meth:`Client.ttl`."""
+        return await self._run(remote.ttl())
+
+    async def set_ttl(self, ttl: timedelta | float | None) -> None:
+        """:meth:`Client.set_ttl`."""
+        await self._run(remote.set_ttl(ttl))
+
+    async def purge(self) -> int:
+        """:meth:`Client.purge`."""
+        return await self._run(remote.purge())
+
+    async def search(self, user_id: str, query: str, k: int = 5, method: str = "dense", **when: Any) -> Hits:
         """:meth:`Client.search`."""
-        return await self._run(remote.search(user_id, query, k, method))
+        return await self._run(remote.search(user_id, query, k, method, when))
 
     async def feedback(
         self,
@@ -292,10 +337,16 @@ class AsyncClient:
         await self._run(remote.feedback(interaction_id, answer, rating, used_record_ids))
 
     async def context(
-        self, user_id: str, query: str, *, budget_tokens: int | None = None, pipeline: str | None = None
+        self,
+        user_id: str,
+        query: str,
+        *,
+        budget_tokens: int | None = None,
+        pipeline: str | None = None,
+        **when: Any,
     ) -> Context:
         """:meth:`Client.context`."""
-        return await self._run(remote.context(user_id, query, budget_tokens, pipeline))
+        return await self._run(remote.context(user_id, query, budget_tokens, pipeline, when))
 
     async def memory(self, user_id: str) -> PreferenceMemory:
         """:meth:`Client.memory`."""

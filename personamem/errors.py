@@ -18,6 +18,7 @@ __all__ = [
     "AuthenticationError",
     "CheckpointError",
     "ConfigError",
+    "ConflictFallbackWarning",
     "FallbackWarning",
     "IngestError",
     "InsufficientDataError",
@@ -166,6 +167,10 @@ class RewriteFallbackWarning(FallbackWarning):
 
 class MemoryFallbackWarning(FallbackWarning):
     """A preference memory was not rebuilt in time or at all, so an older one (stale) or none was used."""
+
+
+class ConflictFallbackWarning(FallbackWarning):
+    """Conflict detection's LLM failed, so a knowledge record was added without superseding anything."""
 
 
 class PipelineFallbackWarning(FallbackWarning):

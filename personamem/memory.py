@@ -9,14 +9,22 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
+from personamem.conflicts import ConflictDetector
 from personamem.encoder import Encoder
-from personamem.errors import ConfigError, InvalidInputError, MethodError
+from personamem.errors import (
+    ConfigError,
+    ConflictFallbackWarning,
+    InvalidInputError,
+    MethodError,
+    warn_fallback,
+)
 from personamem.interactions import Interaction
 from personamem.llm.base import FrozenLLM
 from personamem.methods import check_llm, method_config
@@ -26,9 +34,11 @@ from personamem.pipeline.stages import build_extractor
 from personamem.portability import Imported, export_lines, read_export, write_export
 from personamem.preference import PreferenceMemories, PreferenceMemory, PromptedExtractor, SetwiseReranker
 from personamem.profile import ProfileSelector
-from personamem.records import Record, check_user_id, parse_record, parse_records
+from personamem.records import Record, RecordKind, check_user_id, parse_record, parse_records
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
 from personamem.store import Store
+from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
+from personamem.store.timeline import reading
 
 __all__ = ["PersonaMem", "open_memory"]
 
@@ -66,6 +76,9 @@ class PersonaMem:
         self._lock = threading.Lock()
         self._dense = DenseRetriever(store)
         self._bm25 = BM25Retriever(store)
+        # what add does with a near-duplicate, unless a call says otherwise (see store/duplicates.py)
+        self.duplicates = DuplicatePolicy.KEEP
+        self.duplicate_threshold = DUPLICATE_THRESHOLD
 
     @classmethod
     def open(
@@ -116,6 +129,7 @@ class PersonaMem:
                 view = PersonaMem(self.store.for_tenant(name), pipeline=self.config, llm=self._llm)
                 # an LLM or a memory checkpoint named by the config loads once
                 view._llms, view._extractors, view._lock = self._llms, self._extractors, self._lock
+                view.duplicates, view.duplicate_threshold = self.duplicates, self.duplicate_threshold
                 self._tenants[name] = view
             return view
 
@@ -133,15 +147,57 @@ class PersonaMem:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def add(self, user_id: str, text: str = "", **fields: Any) -> Record:
-        """Remember one record of ``user_id``; returns it with its id.
+    def add(
+        self,
+        user_id: str,
+        text: str = "",
+        *,
+        duplicates: DuplicatePolicy | str | None = None,
+        duplicate_threshold: float | None = None,
+        **fields: Any,
+    ) -> Record:
+        """Remember one record of ``user_id``; returns the record that now holds it, with its id.
 
         ``fields`` are :class:`~personamem.records.Record` fields (``id``, ``kind``, ``category``,
-        ``timestamp``, ``metadata``, ``input``, ``output``). Adding the same record again is a no-op.
+        ``timestamp``, ``metadata``, ``input``, ``output``, ``valid_from``, ``valid_until``,
+        ``expires_at``). Adding the same record again is a no-op. A near-duplicate of a current
+        record (cosine ``duplicate_threshold``, default this object's ``duplicate_threshold``) is
+        named in the returned record's ``duplicate_of``; ``duplicates`` (default this object's
+        ``duplicates``, ``keep``) is ``keep`` (store it too), ``skip`` (return the existing record)
+        or ``merge-metadata`` (add its metadata to the existing record and return that).
+
+        Raises:
+            InvalidRecordError: the record is not valid.
+            InvalidInputError: an unknown ``duplicates`` policy or a threshold that is not a cosine.
         """
+        policy, threshold = check_duplicates(
+            self.duplicates if duplicates is None else duplicates,
+            self.duplicate_threshold if duplicate_threshold is None else duplicate_threshold,
+        )
         record = parse_record({"user_id": user_id, "text": text, **fields})
-        self.store.add(record)
-        return record
+        if self.config.conflicts and record.kind is RecordKind.KNOWLEDGE:
+            replaced = self._replaced(record)
+            if replaced is not None:
+                return self.store.supersede(record.user_id, replaced.id, record)
+        return self.store.add(record, duplicates=policy, threshold=threshold)
+
+    def _replaced(self, record: Record) -> Record | None:
+        """The current knowledge record ``record`` replaces, by the LLM (``conflicts`` on); None if none.
+
+        A failing LLM is a warning and None: the record is added without detection.
+        """
+        llm = self._llm_for(self.config)
+        if llm is None:
+            raise ConfigError("conflicts = true needs an LLM: set the pipeline's llm or pass one")
+        detector = ConflictDetector(llm)
+        vector = self.store.encoder.encode([record.text])[0]
+        neighbours = self.store.nearest(record.user_id, vector, detector.candidates + 1)
+        try:
+            return detector.replaced(record, neighbours)
+        except Exception as error:  # any LLM failure: the write goes on without detection
+            message = f"conflict detection failed ({type(error).__name__}: {error}); added without it"
+            warn_fallback(message, ConflictFallbackWarning)
+            return None
 
     def add_many(
         self,
@@ -200,28 +256,80 @@ class PersonaMem:
         if current is None:
             raise InvalidInputError(f"user {user_id!r} has no record {record_id!r}")
         record = parse_record({**current.model_dump(), **changes})
-        self.store.add(record)
-        return record
+        return self.store.add(record).model_copy(update={"duplicate_of": None})
 
     def forget(self, user_id: str) -> bool:
         """Erase the user: records, vectors and cached derived data. False if unknown."""
         return self.store.forget(check_user_id(user_id))
 
+    def supersede(self, user_id: str, old_id: str, text: str = "", **fields: Any) -> Record:
+        """Record that a new fact replaces record ``old_id`` ("my name is Bob" after "...Alice").
+
+        The old record stays in the user's history (until deleted) with its validity ended where
+        the new one's begins (``valid_from``, default now); search and context show current facts,
+        ``as_of=`` the facts of a past time, ``include_superseded=True`` all. ``fields`` are the new
+        record's, as in :meth:`add`. Returns the new record as stored.
+
+        Raises:
+            InvalidInputError: the user has no record ``old_id``, or it is no longer current.
+            InvalidRecordError: the new record is not valid.
+        """
+        if not isinstance(old_id, str) or not old_id:
+            raise InvalidInputError(f"old_id must be a non-empty record id, got {old_id!r}")
+        record = parse_record({"user_id": user_id, "text": text, **fields})
+        return self.store.supersede(record.user_id, old_id, record)
+
+    def ttl(self) -> timedelta | None:
+        """The default time-to-live of new records (this tenant's, else the store's); None: keep."""
+        seconds = self.store.ttl
+        return None if seconds is None else timedelta(seconds=seconds)
+
+    def set_ttl(self, ttl: timedelta | float | None) -> None:
+        """Make new records expire ``ttl`` (a timedelta or seconds) after they are added; None: never.
+
+        Stored with the data, so every process and the server apply it; set on a tenant's view
+        (:meth:`tenant`), it is that tenant's default. A record's own ``expires_at`` wins.
+        """
+        self.store.set_ttl(ttl.total_seconds() if isinstance(ttl, timedelta) else ttl)
+
+    def purge(self, *, all_tenants: bool = False) -> int:
+        """Erase the records whose expiry has passed, now; returns how many.
+
+        A background sweep does this while the store is open (every ``PERSONAMEM_SWEEP_S``
+        seconds, default 60; 0 turns it off); expired records are hidden from every read before
+        either runs.
+        ``all_tenants`` (not on a tenant's view) purges every tenant's records too.
+        """
+        return self.store.purge_expired(all_tenants=all_tenants)
+
     # -- reads ------------------------------------------------------------------------------------
 
-    def search(self, user_id: str, query: str, k: int = 5, method: str = "dense") -> Hits:
+    def search(
+        self,
+        user_id: str,
+        query: str,
+        k: int = 5,
+        method: str = "dense",
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> Hits:
         """The user's top ``k`` records for ``query`` by ``method`` (see :mod:`personamem.methods`).
 
         A method with a profile selector ranks its profile first, then the other candidates. An
         unknown user gets an empty list. With ``log_interactions`` on, ``hits.interaction_id`` names
-        the logged call for :meth:`feedback`.
+        the logged call for :meth:`feedback`. Only facts current now are searched, unless ``as_of``
+        (a datetime or ISO 8601 string; naive means UTC) names another time or
+        ``include_superseded`` asks for every version; expired records never are.
 
         Raises:
             MethodError: an unknown method, or one that needs an LLM when none is configured.
+            InvalidInputError: an ``as_of`` that is not a time.
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        return self.pipeline(method).search(user_id, query, k)
+        with reading(as_of, include_superseded=include_superseded):
+            return self.pipeline(method).search(user_id, query, k)
 
     def context(
         self,
@@ -230,6 +338,8 @@ class PersonaMem:
         *,
         budget_tokens: int | None = None,
         pipeline: PipelineConfig | str | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
     ) -> Context:
         """What to paste into the LLM's prompt for ``query``: the user's profile, within the budget.
 
@@ -239,11 +349,14 @@ class PersonaMem:
             budget_tokens: most tokens of context (default: the pipeline's ``budget_tokens``).
             pipeline: another config, or a method name applied over the configured pipeline
                 (default: the configured pipeline).
+            as_of: build it from the facts current at this time (default: now).
+            include_superseded: from every version of every fact instead.
 
         Raises:
             MethodError: an unknown method, or one that needs an LLM when none is configured.
         """
-        return self.pipeline(pipeline).context(user_id, query, budget_tokens=budget_tokens)
+        with reading(as_of, include_superseded=include_superseded):
+            return self.pipeline(pipeline).context(user_id, query, budget_tokens=budget_tokens)
 
     # -- for event loops: the same calls on a worker thread -----------------------------------------
 
@@ -251,9 +364,20 @@ class PersonaMem:
         """:meth:`add` without blocking the event loop (the encoder and SQL run on a thread)."""
         return await asyncio.to_thread(self.add, user_id, text, **fields)
 
-    async def asearch(self, user_id: str, query: str, k: int = 5, method: str = "dense") -> Hits:
+    async def asearch(
+        self,
+        user_id: str,
+        query: str,
+        k: int = 5,
+        method: str = "dense",
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> Hits:
         """:meth:`search` without blocking the event loop."""
-        return await asyncio.to_thread(self.search, user_id, query, k, method)
+        return await asyncio.to_thread(
+            self.search, user_id, query, k, method, as_of=as_of, include_superseded=include_superseded
+        )
 
     async def acontext(
         self,
@@ -262,10 +386,18 @@ class PersonaMem:
         *,
         budget_tokens: int | None = None,
         pipeline: PipelineConfig | str | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
     ) -> Context:
         """:meth:`context` without blocking the event loop (an LLM stage's wait included)."""
         return await asyncio.to_thread(
-            self.context, user_id, query, budget_tokens=budget_tokens, pipeline=pipeline
+            self.context,
+            user_id,
+            query,
+            budget_tokens=budget_tokens,
+            pipeline=pipeline,
+            as_of=as_of,
+            include_superseded=include_superseded,
         )
 
     # -- interaction log ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -27,7 +27,7 @@ from pydantic import (
 
 from personamem.errors import InvalidInputError, InvalidRecordError
 
-__all__ = ["Record", "RecordKind", "check_user_id", "content_id", "parse_record", "parse_records"]
+__all__ = ["Record", "RecordKind", "as_utc", "check_user_id", "content_id", "parse_record", "parse_records"]
 
 JsonScalar = str | int | float | bool | None
 
@@ -73,8 +73,15 @@ class Record(BaseModel):
     metadata: dict[str, JsonScalar] = Field(default_factory=dict)
     input: StrictStr | None = None
     output: StrictStr | None = None
+    # when the record holds (see personamem/store/timeline.py): [valid_from, valid_until), None = open
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    supersedes: StrictStr | None = None  # the id of the record this one replaced (``supersede``)
+    expires_at: datetime | None = None  # invisible from then on, and erased by the next sweep
+    # a report, never stored: the user's existing record this one nearly duplicates (``add``)
+    duplicate_of: StrictStr | None = Field(default=None, exclude=True)
 
-    @field_validator("user_id", "text", "id", "category", "input", "output")
+    @field_validator("user_id", "text", "id", "category", "input", "output", "supersedes")
     @classmethod
     def _storable(cls, value: str | None) -> str | None:
         return None if value is None else _utf8(value)
@@ -87,6 +94,11 @@ class Record(BaseModel):
             if isinstance(item, str):
                 _utf8(item)
         return value
+
+    @field_validator("valid_from", "valid_until", "expires_at")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else as_utc(value)
 
     @field_validator("user_id")
     @classmethod
@@ -104,6 +116,11 @@ class Record(BaseModel):
 
     @model_validator(mode="after")
     def _fill_text_and_id(self) -> Record:
+        if self.valid_from and self.valid_until and self.valid_until <= self.valid_from:
+            raise ValueError(
+                f"valid_until ({self.valid_until.isoformat()}) must be after valid_from "
+                f"({self.valid_from.isoformat()})"
+            )
         text = self.text
         if not text.strip():
             if self.input is None and self.output is None:
@@ -117,6 +134,11 @@ class Record(BaseModel):
                 self, "id", content_id(self.kind.value, text, self.input, self.output, self.timestamp)
             )
         return self
+
+
+def as_utc(moment: datetime) -> datetime:
+    """``moment`` in UTC; a naive time is taken as UTC already (validity and expiry compare instants)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def _utf8(value: str) -> str:

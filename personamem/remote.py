@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -24,6 +25,8 @@ from personamem.portability import Imported, write_export
 from personamem.preference import PreferenceMemory
 from personamem.records import Record, parse_record, parse_records
 from personamem.retrieval import Hit
+from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
+from personamem.store.timeline import epoch
 
 __all__ = ["Call", "Request", "error_from"]
 
@@ -52,9 +55,43 @@ class Request:
 Call = Generator[Request, Any, T]
 
 
+_WRITE_OPTIONS = ("duplicates", "duplicate_threshold")  # add's options that are not record fields
+
+
 def add(user_id: str, text: str, fields: Mapping[str, Any]) -> Call[Record]:
+    options = {k: v for k, v in fields.items() if k in _WRITE_OPTIONS and v is not None}
+    fields = {k: v for k, v in fields.items() if k not in _WRITE_OPTIONS}
+    if options:
+        check_duplicates(
+            options.get("duplicates", DuplicatePolicy.KEEP),
+            options.get("duplicate_threshold", DUPLICATE_THRESHOLD),
+        )
     record = parse_record({"user_id": user_id, "text": text, **fields})  # the SDK's errors, here
-    return Record.model_validate((yield Request("POST", "/v1/records", record.model_dump(mode="json"))))
+    body = {**record.model_dump(mode="json"), **options}
+    return Record.model_validate((yield Request("POST", "/v1/records", body)))
+
+
+def supersede(user_id: str, old_id: str, text: str, fields: Mapping[str, Any]) -> Call[Record]:
+    record = parse_record({"user_id": _user(user_id), "text": text, **fields})
+    body = {"user_id": user_id, "old_id": old_id, "record": record.model_dump(mode="json")}
+    return Record.model_validate((yield Request("POST", "/v1/records/supersede", body)))
+
+
+def ttl() -> Call[timedelta | None]:
+    seconds = (yield Request("GET", "/v1/ttl"))["seconds"]
+    return None if seconds is None else timedelta(seconds=seconds)
+
+
+def set_ttl(ttl: timedelta | float | None) -> Call[None]:
+    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
+    number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    if seconds is not None and (not number or seconds <= 0):
+        raise errors.InvalidInputError(f"a time-to-live must be a positive number of seconds, got {ttl!r}")
+    yield Request("PUT", "/v1/ttl", {"seconds": seconds})
+
+
+def purge() -> Call[int]:
+    return int((yield Request("POST", "/v1/purge"))["purged"])
 
 
 def add_many(
@@ -102,10 +139,9 @@ def forget(user_id: str) -> Call[bool]:
     return bool((yield Request("DELETE", "/v1/users", params={"user_id": _user(user_id)}))["forgotten"])
 
 
-def search(user_id: str, query: str, k: int, method: str) -> Call[Hits]:
-    body = yield Request(
-        "POST", "/v1/search", {"user_id": _user(user_id), "query": query, "k": k, "method": method}
-    )
+def search(user_id: str, query: str, k: int, method: str, when: Mapping[str, Any]) -> Call[Hits]:
+    request = {"user_id": _user(user_id), "query": query, "k": k, "method": method, **_when(**when)}
+    body = yield Request("POST", "/v1/search", request)
     hits = Hits(_hit(h) for h in body["hits"])
     hits.interaction_id = body.get("interaction_id")
     return hits
@@ -119,12 +155,15 @@ def feedback(
     yield Request("POST", "/v1/feedback", request)
 
 
-def context(user_id: str, query: str, budget_tokens: int | None, pipeline: str | None) -> Call[Context]:
+def context(
+    user_id: str, query: str, budget_tokens: int | None, pipeline: str | None, when: Mapping[str, Any]
+) -> Call[Context]:
     request = {
         "user_id": _user(user_id),
         "query": query,
         "budget_tokens": budget_tokens,
         "pipeline": pipeline,
+        **_when(**when),
     }
     body = yield Request("POST", "/v1/context", request)
     return Context(
@@ -216,6 +255,13 @@ def count(user_id: str | None) -> Call[int]:
 
 def health() -> Call[dict[str, Any]]:
     return dict((yield Request("GET", "/v1/health")))
+
+
+def _when(as_of: datetime | str | None = None, include_superseded: bool = False) -> dict[str, Any]:
+    """The read time of a search or context request, checked as the SDK checks it."""
+    seconds = epoch(as_of)
+    at = None if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat()
+    return {"as_of": at, "include_superseded": bool(include_superseded)}
 
 
 def _user(user_id: str) -> str:

@@ -9,6 +9,8 @@ user's retrieval, a kept ``created_at``, users kept apart) the test says so.
 from __future__ import annotations
 
 import runpy
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -217,9 +219,26 @@ def test_a_batch_reads_before_it_writes_and_the_last_put_wins(mem: PersonaMem) -
     assert got is not None and got.value == {"text": "second"} and mem.count("alice") == 2
 
 
+def test_a_ttl_expires_the_item(store: PersonaMemStore, mem: PersonaMem) -> None:
+    before = datetime.now(UTC)
+    store.put(("alice", "memories"), "brief", {"text": "my hotel room is 412"}, ttl=0.05)  # 3 s
+    store.put(("alice", "memories"), "long", {"text": "I like quiet hotels"}, ttl=60.0)
+    [brief] = [r for r in mem.records("alice") if r.text == "my hotel room is 412"]
+    assert brief.expires_at is not None
+    assert (
+        timedelta(seconds=3)
+        <= brief.expires_at - before
+        <= timedelta(seconds=3) + (datetime.now(UTC) - before)
+    )
+    stored = mem.count("alice")
+    time.sleep(max(0.0, (brief.expires_at - datetime.now(UTC)).total_seconds()) + 0.1)
+    assert store.get(("alice", "memories"), "brief") is None
+    found = [i.key for i in store.search(("alice",), query="hotel room")]
+    assert "long" in found and "brief" not in found
+    assert mem.purge() == 1 and mem.count("alice") == stored - 1
+
+
 def test_unsupported_features_fail_clearly(store: PersonaMemStore) -> None:
-    with pytest.raises(NotImplementedError):
-        store.put(("alice", "memories"), "k", {"text": "x"}, ttl=5.0)
     # a field an item lacks fails an ordering (InMemoryStore raises TypeError instead)
     assert store.search(("alice",), filter={"missing": {"$gt": 1}}) == []
     with pytest.raises(InvalidInputError, match=r"\$regex"):

@@ -194,3 +194,23 @@ def test_a_store_from_before_kept_vectors_gains_the_column(tmp_path: Path, encod
             "my hives are in the orchard"
         ]
         assert mem.store.check().ok
+
+
+def test_a_store_from_before_validity_gains_its_columns(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    import sqlite3
+
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        kept = mem.add("ana", "I keep bees")
+    with sqlite3.connect(tmp_path / "personamem.sqlite") as db:  # the tables as older versions made them
+        db.execute("DROP INDEX ix_records_user_bounded")
+        db.execute("DROP INDEX ix_records_expires_at")
+        for column in ("valid_from", "valid_until", "supersedes", "expires_at", "bounded"):
+            db.execute(f"ALTER TABLE records DROP COLUMN {column}")
+        db.execute("ALTER TABLE users DROP COLUMN bounds_token")
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        assert mem.get("ana", kept.id) == kept  # its content hash is unchanged: re-adding is a no-op
+        mem.supersede("ana", kept.id, "I gave my hives to a neighbour.")
+        assert [h.record.text for h in mem.search("ana", "bees hives", k=2)] == [
+            "I gave my hives to a neighbour."
+        ]
+        assert mem.store.check().ok

@@ -156,6 +156,9 @@ class PipelineConfig(BaseModel):
     budget_tokens: int = Field(default=512, ge=0)
     """Most tokens the rendered context may take, in the pipeline's LLM's tokens where it has an LLM
     (an LLM stage, or an LLM instance given), else in the encoder's word pieces."""
+    conflicts: bool = False
+    """At write, ask ``llm`` whether a new ``knowledge`` record replaces one of the user's nearest current
+    ones, and supersede it if so (``personamem/conflicts.py``); off: records are only added."""
     llm: str | None = None
     """The frozen LLM for LLM stages: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a local
     model folder (None: no LLM, so no LLM stage)."""

@@ -49,9 +49,9 @@ class BM25Retriever:
         index = self._indexes.get(user_id)
         if index.bm25 is None or k <= 0:
             return []
+        hidden = self.store.hidden(user_id)  # superseded, not yet valid, expired: asked for beyond k
         docs, scores = index.bm25.retrieve(
-            _tokenize([query]), k=min(k, len(index.records)), show_progress=False, n_threads=1
+            _tokenize([query]), k=min(k + len(hidden), len(index.records)), show_progress=False, n_threads=1
         )
-        return ranked(
-            [(index.records[int(d)], float(s)) for d, s in zip(docs[0], scores[0], strict=True) if s > 0]
-        )
+        found = [(index.records[int(d)], float(s)) for d, s in zip(docs[0], scores[0], strict=True)]
+        return ranked([(record, s) for record, s in found if s > 0 and record.id not in hidden][:k])

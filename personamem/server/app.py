@@ -14,10 +14,10 @@ import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.routing import Route
 
 from personamem.errors import (
     CheckpointError,
@@ -53,9 +54,15 @@ from personamem.server.schemas import (
     RefreshIn,
     RerankIn,
     SearchIn,
+    SupersedeIn,
+    TtlIn,
     context_json,
     hit_json,
+    record_json,
 )
+
+if TYPE_CHECKING:
+    from personamem.mcp_server import HttpEndpoint
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "app_from_env", "create_app"]
 
@@ -141,10 +148,12 @@ def _tenant_of(mem: PersonaMem) -> Callable[[Request], PersonaMem]:
 
 def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """The REST API over ``mem``; the app closes ``mem`` when it shuts down."""
+    mcp = _mcp_endpoint(mem)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with mcp.running() if mcp is not None else nullcontext():
+            yield
         mem.close()
 
     app = _Api(
@@ -158,6 +167,8 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
     metrics = _Metrics()
     Tenant = Annotated[PersonaMem, Depends(_tenant_of(mem))]
     _install_error_handlers(app)
+    # MCP (streamable HTTP) over the same keys and tenants; 501 naming the extra when mcp is missing
+    app.router.routes.append(Route("/mcp", mcp.app if mcp else _no_mcp, methods=["GET", "POST", "DELETE"]))
 
     @app.middleware("http")
     async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Any]]) -> Any:
@@ -188,7 +199,31 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         user_id = fields.pop("user_id", None)
         if not isinstance(user_id, str):
             raise InvalidRecordError(f"user_id must be a non-empty string, got {user_id!r}")
-        return tenant.add(user_id, **fields).model_dump(mode="json")
+        fields.pop("duplicate_of", None)  # a report of a response, sent back by a client: not stored
+        return record_json(tenant.add(user_id, **fields))
+
+    @app.post("/v1/records/supersede", status_code=201, tags=["records"])
+    def supersede(body: SupersedeIn, tenant: Tenant) -> dict[str, Any]:
+        """Store a record that replaces ``old_id`` as the current fact; the old one stays in history."""
+        fields = {k: v for k, v in body.record.items() if k not in ("user_id", "duplicate_of")}
+        return record_json(tenant.supersede(body.user_id, body.old_id, **fields))
+
+    @app.get("/v1/ttl", tags=["records"])
+    def ttl(tenant: Tenant) -> dict[str, Any]:
+        """The tenant's default time-to-live of new records in seconds (null: records do not expire)."""
+        found = tenant.ttl()
+        return {"seconds": None if found is None else found.total_seconds()}
+
+    @app.put("/v1/ttl", tags=["records"])
+    def set_ttl(body: TtlIn, tenant: Tenant) -> dict[str, Any]:
+        """Set the tenant's default time-to-live of new records (null: none)."""
+        tenant.set_ttl(body.seconds)
+        return {"seconds": body.seconds}
+
+    @app.post("/v1/purge", tags=["records"])
+    def purge(tenant: Tenant) -> dict[str, Any]:
+        """Erase the tenant's expired records now (a background sweep does it every minute too)."""
+        return {"purged": tenant.purge()}
 
     @app.post("/v1/records/batch", status_code=201, tags=["records"])
     def add_many(body: BatchIn, tenant: Tenant) -> dict[str, Any]:
@@ -230,14 +265,14 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         record = tenant.get(user_id, record_id)
         if record is None:
             raise HTTPException(404, f"user {user_id!r} has no record {record_id!r}")
-        return record.model_dump(mode="json")
+        return record_json(record)
 
     @app.patch("/v1/records/{record_id:path}", tags=["records"])
     def update(record_id: str, user_id: str, body: dict[str, Any], tenant: Tenant) -> dict[str, Any]:
         """Replace fields of one record (not its id or user); it is re-indexed."""
         if {"id", "user_id", "record_id"} & body.keys():
             raise InvalidInputError("update cannot change a record's id or user; delete it and add a new one")
-        return tenant.update(user_id, record_id, **body).model_dump(mode="json")
+        return record_json(tenant.update(user_id, record_id, **body))
 
     @app.delete("/v1/records/{record_id:path}", tags=["records"])
     def delete_one(record_id: str, user_id: str, tenant: Tenant) -> dict[str, Any]:
@@ -251,7 +286,14 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
     def search(body: SearchIn, tenant: Tenant) -> dict[str, Any]:
         """The user's top k records by any method name; LLM stages that fell back are listed."""
         with collect_fallbacks() as notes:
-            hits = tenant.search(body.user_id, body.query, k=body.k, method=body.method)
+            hits = tenant.search(
+                body.user_id,
+                body.query,
+                k=body.k,
+                method=body.method,
+                as_of=body.as_of,
+                include_superseded=body.include_superseded,
+            )
         return {
             "hits": [hit_json(h) for h in hits],
             "interaction_id": hits.interaction_id,
@@ -271,7 +313,12 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
     def context(body: ContextIn, tenant: Tenant) -> dict[str, Any]:
         """What to paste into the LLM's prompt for the query, within the token budget."""
         result = tenant.context(
-            body.user_id, body.query, budget_tokens=body.budget_tokens, pipeline=body.pipeline
+            body.user_id,
+            body.query,
+            budget_tokens=body.budget_tokens,
+            pipeline=body.pipeline,
+            as_of=body.as_of,
+            include_superseded=body.include_superseded,
         )
         return {**context_json(result), "degraded": bool(result.warnings)}
 
@@ -314,6 +361,21 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return {"count": tenant.count(user_id)}
 
     return app
+
+
+def _mcp_endpoint(mem: PersonaMem) -> "HttpEndpoint | None":
+    """The MCP tools for ``/mcp``, each call on its key's tenant (None without the ``mcp`` extra)."""
+    try:
+        from personamem.mcp_server import http_endpoint
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "mcp":
+            raise
+        return None
+    return http_endpoint(_tenant_of(mem))
+
+
+def _no_mcp(_: Request) -> JSONResponse:
+    raise MissingExtraError(["mcp"], "mcp")
 
 
 def _import_export(mem: PersonaMem, body: bytes, user_id: str | None) -> Imported:

@@ -6,11 +6,13 @@ server validates them with the same rules as the SDK and a client rebuilds the s
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from personamem.pipeline import Context
+from personamem.records import Record
 from personamem.retrieval import Hit
 
 __all__ = [
@@ -23,8 +25,11 @@ __all__ = [
     "RefreshIn",
     "RerankIn",
     "SearchIn",
+    "SupersedeIn",
+    "TtlIn",
     "context_json",
     "hit_json",
+    "record_json",
 ]
 
 MAX_K = 1000
@@ -50,6 +55,8 @@ class SearchIn(_Body):
     query: str = Field(min_length=1, max_length=MAX_QUERY)
     k: int = 5
     method: str = "dense"
+    as_of: datetime | None = None
+    include_superseded: bool = False
 
     @field_validator("k")
     @classmethod
@@ -66,6 +73,22 @@ class ContextIn(_Body):
     query: str = Field(min_length=1, max_length=MAX_QUERY)
     budget_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     pipeline: str | None = None
+    as_of: datetime | None = None
+    include_superseded: bool = False
+
+
+class SupersedeIn(_Body):
+    """``POST /v1/records/supersede``: the new record's fields replace record ``old_id`` as the fact."""
+
+    user_id: str
+    old_id: str = Field(min_length=1)
+    record: dict[str, Any]
+
+
+class TtlIn(_Body):
+    """``PUT /v1/ttl``: the tenant's default time-to-live of new records, in seconds (null: none)."""
+
+    seconds: float | None = Field(default=None, gt=0)
 
 
 class BatchIn(_Body):
@@ -112,6 +135,11 @@ class FeedbackIn(_Body):
     answer: str | None = Field(default=None, max_length=MAX_QUERY * 4)
     rating: float | None = None
     used_record_ids: list[str] | None = Field(default=None, max_length=MAX_K)
+
+
+def record_json(record: Record) -> dict[str, Any]:
+    """A record as JSON, with the near-duplicate ``add`` reported (not a stored field)."""
+    return {**record.model_dump(mode="json"), "duplicate_of": record.duplicate_of}
 
 
 def hit_json(hit: Hit) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -30,17 +30,21 @@ from sqlalchemy import (
     Column,
     Connection,
     Engine,
+    Index,
     LargeBinary,
     UniqueConstraint,
     bindparam,
+    case,
     delete,
     event,
     func,
     inspect,
+    or_,
     text,
     tuple_,
     update,
 )
+from sqlalchemy import select as select_columns  # sqlmodel's select takes at most four columns
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
@@ -49,6 +53,7 @@ from sqlmodel import Field, Session, SQLModel, col, create_engine, select
 from personamem.errors import InvalidInputError, StoreError, UserBeingForgottenError
 from personamem.records import Record, RecordKind
 from personamem.store.pseudonyms import Pseudonyms
+from personamem.store.timeline import Bounds, Timeline
 
 __all__ = [
     "DerivedRow",
@@ -59,6 +64,7 @@ __all__ = [
     "SqlCatalog",
     "UserRow",
     "UserStatus",
+    "is_bounded",
 ]
 
 _IN_CHUNK = 500  # stays under SQLite's bound-parameter limit
@@ -97,6 +103,9 @@ class UserRow(SQLModel, table=True):
     revision: str = Field(default_factory=lambda: uuid.uuid4().hex)
     status: str = UserStatus.ACTIVE.value
     index_token: str | None = None
+    # NULL while the user has no bounded record (validity, expiry): reads then skip the timeline;
+    # otherwise changes whenever a write may have changed the user's bounds (keys ``Timeline``)
+    bounds_token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,7 @@ class SearchState:
     index_token: str | None
     pending_ids: list[str]
     pending: np.ndarray | None
+    bounds_token: str | None = None
 
 
 class RecordRow(SQLModel, table=True):
@@ -120,6 +130,7 @@ class RecordRow(SQLModel, table=True):
         UniqueConstraint("user_id", "record_id"),
         # search hits come back as vector ids: without this SQLite scans all of the user's rows
         UniqueConstraint("user_id", "vector_id"),
+        Index("ix_records_user_bounded", "user_id", "bounded"),  # a user's timeline, without a scan
     )
 
     pk: int | None = Field(default=None, primary_key=True)
@@ -138,11 +149,18 @@ class RecordRow(SQLModel, table=True):
     # the vector of a pending record written by ``Store.add`` (float32 bytes), cleared once indexed:
     # searches score it from here until the vector index has it, and repair needs no re-encoding
     pending_vector: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    # validity and expiry as epoch seconds (UTC): compared in SQL by the sweep, in Python by reads
+    valid_from: float | None = None
+    valid_until: float | None = None
+    supersedes: str | None = None
+    expires_at: float | None = Field(default=None, index=True)  # the sweep's query
+    bounded: bool = False  # any of the three times set: the user's timeline holds this record
 
     def to_record(self) -> Record:
         """The public, immutable form."""
         stored = (self.user_id, self.record_id, self.text, self.kind, self.category, self.timestamp)
-        return _record(*stored, self.meta, self.input, self.output)
+        times = (self.valid_from, self.valid_until, self.supersedes, self.expires_at)
+        return _record(*stored, self.meta, self.input, self.output, *times)
 
 
 class StoreInfo(SQLModel, table=True):
@@ -195,8 +213,14 @@ class InteractionRow(SQLModel, table=True):
     feedback_time: str | None = None
 
 
+_TIMES = ("valid_from", "valid_until", "supersedes", "expires_at")
+
+
 def _content_hash(record: Record) -> str:
     payload = record.model_dump(mode="json", exclude={"user_id", "id"})
+    for name in _TIMES:  # unset, they leave the hash as it was before they existed
+        if payload.get(name) is None:
+            payload.pop(name, None)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -214,15 +238,36 @@ def _row(record: Record, names: Pseudonyms) -> dict[str, Any]:
         "output": record.output,
         "content_hash": _content_hash(record),
         "status": RecordStatus.PENDING.value,
+        "valid_from": _seconds(record.valid_from),
+        "valid_until": _seconds(record.valid_until),
+        "supersedes": record.supersedes,
+        "expires_at": _seconds(record.expires_at),
+        "bounded": is_bounded(record),
     }
 
 
-_RECORD_COLUMNS = "user_id, record_id, text, kind, category, timestamp, meta, input, output"
+def is_bounded(record: Record) -> bool:
+    """Whether the record has a validity bound or an expiry (it then joins the user's timeline)."""
+    return bool(record.valid_from or record.valid_until or record.expires_at)
+
+
+def _seconds(moment: datetime | None) -> float | None:
+    return None if moment is None else moment.timestamp()
+
+
+def _moment(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+_RECORD_COLUMNS = (
+    "user_id, record_id, text, kind, category, timestamp, meta, input, output, "
+    "valid_from, valid_until, supersedes, expires_at"
+)
 _BY_VECTOR_IDS = (
     f"SELECT vector_id, {_RECORD_COLUMNS} FROM records WHERE user_id = ? AND vector_id IN ({{marks}})"
 )
 _SEARCH_STATE = (
-    "SELECT u.status, u.index_token, r.vector_id, r.pending_vector FROM users u "
+    "SELECT u.status, u.index_token, u.bounds_token, r.vector_id, r.pending_vector FROM users u "
     "LEFT JOIN records r ON r.user_id = u.user_id AND r.status = ? WHERE u.user_id = ?"
 )
 
@@ -237,6 +282,10 @@ def _record(
     meta: dict[str, Any],
     input_: str | None,
     output: str | None,
+    valid_from: float | None = None,
+    valid_until: float | None = None,
+    supersedes: str | None = None,
+    expires_at: float | None = None,
 ) -> Record:
     """A record from its stored columns (``_RECORD_COLUMNS``, with ``meta`` decoded)."""
     return Record(
@@ -249,6 +298,10 @@ def _record(
         metadata=meta,
         input=input_,
         output=output,
+        valid_from=_moment(valid_from),
+        valid_until=_moment(valid_until),
+        supersedes=supersedes,
+        expires_at=_moment(expires_at),
     )
 
 
@@ -319,8 +372,36 @@ _RECORD_STATES = select(RecordRow.record_id, RecordRow.content_hash, RecordRow.s
     col(RecordRow.record_id).in_(bindparam("ids", expanding=True)),
 )
 _INSERT_INTERACTION = InteractionRow.__table__.insert()  # type: ignore[attr-defined]
+# a write that stores a bounded record, or writes to a user who has one, renews the bounds token
 _BUMP_REVISION = (
-    update(UserRow).where(col(UserRow.user_id) == bindparam("key")).values(revision=bindparam("fresh"))
+    update(UserRow)
+    .where(col(UserRow.user_id) == bindparam("key"))
+    .values(
+        revision=bindparam("fresh"),
+        bounds_token=case(
+            (or_(bindparam("bounded"), col(UserRow.bounds_token).is_not(None)), bindparam("fresh")),
+            else_=None,
+        ),
+    )
+)
+_RELABEL = (  # a record's fields change, its text and vector do not (``supersede``, a merge)
+    update(RecordRow)
+    .where(col(RecordRow.user_id) == bindparam("key"), col(RecordRow.record_id) == bindparam("rid"))
+    .values(
+        category=bindparam("category"),
+        timestamp=bindparam("timestamp"),
+        meta=bindparam("meta"),
+        valid_from=bindparam("valid_from"),
+        valid_until=bindparam("valid_until"),
+        supersedes=bindparam("supersedes"),
+        expires_at=bindparam("expires_at"),
+        bounded=bindparam("bounded"),
+        content_hash=bindparam("content_hash"),
+    )
+)
+_TIMELINE = (
+    "SELECT record_id, vector_id, valid_from, valid_until, expires_at FROM records "
+    "WHERE user_id = ? AND bounded = 1"
 )
 
 
@@ -368,12 +449,17 @@ class SqlCatalog:
         SQLModel.metadata.create_all(self._writer)
         # columns added since a table was first created (create_all leaves existing tables alone)
         tables = SQLModel.metadata.tables
-        for table, column in (("records", "pending_vector"), ("users", "index_token")):
+        added = [("records", "pending_vector"), ("users", "index_token"), ("users", "bounds_token")]
+        added += [("records", name) for name in (*_TIMES, "bounded")]
+        for table, column in added:
             present = {c["name"] for c in inspect(self._writer).get_columns(table)}
             if column not in present:
                 kind = tables[table].c[column].type.compile(dialect=self._writer.dialect)
+                default = " NOT NULL DEFAULT false" if column == "bounded" else ""
                 with self._writer.begin() as connection:
-                    connection.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {kind}"))
+                    connection.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {kind}{default}"))
+        for index in tables["records"].indexes:  # indexes on the columns just added
+            index.create(self._writer, checkfirst=True)
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -432,6 +518,13 @@ class SqlCatalog:
         stored = self.info(key)
         assert stored is not None
         return stored
+
+    def set_info(self, key: str, value: str | None) -> None:
+        """Store a fact, replacing any stored value; None removes it."""
+        with self.session(write=True) as s:
+            s.execute(delete(StoreInfo).where(col(StoreInfo.key) == key))
+            if value is not None:
+                s.add(StoreInfo(key=key, value=value))
 
     def info(self, key: str) -> str | None:
         """A stored fact, or None."""
@@ -610,9 +703,17 @@ class SqlCatalog:
     # -- writes ---------------------------------------------------------------------------------
 
     def stage(
-        self, records: Sequence[Record], names: Pseudonyms, vectors: np.ndarray | None = None
+        self,
+        records: Sequence[Record],
+        names: Pseudonyms,
+        vectors: np.ndarray | None = None,
+        *,
+        relabel: Sequence[Record] = (),
     ) -> list[Record]:
         """Write ``records`` as pending in one transaction; return those that need (re)indexing.
+
+        ``relabel`` are stored records whose other fields (times, metadata, category) change in the
+        same transaction, their text and vector kept: ``supersede`` ends the old fact here.
 
         A record whose id the user already has with identical content is skipped (idempotent
         ingest); one with different content replaces the stored one and is indexed again. Vector
@@ -626,7 +727,7 @@ class SqlCatalog:
         deadline = time.monotonic() + FORGET_WAIT_S
         while True:
             try:
-                return self._stage(records, names, vectors)
+                return self._stage(records, names, vectors, relabel)
             except UserBeingForgottenError as waiting:
                 if time.monotonic() > deadline:
                     raise UserBeingForgottenError(
@@ -637,7 +738,11 @@ class SqlCatalog:
                 time.sleep(0.02)
 
     def _stage(
-        self, records: Sequence[Record], names: Pseudonyms, vectors: np.ndarray | None
+        self,
+        records: Sequence[Record],
+        names: Pseudonyms,
+        vectors: np.ndarray | None,
+        relabel: Sequence[Record] = (),
     ) -> list[Record]:
         blobs = {}
         if vectors is not None:
@@ -645,6 +750,8 @@ class SqlCatalog:
         by_user: dict[str, dict[str, Record]] = {}
         for record in records:
             by_user.setdefault(record.user_id, {})[record.id] = record  # last one wins within a batch
+        for record in relabel:
+            by_user.setdefault(record.user_id, {})
         changed: list[Record] = []
         with self.transaction() as s:
             for user_id, batch in by_user.items():
@@ -675,8 +782,15 @@ class SqlCatalog:
                         )
                         .values(**{k: v for k, v in row.items() if k not in ("user_id", "record_id")})
                     )
-                if inserts or updates:
-                    s.execute(_BUMP_REVISION, {"key": user_id, "fresh": uuid.uuid4().hex})
+                relabelled = [r for r in relabel if r.user_id == user_id]
+                for record in relabelled:
+                    row = _row(record, names)
+                    fields = ("category", "timestamp", "meta", *_TIMES, "bounded", "content_hash")
+                    s.execute(_RELABEL, {"key": user_id, "rid": record.id, **{f: row[f] for f in fields}})
+                if inserts or updates or relabelled:
+                    bounded = any(is_bounded(r) for r in (*batch.values(), *relabelled))
+                    bump = {"key": user_id, "fresh": uuid.uuid4().hex, "bounded": bounded}
+                    s.execute(_BUMP_REVISION, bump)
         return changed
 
     def mark_indexed(self, user_id: str, records: Sequence[Record]) -> tuple[str | None, str] | None:
@@ -934,16 +1048,65 @@ class SqlCatalog:
                 col(RecordRow.status) == RecordStatus.PENDING.value
             )
             with self.session() as s:
-                rows = s.exec(
-                    select(UserRow.status, UserRow.index_token, RecordRow.vector_id, RecordRow.pending_vector)
+                rows = s.execute(
+                    select_columns(
+                        col(UserRow.status),
+                        col(UserRow.index_token),
+                        col(UserRow.bounds_token),
+                        col(RecordRow.vector_id),
+                        col(RecordRow.pending_vector),
+                    )
                     .join(RecordRow, joined, isouter=True)
-                    .where(UserRow.user_id == user_id)
+                    .where(col(UserRow.user_id) == user_id)
                 ).all()
         if not rows or rows[0][0] != UserStatus.ACTIVE.value:
             return None
-        kept = [(vid, blob) for _, _, vid, blob in rows if blob is not None]
+        kept = [(vid, blob) for *_, vid, blob in rows if blob is not None]
         pending = np.stack([np.frombuffer(blob, "<f4") for _, blob in kept]) if kept else None
-        return SearchState(rows[0][1], [vid for vid, _ in kept], pending)
+        return SearchState(rows[0][1], [vid for vid, _ in kept], pending, rows[0][2])
+
+    def bounds_token(self, user_id: str) -> str | None:
+        """The user's bounds token (None: no bounded record, or no user); read like :meth:`revision`."""
+        reader = self._revision_reader()
+        if reader is not None:
+            rows = reader.execute("SELECT bounds_token FROM users WHERE user_id = ?", (user_id,)).fetchall()
+            return rows[0][0] if rows else None
+        with self.engine.connect() as connection:
+            return connection.execute(
+                select(UserRow.bounds_token).where(col(UserRow.user_id) == user_id)
+            ).scalar_one_or_none()
+
+    def timeline(self, user_id: str) -> Timeline:
+        """The user's bounded records (validity, expiry), for reads to filter by."""
+        reader = self._revision_reader()
+        rows: Sequence[Any]
+        if reader is not None:
+            rows = reader.execute(_TIMELINE, (user_id,)).fetchall()
+        else:
+            with self.session() as s:
+                rows = s.execute(
+                    select_columns(
+                        col(RecordRow.record_id),
+                        col(RecordRow.vector_id),
+                        col(RecordRow.valid_from),
+                        col(RecordRow.valid_until),
+                        col(RecordRow.expires_at),
+                    ).where(col(RecordRow.user_id) == user_id, col(RecordRow.bounded).is_(True))
+                ).all()
+        return Timeline([Bounds(*row) for row in rows])
+
+    def expired(self, now: float) -> dict[str, list[str]]:
+        """Ids of records whose expiry has passed, by user key (the sweep's work list)."""
+        found: dict[str, list[str]] = {}
+        with self.session() as s:
+            rows = s.exec(
+                select(RecordRow.user_id, RecordRow.record_id).where(
+                    col(RecordRow.expires_at).is_not(None), col(RecordRow.expires_at) <= now
+                )
+            )
+            for user_id, record_id in rows:
+                found.setdefault(user_id, []).append(record_id)
+        return found
 
     def users_being_forgotten(self) -> list[str]:
         """Users whose forget was interrupted."""

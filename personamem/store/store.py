@@ -29,9 +29,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +43,15 @@ from personamem.encoder import Encoder, default_encoder
 from personamem.errors import InvalidInputError, PartialWriteError, StoreError
 from personamem.records import Record
 from personamem.store.cache import UserCache
+from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy
+from personamem.store.expiry import ExpirySweeper
 from personamem.store.indexer import BackgroundIndexer
 from personamem.store.interaction_log import InteractionLog
 from personamem.store.keys import KeyRing
 from personamem.store.pseudonyms import Pseudonyms, legacy_collection, new_key
 from personamem.store.sql import PSEUDONYM_KEY, RecordStatus, SqlCatalog
 from personamem.store.tenants import Scope
+from personamem.store.timeline import Timeline
 from personamem.store.vectors import VectorIndex
 from personamem.store.views import UserView, VectorViews
 
@@ -54,6 +59,14 @@ __all__ = ["ConsistencyReport", "Store"]
 
 SQL_FILE = "personamem.sqlite"
 VECTOR_DIR = "chroma"
+TTL_KEY = "ttl"  # store_info: a default time-to-live in seconds; "ttl:<tenant>" for one tenant
+_TTL_FRESH_S = 5.0  # a process picks up another's TTL change within this long
+
+
+def _unexpired(records: list[Record]) -> list[Record]:
+    """``records`` without those whose expiry has passed (hidden at once; the sweep erases them)."""
+    now = datetime.now(UTC)
+    return [r for r in records if r.expires_at is None or r.expires_at > now]
 
 
 @dataclass
@@ -85,9 +98,13 @@ class Store:
         self._write_lock = threading.RLock()
         self._caches: weakref.WeakSet[UserCache[Any]] = weakref.WeakSet()
         self.views = VectorViews()
+        self._timelines: dict[str, tuple[str, Timeline]] = {}
+        # per tenant (None: the store's users): (read until, seconds); one dict shared by every view
+        self._ttls: dict[str | None, tuple[float, float | None]] = {}
         self._indexer = BackgroundIndexer(self._index)
         self.names = self._pseudonyms()
         self.repair()
+        self._sweeper = ExpirySweeper(lambda: self.purge_expired(all_tenants=True))
 
     def _pseudonyms(self) -> Pseudonyms:
         """The store's keyed pseudonyms; a store from before keys is re-keyed here, once.
@@ -210,6 +227,7 @@ class Store:
         """
         if self._owner is not None:
             return
+        self._sweeper.close()
         with contextlib.suppress(StoreError):
             self._indexer.close()
         self.catalog.close()
@@ -225,19 +243,54 @@ class Store:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def add(self, record: Record) -> bool:
-        """Store one record durably and return at once; False if it was stored already, unchanged.
+    def add(
+        self,
+        record: Record,
+        *,
+        duplicates: DuplicatePolicy = DuplicatePolicy.KEEP,
+        threshold: float = DUPLICATE_THRESHOLD,
+    ) -> Record:
+        """Store one record durably and return at once: the record that now holds its statement.
 
         The row is committed with its vector before this returns, so the record is searchable at
-        once and survives a crash; the vector index gets it from a background thread.
+        once and survives a crash; the vector index gets it from a background thread. A current
+        record of the user at cosine ``threshold`` or above (another id) is a near-duplicate: the
+        returned record names it in ``duplicate_of``, and ``duplicates`` says what happens (see
+        :class:`DuplicatePolicy`; a skipped or merged add returns the existing record).
         """
-        [record] = self._inward([record])
+        [record] = self._inward(self._expiring([record]))
         vector = self.encoder.encode([record.text])
+        near = self._near_duplicate(record, vector[0], threshold)
+        if near is not None:
+            if duplicates is DuplicatePolicy.SKIP:
+                return self._outward([near.model_copy(update={"duplicate_of": near.id})])[0]
+            if duplicates is DuplicatePolicy.MERGE_METADATA:
+                return self._merge(near, record)
+            record = record.model_copy(update={"duplicate_of": near.id})
         with self._write_lock:
             changed = self.catalog.stage([record], self.names, vector)
         if changed:
             self._indexer.submit(changed, vector)
-        return bool(changed)
+        return self._outward([record])[0]
+
+    def _near_duplicate(self, record: Record, vector: np.ndarray, threshold: float) -> Record | None:
+        """The user's current record nearest to ``vector`` at ``threshold`` or above, other than itself."""
+        if threshold > 1:  # cosine never exceeds 1: the check is off
+            return None
+        for found, score in self._nearest(record.user_id, vector, 2):
+            if found.id != record.id:
+                return found if score >= threshold else None
+        return None
+
+    def _merge(self, near: Record, record: Record) -> Record:
+        """Keep ``near`` with ``record``'s metadata added (``record``'s values win on equal keys)."""
+        merged = near.model_copy(update={"metadata": {**near.metadata, **record.metadata}})
+        if merged.metadata != near.metadata:
+            with contextlib.suppress(StoreError):  # a queued ``near`` is marked indexed by its hash
+                self._indexer.flush()
+            with self._write_lock:
+                self.catalog.stage([], self.names, relabel=[merged])
+        return self._outward([merged.model_copy(update={"duplicate_of": near.id})])[0]
 
     def add_many(
         self,
@@ -266,7 +319,7 @@ class Store:
             raise ValueError(
                 f"vectors must have shape ({len(records)}, {self.encoder.dim}), got {vectors.shape}"
             )
-        records = self._inward(records)
+        records = self._inward(self._expiring(records))
         written = 0
         for start in range(0, len(records), batch_size):
             batch = records[start : start + batch_size]
@@ -283,6 +336,95 @@ class Store:
             if progress is not None:
                 progress(len(batch))
         return written
+
+    def supersede(self, user_id: str, old_id: str, new: Record) -> Record:
+        """Store ``new`` as the fact that replaces record ``old_id`` of the user; return it as stored.
+
+        One transaction: the old record's validity ends where the new one's starts (``new.valid_from``,
+        default now) and it stays in the user's history; the new one names it in ``supersedes``.
+
+        Raises:
+            InvalidInputError: the user has no record ``old_id``, it is no longer current at that
+                time, or ``new`` is for another user or has the same id.
+        """
+        if new.user_id != user_id:
+            raise InvalidInputError(f"the new record is for user {new.user_id!r}, not {user_id!r}")
+        if new.id == old_id:
+            raise InvalidInputError(f"record {old_id!r} cannot supersede itself; use update to change it")
+        old = self.get(user_id, old_id)
+        if old is None:
+            raise InvalidInputError(f"user {user_id!r} has no record {old_id!r} to supersede")
+        start = new.valid_from or datetime.now(UTC)
+        if old.valid_until is not None and old.valid_until <= start:
+            raise InvalidInputError(
+                f"record {old_id!r} stopped being current at {old.valid_until.isoformat()}; "
+                "supersede the record that replaced it"
+            )
+        if old.valid_from is not None and start <= old.valid_from:
+            raise InvalidInputError(
+                f"record {old_id!r} starts at {old.valid_from.isoformat()}; the new fact must start later"
+            )
+        new = new.model_copy(update={"valid_from": start, "supersedes": new.supersedes or old_id})
+        ended = old.model_copy(update={"valid_until": start})
+        [new], [ended] = self._inward(self._expiring([new])), self._inward([ended])
+        vector = self.encoder.encode([new.text])
+        with contextlib.suppress(StoreError):  # a queued old record is marked indexed by its hash
+            self._indexer.flush()
+        with self._write_lock:
+            changed = self.catalog.stage([new], self.names, vector, relabel=[ended])
+        if changed:
+            self._indexer.submit(changed, vector)
+        return self._outward([new])[0]
+
+    @property
+    def ttl(self) -> float | None:
+        """The default time-to-live of new records in seconds (this tenant's, else the store's)."""
+        until, seconds = self._ttls.get(self.tenant, (0.0, None))
+        if time.monotonic() < until:
+            return seconds
+        keys = ([f"{TTL_KEY}:{self.tenant}"] if self.tenant else []) + [TTL_KEY]
+        stored = next((value for key in keys if (value := self.catalog.info(key)) is not None), None)
+        seconds = None if stored in (None, "off") else float(stored)
+        self._ttls[self.tenant] = (time.monotonic() + _TTL_FRESH_S, seconds)
+        return seconds
+
+    def set_ttl(self, seconds: float | None) -> None:
+        """Give new records of this view (a tenant's, or the whole store) a default time-to-live.
+
+        Records stored already keep their expiry; a record's own ``expires_at`` wins. A tenant
+        without its own setting takes the store's; None for a tenant means no default for it.
+
+        Raises:
+            InvalidInputError: a time-to-live that is not a positive number of seconds.
+        """
+        if seconds is not None and (not isinstance(seconds, int | float) or not seconds > 0):
+            raise InvalidInputError(f"a time-to-live must be a positive number of seconds, got {seconds!r}")
+        key = f"{TTL_KEY}:{self.tenant}" if self.tenant else TTL_KEY
+        value = repr(float(seconds)) if seconds is not None else ("off" if self.tenant else None)
+        self.catalog.set_info(key, value)
+        self._ttls.clear()  # a tenant without its own default follows the store's
+
+    def _expiring(self, records: Sequence[Record]) -> Sequence[Record]:
+        """Records given the default time-to-live where they set no expiry of their own."""
+        ttl = self.ttl
+        if ttl is None or all(r.expires_at is not None for r in records):
+            return records
+        expires = datetime.now(UTC) + timedelta(seconds=ttl)
+        return [r.model_copy(update={"expires_at": expires}) if r.expires_at is None else r for r in records]
+
+    def purge_expired(self, *, all_tenants: bool = False) -> int:
+        """Erase every record of this view whose expiry has passed (as ``delete`` erases); return how many.
+
+        Expired records are hidden from reads before this runs. ``all_tenants`` (the store's own
+        view only: the background sweep, ``personamem purge``) takes every tenant's too.
+        """
+        if all_tenants and self._owner is not None:
+            raise InvalidInputError(f"tenant {self.tenant!r}'s view cannot purge other tenants")
+        purged = 0
+        for key, record_ids in self.catalog.expired(time.time()).items():
+            if all_tenants or self.scope.user(key) is not None:
+                purged += len(self._erase(key, record_ids))
+        return purged
 
     def _write_batch(self, batch: Sequence[Record], vectors: np.ndarray | None) -> int:
         position = {(r.user_id, r.id): i for i, r in enumerate(batch)}
@@ -352,7 +494,10 @@ class Store:
         (the rows wait as pending with their vectors meanwhile: searchable, and repaired after a
         crash). The cost grows with the user's record count, not with the number deleted.
         """
-        user_id = self._key(user_id)
+        return self._erase(self._key(user_id), record_ids)
+
+    def _erase(self, user_id: str, record_ids: Sequence[str]) -> list[str]:
+        """``delete`` of a store key."""
         with contextlib.suppress(StoreError):
             self._indexer.flush()
         with self._write_lock:
@@ -409,11 +554,32 @@ class Store:
     def get_many(self, user_id: str, record_ids: Sequence[str]) -> list[Record]:
         """The user's records with these ids, in the order asked (missing ids are skipped)."""
         found = self.catalog.get_many(self._key(user_id), record_ids)
-        return self._outward([found[rid] for rid in record_ids if rid in found])
+        return self._outward(_unexpired([found[rid] for rid in record_ids if rid in found]))
 
     def records(self, user_id: str) -> list[Record]:
-        """All of the user's records, in insertion order."""
-        return self._outward(self.catalog.records(self._key(user_id)))
+        """All of the user's records, in insertion order: superseded ones too, expired ones not."""
+        return self._outward(_unexpired(self.catalog.records(self._key(user_id))))
+
+    def hidden(self, user_id: str) -> set[str]:
+        """Ids of the user's records the read time in force must not see (``store/timeline.py``)."""
+        key = self._key(user_id)
+        token = self.catalog.bounds_token(key)
+        return set() if token is None else self._timeline(key, token).hidden()[0]
+
+    def _hidden_vectors(self, key: str, token: str | None) -> set[str]:
+        """Vector ids of the user's records hidden from the read time in force."""
+        return set() if token is None else self._timeline(key, token).hidden()[1]
+
+    def _timeline(self, key: str, token: str) -> Timeline:
+        """The user's timeline as of ``token``, kept per user while the token holds."""
+        cached = self._timelines.get(key)
+        if cached is not None and cached[0] == token:
+            return cached[1]
+        timeline = self.catalog.timeline(key)
+        if len(self._timelines) >= 1024:
+            self._timelines.clear()
+        self._timelines[key] = (token, timeline)
+        return timeline
 
     def users(self) -> list[str]:
         """Users with records, sorted (a tenant view: that tenant's users only)."""
@@ -436,30 +602,39 @@ class Store:
         One SQL read gives the user's index token and pending vectors; the indexed vectors come from
         this process's view, current at that token (rebuilt when another process indexed).
         """
-        user_id = self._key(user_id)
+        return self._outward_pairs(self._nearest(self._key(user_id), vector, k))
+
+    def _outward_pairs(self, pairs: list[tuple[Record, float]]) -> list[tuple[Record, float]]:
+        records = self._outward([r for r, _ in pairs])
+        return list(zip(records, [s for _, s in pairs], strict=True))
+
+    def _nearest(self, user_id: str, vector: np.ndarray, k: int) -> list[tuple[Record, float]]:
+        """:meth:`nearest` of a store key, records keyed as stored."""
         state = self.catalog.search_state(user_id)
         if state is None or k <= 0:
             return []
+        hidden = self._hidden_vectors(user_id, state.bounds_token)
         scores = [] if state.pending is None else (state.pending @ vector).tolist()
-        fresh = dict(zip(state.pending_ids, scores, strict=True))
+        fresh = {vid: s for vid, s in zip(state.pending_ids, scores, strict=True) if vid not in hidden}
+        skip = set(state.pending_ids) | hidden
         view = self._view(user_id, state.index_token)
         if view.matrix is not None:
-            hits = view.nearest(vector, k, skip=set(fresh))
-        else:  # too large to copy: the index's HNSW, asked for enough to cover pending updates
-            hits = self.index.query(self.names.collection(user_id), vector, k + len(fresh))
-            hits = [(vid, score) for vid, score in hits if vid not in fresh]
+            hits = view.nearest(vector, k, skip=skip)
+        else:  # too large to copy: the index's HNSW, asked for enough to cover what is skipped
+            hits = self.index.query(self.names.collection(user_id), vector, k + len(skip))
+            hits = [(vid, score) for vid, score in hits if vid not in skip]
         if fresh:
             hits = sorted(hits + list(fresh.items()), key=lambda hit: -hit[1])
         hits = hits[:k]
         found = self.catalog.by_vector_ids(user_id, [vid for vid, _ in hits])
-        kept = [(found[vid], score) for vid, score in hits if vid in found]
-        return list(zip(self._outward([r for r, _ in kept]), [s for _, s in kept], strict=True))
+        return [(found[vid], score) for vid, score in hits if vid in found]
 
     def vectors(self, user_id: str) -> tuple[list[Record], np.ndarray]:
         """The user's records and their vectors (rows aligned), for corpus-level methods.
 
         P-Anchor's similarity graph needs every vector of a user at once. Pending records are in
-        when their vector is kept in SQL (from :meth:`add`), as they are in search.
+        when their vector is kept in SQL (from :meth:`add`), as they are in search; records the
+        read time in force hides are out.
         """
         user_id = self._key(user_id)
         state = self.catalog.search_state(user_id)
@@ -476,7 +651,8 @@ class Store:
             matrix = np.vstack([matrix[indexed], state.pending]) if indexed else state.pending
             vector_ids = [vector_ids[i] for i in indexed] + state.pending_ids
         found = self.catalog.by_vector_ids(user_id, vector_ids)
-        keep = [i for i, vid in enumerate(vector_ids) if vid in found]
+        hidden = self._hidden_vectors(user_id, state.bounds_token)
+        keep = [i for i, vid in enumerate(vector_ids) if vid in found and vid not in hidden]
         return self._outward([found[vector_ids[i]] for i in keep]), matrix[keep] if keep else matrix[:0]
 
     def _view(self, user_id: str, token: str | None) -> UserView:

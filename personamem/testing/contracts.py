@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from personamem.errors import InvalidRecordError, MethodError
+from personamem.errors import InvalidInputError, InvalidRecordError, MethodError
 from personamem.memory import PersonaMem
 from personamem.pipeline.config import FIRST_STAGES
 from personamem.records import Record, RecordKind
@@ -154,3 +154,80 @@ class MemoryContract:
             two_users.search("alice", "x", method="magic")
         with pytest.raises(ValueError, match="k must be"):
             two_users.search("alice", "x", k=0)
+
+    # -- facts that change, expiry, near-duplicates ------------------------------------------------
+
+    def test_supersede_keeps_history_and_shows_current_facts(self, mem: PersonaMem) -> None:
+        alice = mem.add("u", "My name is Alice.", kind="knowledge", valid_from=datetime(2024, 1, 1))
+        mem.add("u", "I live in Lisbon.", kind="knowledge")
+        bob = mem.supersede(
+            "u", alice.id, "My name is Bob.", kind="knowledge", valid_from=datetime(2025, 6, 1)
+        )
+        assert bob.supersedes == alice.id and bob.valid_from == datetime(2025, 6, 1, tzinfo=UTC)
+        old = mem.get("u", alice.id)  # still in history, its validity ended where Bob's began
+        assert old is not None and old.valid_until == bob.valid_from
+        for method in FIRST_STAGES:
+            now = {h.record.text for h in mem.search("u", "what is my name", k=5, method=method)}
+            assert "My name is Bob." in now and "My name is Alice." not in now, method
+            then = {h.record.text for h in mem.search("u", "my name", k=5, method=method, as_of="2024-03-01")}
+            assert "My name is Alice." in then and "My name is Bob." not in then, method
+            every = mem.search("u", "my name", k=5, method=method, include_superseded=True)
+            assert {"My name is Alice.", "My name is Bob."} <= {h.record.text for h in every}, method
+        assert "Alice" not in mem.context("u", "what is my name").text
+        assert "Alice" in mem.context("u", "what is my name", as_of=datetime(2024, 3, 1)).text
+        with pytest.raises(InvalidInputError, match="stopped being current"):
+            mem.supersede("u", alice.id, "My name is Carol.")
+        with pytest.raises(InvalidInputError, match="no record"):
+            mem.supersede("u", "missing", "My name is Carol.")
+        with pytest.raises(InvalidInputError, match="as_of"):
+            mem.search("u", "name", as_of="yesterday")
+        assert self.consistent(mem)
+
+    def test_expired_records_are_hidden_then_purged(self, mem: PersonaMem) -> None:
+        past = datetime.now(UTC) - timedelta(seconds=1)
+        gone = mem.add("u", "My locker code is 4417.", expires_at=past)
+        kept = mem.add("u", "My locker is on floor two.", expires_at=datetime.now(UTC) + timedelta(days=1))
+        assert mem.get("u", gone.id) is None and [r.id for r in mem.records("u")] == [kept.id]
+        for method in FIRST_STAGES:
+            hits = mem.search("u", "locker code", k=5, method=method, include_superseded=True)
+            assert gone.id not in {h.record.id for h in hits}, method
+        assert mem.purge() == 1 and mem.count("u") == 1 and self.consistent(mem)
+
+    def test_default_time_to_live(self, mem: PersonaMem) -> None:
+        assert mem.ttl() is None
+        mem.set_ttl(timedelta(hours=1))
+        try:
+            assert mem.ttl() == timedelta(hours=1)
+            record = mem.add("u", "I'm in Rome this week.")
+            assert record.expires_at is not None
+            left = record.expires_at - datetime.now(UTC)
+            assert timedelta(minutes=59) < left <= timedelta(hours=1)
+            own = mem.add("u", "Call me back on Friday.", expires_at=datetime(2100, 1, 1))
+            assert own.expires_at == datetime(2100, 1, 1, tzinfo=UTC)  # a record's own expiry wins
+            with pytest.raises(InvalidInputError, match="positive"):
+                mem.set_ttl(-5)
+        finally:
+            mem.set_ttl(None)
+        assert mem.ttl() is None
+
+    def test_near_duplicates_follow_the_policy(self, mem: PersonaMem) -> None:
+        first = mem.add("u", "I play the cello in a community orchestra.", metadata={"source": "chat"})
+        assert first.duplicate_of is None
+        kept = mem.add("u", "I play cello in a community orchestra.")
+        assert kept.duplicate_of == first.id and mem.count("u") == 2
+        skipped = mem.add("u", "I play the cello in the community orchestra.", duplicates="skip")
+        assert skipped.id == first.id and skipped.duplicate_of == first.id and mem.count("u") == 2
+        merged = mem.add(
+            "u",
+            "I play the cello in a local community orchestra.",
+            duplicates="merge-metadata",
+            duplicate_threshold=0.9,
+            metadata={"confirmed": True},
+        )
+        assert merged.id in (first.id, kept.id) and merged.metadata.get("confirmed") is True
+        stored = mem.get("u", merged.id)
+        assert stored is not None and stored.metadata == merged.metadata and mem.count("u") == 2
+        assert mem.add("u", "I smoke brisket every weekend.", duplicates="skip").duplicate_of is None
+        with pytest.raises(InvalidInputError, match="duplicates must be one of"):
+            mem.add("u", "x", duplicates="drop")
+        assert self.consistent(mem)

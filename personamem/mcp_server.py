@@ -1,0 +1,343 @@
+"""The memory as MCP tools: ``personamem mcp`` (stdio) and ``/mcp`` in ``personamem serve`` (HTTP).
+
+Six tools, each one ``PersonaMem`` call: ``remember`` (:meth:`~PersonaMem.add`, or
+:meth:`~PersonaMem.supersede` when it ``replaces`` a record), ``recall``
+(:meth:`~PersonaMem.search`), ``context`` (:meth:`~PersonaMem.context`), ``forget_record``
+(:meth:`~PersonaMem.delete` of one record), ``list_records`` (:meth:`~PersonaMem.records`, a page)
+and ``preferences`` (the stored preference memory, read without an LLM call). Erasing a whole user
+is left to the SDK, the CLI and the REST API: an agent should not be one tool call from it.
+
+Over stdio every call works on the memory the command opened. Over HTTP a gate in front of the
+transport resolves the request's API key to its tenant exactly as the REST routes do (a request
+without a valid key never reaches the transport) and hands the tools that tenant's view, so
+isolation is the store's, as everywhere else. The transport is stateless, so ``serve --workers N``
+needs no session affinity. Records are the REST shape (``Record.model_dump(mode="json")`` with
+``duplicate_of``); a hit is ``Context.to_json``'s (id, text, score, rank). A
+:class:`~personamem.errors.PersonaMemError` becomes a tool error with its message (what the REST API
+puts in ``error.message``); anything else is logged and reported as a failed call without details,
+and the server keeps serving.
+
+(No ``from __future__ import annotations``: the SDK reads the tools' annotations to build their
+JSON schemas.)
+"""
+
+import contextlib
+import inspect
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Annotated, Any, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import ToolAnnotations
+from pydantic import Field
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from personamem.errors import PersonaMemError
+from personamem.memory import PersonaMem
+from personamem.methods import method_names
+from personamem.preference import PreferenceMemory
+from personamem.records import JsonScalar, Record, RecordKind, check_user_id
+
+__all__ = ["HttpEndpoint", "build_server", "http_endpoint", "run_stdio"]
+
+MAX_K = 100
+"""Most hits one ``recall`` returns (an agent's context, not a bulk export)."""
+MAX_PAGE = 1000
+"""Most records one ``list_records`` page holds."""
+_SCOPE_KEY = "personamem.memory"
+"""Where the HTTP gate leaves the tenant's memory in the request's ASGI scope for the tools."""
+
+INSTRUCTIONS = (
+    "Long-term memory of each user, kept by personamem. Before answering a user, call `context` (the text "
+    "to put in your prompt) or `recall` (the matching records with ids and scores) with their user id and "
+    "message. Call `remember` with a durable fact, preference or event the user shared. Use "
+    "`list_records` to see what is stored and `forget_record` to erase one record the user asks you to "
+    "forget. Every call names one user; users never see each other's records."
+)
+
+UserId = Annotated[
+    str,
+    Field(description="Whose memory: the application's id for the user (a non-empty string, e.g. 'alice')."),
+]
+Query = Annotated[
+    str,
+    Field(description="The user's message or question, in their words; matched by meaning.", min_length=1),
+]
+
+MemoryOf = Callable[[Context], PersonaMem]
+_Tool = TypeVar("_Tool", bound=Callable[..., Any])
+
+
+def _record_json(record: Record) -> dict[str, Any]:
+    """The REST shape of a record, with ``add``'s near-duplicate report."""
+    return {**record.model_dump(mode="json"), "duplicate_of": record.duplicate_of}
+
+
+@contextlib.contextmanager
+def _tool_errors() -> Iterator[None]:
+    """A personamem error as a tool error carrying its message (what the model reads to correct itself)."""
+    try:
+        yield
+    except PersonaMemError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """Undo what ``MCPServer()`` does to the root logger (``logging.basicConfig``): the host owns logging."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def _build(memory_of: MemoryOf) -> MCPServer:
+    """The six tools over the memory ``memory_of`` gives each call."""
+    with _root_logging_kept():
+        server: MCPServer = MCPServer(
+            "personamem", instructions=INSTRUCTIONS, version=version("personamem"), log_level="WARNING"
+        )
+
+    def tool(hints: ToolAnnotations) -> Callable[[_Tool], _Tool]:
+        """Register a tool, its docstring (dedented) as its description, with ``hints`` for clients."""
+
+        def register(fn: _Tool) -> _Tool:
+            server.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=hints)
+            return fn
+
+        return register
+
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
+    def remember(
+        user_id: UserId,
+        text: Annotated[
+            str,
+            Field(
+                description="What to remember, as one self-contained statement in the user's terms "
+                "(e.g. 'I am vegetarian and allergic to peanuts.').",
+                min_length=1,
+            ),
+        ],
+        ctx: Context,
+        kind: Annotated[
+            RecordKind,
+            Field(
+                description="What the text is: knowledge (a fact or preference the user stated), "
+                "conversation, dialog, purchase, post, qa, or note (anything else)."
+            ),
+        ] = RecordKind.NOTE,
+        metadata: Annotated[
+            dict[str, JsonScalar] | None,
+            Field(
+                description="Optional flat key-value pairs kept with the record (strings, numbers, booleans)."
+            ),
+        ] = None,
+        replaces: Annotated[
+            str | None,
+            Field(
+                description="The id of a stored record this statement replaces (e.g. a changed name or "
+                "address): that record is kept as history and no longer recalled."
+            ),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Store one memory of a user, searchable at once; returns the stored record with its id.
+
+        Storing the same text again keeps one record; `duplicate_of` names a stored record that says nearly
+        the same. Keep the returned id to forget or replace this record later.
+        """
+        with _tool_errors():
+            mem = memory_of(ctx)
+            user = check_user_id(user_id)
+            if replaces is not None:
+                return _record_json(mem.supersede(user, replaces, text, kind=kind, metadata=metadata or {}))
+            return _record_json(mem.add(user, text, kind=kind, metadata=metadata or {}))
+
+    @tool(ToolAnnotations(read_only_hint=True))
+    def recall(
+        user_id: UserId,
+        query: Query,
+        ctx: Context,
+        k: Annotated[int, Field(description="How many records to return, best first.", ge=1, le=MAX_K)] = 5,
+        method: Annotated[
+            str,
+            Field(
+                description="How to rank: 'dense' (by meaning, the default), 'bm25' (by shared words), "
+                "'hybrid' (both), 'default' (the package default) or another method name: "
+                f"{', '.join(method_names())}. Methods that need an LLM fail unless the server has one."
+            ),
+        ] = "dense",
+        as_of: Annotated[
+            str | None,
+            Field(
+                description="Recall the facts that held at this time (ISO 8601, e.g. '2025-01-31'); "
+                "default: the facts current now."
+            ),
+        ] = None,
+    ) -> dict[str, Any]:
+        """The user's stored records that best match the query, best first: each with id, text and score.
+
+        Only current facts: a replaced record is left out unless `as_of` names a time it held. An unknown
+        user has no records (an empty list). Use `context` instead for text to put in a prompt.
+        """
+        with _tool_errors():
+            mem = memory_of(ctx)
+            hits = mem.search(check_user_id(user_id), query, k=k, method=method, as_of=as_of)
+        # Context.to_json's hit: what an agent needs to cite or forget a record
+        return {
+            "hits": [
+                {"id": h.record.id, "text": h.record.text, "score": h.score, "rank": h.rank} for h in hits
+            ]
+        }
+
+    @tool(ToolAnnotations(read_only_hint=True))
+    def context(
+        user_id: UserId,
+        query: Query,
+        ctx: Context,
+        budget: Annotated[
+            int | None,
+            Field(
+                description="Most tokens of context to return (default: the server's configured budget).",
+                ge=1,
+            ),
+        ] = None,
+    ) -> str:
+        """The text to put in your prompt before answering the user: what their memory says about the query.
+
+        Fitted to the token budget, most relevant first (with the user's preferences first, where the server
+        keeps them). An empty string means nothing is stored for this user.
+        """
+        with _tool_errors():
+            mem = memory_of(ctx)
+            return mem.context(check_user_id(user_id), query, budget_tokens=budget).text
+
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
+    def forget_record(
+        user_id: UserId,
+        record_id: Annotated[
+            str, Field(description="The id of the record to erase (from remember, recall or list_records).")
+        ],
+        ctx: Context,
+    ) -> dict[str, Any]:
+        """Erase one of the user's records for good (text, vector and anything derived from it).
+
+        Returns the ids deleted: empty when the user has no record with this id.
+        """
+        with _tool_errors():
+            mem = memory_of(ctx)
+            return {"deleted": mem.delete(check_user_id(user_id), [record_id])}
+
+    @tool(ToolAnnotations(read_only_hint=True))
+    def list_records(
+        user_id: UserId,
+        ctx: Context,
+        limit: Annotated[int, Field(description="Most records to return.", ge=1, le=MAX_PAGE)] = 50,
+        offset: Annotated[
+            int, Field(description="How many records to skip (to page through a long memory).", ge=0)
+        ] = 0,
+    ) -> dict[str, Any]:
+        """The user's stored records in the order they were added, a page at a time, with the total count."""
+        with _tool_errors():
+            mem = memory_of(ctx)
+            records = mem.records(check_user_id(user_id))
+        return {"count": len(records), "records": [_record_json(r) for r in records[offset : offset + limit]]}
+
+    @tool(ToolAnnotations(read_only_hint=True))
+    def preferences(user_id: UserId, ctx: Context) -> dict[str, Any]:
+        """The user's preference memory as last built: distilled statements with the record ids behind them.
+
+        Reads what is stored; it never runs the LLM. `text` is what `context` shows the model; `stale` is true
+        when the user's records changed since it was built (the next `context` call rebuilds it). Fails when
+        the server keeps no preference memory.
+        """
+        with _tool_errors():
+            mem = memory_of(ctx)
+            user = check_user_id(user_id)
+            memories = mem.pipeline().memories
+            if memories is None:
+                raise ToolError(
+                    "this server keeps no preference memory (its pipeline's preference_memory is 'none'); "
+                    "use `context` or `recall`"
+                )
+            found = memories.cached(user)
+            revision = mem.store.revision(user)
+        memory = found or PreferenceMemory(user, extractor=memories.name)
+        return {**memory.to_json(), "stale": revision is not None and memory.revision != revision}
+
+    return server
+
+
+def build_server(mem: PersonaMem) -> MCPServer:
+    """The MCP server whose every tool call works on ``mem`` (a local store, or one tenant's view)."""
+    return _build(lambda _: mem)
+
+
+def run_stdio(mem: PersonaMem) -> None:
+    """Serve ``mem`` over stdin/stdout until the client closes the pipe (what ``personamem mcp`` runs)."""
+    build_server(mem).run("stdio")
+
+
+class _Gate:
+    """ASGI: a request whose key names a tenant goes on with that tenant's memory in its scope."""
+
+    def __init__(self, authenticate: Callable[[Request], PersonaMem], server: MCPServer) -> None:
+        self.authenticate = authenticate
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # the key lookup reads SQL; raising here (a 401) is answered by the host app's error handler
+        mem = await run_in_threadpool(self.authenticate, Request(scope))
+        await self.server.session_manager.handle_request({**scope, _SCOPE_KEY: mem}, receive, send)
+
+
+def _memory_in_request(ctx: Context) -> PersonaMem:
+    request = ctx.request_context.request
+    mem = request.scope.get(_SCOPE_KEY) if isinstance(request, Request) else None
+    if not isinstance(mem, PersonaMem):  # only the gate's requests reach the tools
+        raise RuntimeError("an MCP request reached the tools without passing the API-key gate")
+    return mem
+
+
+@dataclass(frozen=True)
+class HttpEndpoint:
+    """The streamable-HTTP MCP endpoint of the REST app.
+
+    Attributes:
+        app: the ASGI app to route (``/mcp``): the key gate in front of the transport.
+        server: the MCP server behind it.
+    """
+
+    app: ASGIApp
+    server: MCPServer
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Serve requests while the block runs (enter it in the host app's lifespan); re-enterable."""
+        # a session manager runs once; a fresh one per lifespan lets a test app start twice
+        self.server.streamable_http_app(
+            stateless_http=True,  # any worker answers any request: no session to find
+            json_response=True,  # a tool call is one answer: no event stream to hold open
+            # every request needs an API key, which a page rebinding a host name to us does not have
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        async with self.server.session_manager.run():
+            yield
+
+
+def http_endpoint(authenticate: Callable[[Request], PersonaMem]) -> HttpEndpoint:
+    """The MCP endpoint whose calls work on the memory ``authenticate`` gives the request.
+
+    ``authenticate`` runs in a worker thread for every request; it returns the key's tenant view or
+    raises (an ``HTTPException(401)`` for a missing or unknown key), and nothing reaches the tools.
+    """
+    server = _build(_memory_in_request)
+    return HttpEndpoint(_Gate(authenticate, server), server)

@@ -1,0 +1,107 @@
+"""When a record holds: validity intervals, supersession and expiry, as one read sees them.
+
+A record is *current* at time ``t`` when ``valid_from <= t < valid_until`` (an open end is no
+bound); ``supersede`` ends the old record's interval where the new one's starts. An *expired*
+record (``expires_at`` passed) is hidden from every read at once, whatever the read asks for, and
+erased by the next sweep. Most users have no bounded record: the store learns that from a token in
+the row it reads anyway (``users.bounds_token`` is NULL), so their reads pay nothing.
+
+Which time a read looks at travels in a context variable set by :func:`reading` around a search or
+context call, so the retriever protocol (``search(user_id, query, k)``) and every stage built on it
+stay as they are: the two places that produce candidates (``Store.nearest`` and BM25) apply it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+
+from personamem.errors import InvalidInputError
+from personamem.records import as_utc
+
+__all__ = ["Bounds", "ReadTime", "Timeline", "epoch", "read_time", "reading"]
+
+
+@dataclass(frozen=True)
+class ReadTime:
+    """The time a read looks at: ``as_of`` (epoch seconds; None = now), or every version."""
+
+    as_of: float | None = None
+    include_superseded: bool = False
+
+
+_NOW = ReadTime()
+_READ_TIME: ContextVar[ReadTime | None] = ContextVar("personamem_read_time", default=None)
+
+
+def read_time() -> ReadTime:
+    """The read time in force (now, current facts only, unless a caller set another)."""
+    return _READ_TIME.get() or _NOW
+
+
+def epoch(moment: datetime | str | None) -> float | None:
+    """Epoch seconds of a datetime or ISO 8601 string (naive means UTC); None stays None.
+
+    Raises:
+        InvalidInputError: a string that is not an ISO 8601 time.
+    """
+    if moment is None:
+        return None
+    if isinstance(moment, str):
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            raise InvalidInputError(f"as_of must be an ISO 8601 time, got {moment!r}") from None
+    if not isinstance(moment, datetime):
+        raise InvalidInputError(f"as_of must be a datetime or an ISO 8601 string, got {moment!r}")
+    return as_utc(moment).timestamp()
+
+
+@contextmanager
+def reading(as_of: datetime | str | None = None, *, include_superseded: bool = False) -> Iterator[None]:
+    """Reads inside see the facts current at ``as_of`` (default now), or all with ``include_superseded``."""
+    token = _READ_TIME.set(ReadTime(epoch(as_of), include_superseded))
+    try:
+        yield
+    finally:
+        _READ_TIME.reset(token)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """One bounded record's interval and expiry, epoch seconds (None: unbounded)."""
+
+    record_id: str
+    vector_id: str
+    valid_from: float | None
+    valid_until: float | None
+    expires_at: float | None
+
+    def visible(self, read: ReadTime, now: float) -> bool:
+        """Whether a read at ``read`` (made at ``now``) may see the record."""
+        if self.expires_at is not None and self.expires_at <= now:
+            return False
+        if read.include_superseded:
+            return True
+        at = now if read.as_of is None else read.as_of
+        return (self.valid_from is None or self.valid_from <= at) and (
+            self.valid_until is None or at < self.valid_until
+        )
+
+
+class Timeline:
+    """A user's bounded records, as of one ``bounds_token``; answers which a read must not see."""
+
+    def __init__(self, bounds: Sequence[Bounds]) -> None:
+        self.bounds = list(bounds)
+
+    def hidden(self, read: ReadTime | None = None) -> tuple[set[str], set[str]]:
+        """Record ids and vector ids hidden from ``read`` (default: the read time in force)."""
+        read = read or read_time()
+        now = time.time()
+        gone = [b for b in self.bounds if not b.visible(read, now)]
+        return {b.record_id for b in gone}, {b.vector_id for b in gone}
