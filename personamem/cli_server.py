@@ -87,8 +87,11 @@ def serve(
     workers: Annotated[int, typer.Option(min=1, help="Worker processes over the same store.")] = 1,
     max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body, MiB.")] = 16.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    reports: Annotated[
+        Path | None, typer.Option(help="A folder of eval/train reports the inspector (/ui) lists.")
+    ] = None,
 ) -> None:
-    """Serve the memory over HTTP (JSON routes under /v1, OpenAPI docs at /docs).
+    """Serve the memory over HTTP (JSON routes under /v1, OpenAPI docs at /docs, the inspector at /ui).
 
     Needs API keys (`personamem keys create --tenant NAME`). The store options (--store, --sql-url,
     --chroma-url, --config) say what every worker opens. Several workers may share an embedded
@@ -129,6 +132,7 @@ def serve(
         "PERSONAMEM_CHROMA_URL": options.chroma_url or "",
         "PERSONAMEM_CONFIG": str(config.resolve()) if config else "",
         "PERSONAMEM_MAX_BODY_BYTES": str(int(max_body_mb * 1024 * 1024)),
+        "PERSONAMEM_REPORTS": str(reports.resolve()) if reports else os.environ.get("PERSONAMEM_REPORTS", ""),
     }
     os.environ.update(settings)  # the worker processes build their app from these
     uvicorn.run(

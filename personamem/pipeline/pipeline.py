@@ -230,17 +230,27 @@ class Pipeline:
             timings["fit"] = _ms(start)
         if memory is not None and shown < len(memory):
             notes.append(f"preference memory cut to {shown} of {len(memory)} line(s) to fit {budget} tokens")
+        usage = sum(usages, Usage())
+        trace = {  # what the LLM was shown and what it cost, for the inspector's calls page
+            "text": fitted.text,
+            "tokens": fitted.tokens,
+            "budget_tokens": budget,
+            "timings_ms": timings,
+            "warnings": list(notes),
+            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+            "first_stage": self.first_stage,
+        }
         return Context(
             text=fitted.text,
             hits=[item for item in fitted.kept if isinstance(item, Hit)],
             dropped=[item for item in fitted.dropped if isinstance(item, Hit)],
             tokens=fitted.tokens,
             budget_tokens=budget,
-            usage=sum(usages, Usage()),
+            usage=usage,
             timings_ms=timings,
             warnings=list(notes),
             memory=None if memory is None else "\n".join(memory[:shown]),
-            interaction_id=self._log(user_id, "context", query, fitted.kept),
+            interaction_id=self._log(user_id, "context", query, fitted.kept, trace),
             first_stage=self.first_stage,
         )
 
@@ -254,13 +264,20 @@ class Pipeline:
         served["chosen_by"] = config.chosen_by or "default"
         return served
 
-    def _log(self, user_id: str, call: Call, query: str, shown: Sequence[object]) -> str | None:
+    def _log(
+        self,
+        user_id: str,
+        call: Call,
+        query: str,
+        shown: Sequence[object],
+        trace: dict[str, Any] | None = None,
+    ) -> str | None:
         """The call's interaction id where the config logs interactions, else None."""
         if not self.config.log_interactions:
             return None
         hits = [(item.record.id, item.score) for item in shown if isinstance(item, Hit)]
         try:
-            return self.store.interactions.log(user_id, call, self.name, query, hits)
+            return self.store.interactions.log(user_id, call, self.name, query, hits, trace)
         except StoreError as exc:  # the answer stands; only its log entry is lost
             warnings.warn(f"interaction not logged: {exc}", PersonaMemWarning, stacklevel=3)
             return None

@@ -60,6 +60,7 @@ from personamem.server.schemas import (
     hit_json,
     record_json,
 )
+from personamem.server.ui import install_ui
 
 if TYPE_CHECKING:
     from personamem.mcp_server import HttpEndpoint
@@ -354,6 +355,8 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
     def forget(user_id: str, tenant: Tenant) -> dict[str, Any]:
         """Erase the user: records, vectors, cached derived data."""
         return {"forgotten": tenant.forget(user_id)}
+
+    install_ui(app, _tenant_of(mem))
 
     @app.get("/v1/count", tags=["users"])
     def count(tenant: Tenant, user_id: str | None = None) -> dict[str, Any]:

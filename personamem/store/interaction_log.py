@@ -27,9 +27,19 @@ class InteractionLog:
         self._scope = scope
 
     def log(
-        self, user_id: str, call: Call, method: str, query: str, results: Sequence[tuple[str, float]]
+        self,
+        user_id: str,
+        call: Call,
+        method: str,
+        query: str,
+        results: Sequence[tuple[str, float]],
+        trace: dict[str, Any] | None = None,
     ) -> str | None:
-        """Record one call; its interaction id, or None for a user with no records (nothing to key it by)."""
+        """Record one call; its interaction id, or None for a user with no records (nothing to key it by).
+
+        ``trace`` is what the call showed the LLM (a context's text, timings, warnings, usage), kept for
+        the inspector (:meth:`calls`) and not part of the exchange format.
+        """
         interaction_id = uuid.uuid4().hex
         kept = self._catalog.log_interaction(
             {
@@ -40,9 +50,20 @@ class InteractionLog:
                 "query": query,
                 "results": [[record_id, round(float(score), 6)] for record_id, score in results],
                 "time": datetime.now(UTC).isoformat(),
+                "trace": trace,
             }
         )
         return interaction_id if kept else None
+
+    def calls(self, user_id: str, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The user's latest ``limit`` logged calls, newest first, with feedback and traces (for ``/ui``)."""
+        rows = self._catalog.interactions([self._scope.key(user_id)])[-limit:]
+        out = []
+        for row in reversed(rows):
+            item = self._public(row)
+            if item is not None:
+                out.append({**item.model_dump(mode="json"), "trace": row.trace})
+        return out
 
     def feedback(
         self,

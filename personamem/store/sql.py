@@ -211,6 +211,9 @@ class InteractionRow(SQLModel, table=True):
     rating: float | None = None
     used: list[Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     feedback_time: str | None = None
+    # what a context call showed the LLM (text, timings, warnings, usage) for the inspector; dropped
+    # when a record it may quote is deleted
+    trace: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 _TIMES = ("valid_from", "valid_until", "supersedes", "expires_at")
@@ -450,6 +453,7 @@ class SqlCatalog:
         # columns added since a table was first created (create_all leaves existing tables alone)
         tables = SQLModel.metadata.tables
         added = [("records", "pending_vector"), ("users", "index_token"), ("users", "bounds_token")]
+        added += [("interactions", "trace")]
         added += [("records", name) for name in (*_TIMES, "bounded")]
         for table, column in added:
             present = {c["name"] for c in inspect(self._writer).get_columns(table)}
@@ -678,6 +682,14 @@ class SqlCatalog:
             s.add(row)
         return True
 
+    def last_calls(self) -> dict[str, str]:
+        """The time of each user key's latest logged call (ISO 8601, UTC)."""
+        with self.session() as s:
+            stmt = select(InteractionRow.user_id, func.max(InteractionRow.time)).group_by(
+                InteractionRow.user_id
+            )
+            return {user_id: str(latest) for user_id, latest in s.exec(stmt)}
+
     def interactions(self, user_ids: Sequence[str] | None = None) -> list[InteractionRow]:
         """Logged interactions (of these user keys, or all), oldest first."""
         with self.session() as s:
@@ -691,13 +703,17 @@ class SqlCatalog:
 
     @staticmethod
     def _scrub_interactions(s: Session, user_id: str, deleted: set[str]) -> None:
-        """Take deleted records out of the user's logged results and feedback."""
+        """Take deleted records out of the user's logged results and feedback; drop the user's traces.
+
+        A trace's text may quote a deleted record through the records shown or the preference memory
+        (derived from every record), so none of the user's is kept.
+        """
         rows = s.exec(select(InteractionRow).where(InteractionRow.user_id == user_id))
         for row in rows:
             results = [hit for hit in row.results if hit[0] not in deleted]
             used = None if row.used is None else [rid for rid in row.used if rid not in deleted]
-            if results != row.results or used != row.used:
-                row.results, row.used = results, used
+            if results != row.results or used != row.used or row.trace is not None:
+                row.results, row.used, row.trace = results, used, None
                 s.add(row)
 
     # -- writes ---------------------------------------------------------------------------------

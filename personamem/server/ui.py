@@ -1,0 +1,204 @@
+"""The inspector's JSON routes (``/v1/ui/...``) and its page (``/ui``): what the memory did, per tenant.
+
+The page is static (``server/static``: HTML, one script, one stylesheet; no build step, nothing
+fetched from elsewhere) and holds no data: it asks for an API key once, keeps it in the tab's
+session storage, and calls these routes with it, so every datum it shows passes the same key check
+and tenant scope as the REST API. User ids travel in query strings and bodies, never in a path, as
+in the REST routes; the page keeps the selected user in memory, not in its URL.
+
+(No ``from __future__ import annotations``: FastAPI reads the routes' ``Tenant`` annotation, a local.)
+"""
+
+import mimetypes
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+
+from personamem.errors import InvalidInputError
+from personamem.memory import PersonaMem
+from personamem.pipeline.config import PipelineConfig
+from personamem.records import Record, check_user_id
+from personamem.server.schemas import MAX_K, MAX_QUERY, hit_json, record_json
+
+__all__ = ["REPORTS_ENV", "install_ui"]
+
+STATIC = Path(__file__).parent / "static"
+REPORTS_ENV = "PERSONAMEM_REPORTS"
+"""A folder of eval and training reports the Reports page lists (``serve --reports DIR``)."""
+_REPORT_SUFFIXES = {".json", ".md", ".png", ".txt", ".csv"}
+_VALIDITY = ("current", "superseded", "all")
+
+
+class CompareIn(BaseModel):
+    """``POST /v1/ui/compare``: one query, two methods (or ``pipeline:<file>`` names) side by side."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: str
+    query: str = Field(min_length=1, max_length=MAX_QUERY)
+    left: str = "hybrid"
+    right: str = "dense"
+    k: int = Field(default=10, ge=1, le=MAX_K)
+
+
+def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
+    """Add the inspector's routes and page to ``app``; ``tenant_of`` is the REST API's key check."""
+    Tenant = Annotated[PersonaMem, Depends(tenant_of)]
+
+    @app.get("/v1/ui/users", tags=["inspector"])
+    def users(tenant: Tenant, q: str = "", offset: int = 0, limit: int = 100) -> dict[str, Any]:
+        """The tenant's users, their record counts and last logged call; ``q`` filters by substring."""
+        _page(offset, limit)
+        store = tenant.store
+        counts = {u: n for key, n in store.catalog.count_by_user().items() if (u := store.scope.user(key))}
+        last = {u: t for key, t in store.catalog.last_calls().items() if (u := store.scope.user(key))}
+        names = sorted(u for u in tenant.users() if q.lower() in u.lower())
+        rows = [{"user_id": u, "records": counts.get(u, 0), "last_call": last.get(u)} for u in names]
+        return {"count": len(rows), "users": rows[offset : offset + limit]}
+
+    @app.get("/v1/ui/records", tags=["inspector"])
+    def records(
+        user_id: str,
+        tenant: Tenant,
+        kind: str = "",
+        category: str = "",
+        validity: str = "all",
+        offset: int = 0,
+        limit: int = 100,
+    ) -> dict[str, Any]:
+        """A page of the user's records by kind, category and validity (current, superseded, all)."""
+        _page(offset, limit)
+        if validity not in _VALIDITY:
+            raise InvalidInputError(f"validity must be one of {', '.join(_VALIDITY)}, got {validity!r}")
+        found = [
+            r
+            for r in tenant.records(check_user_id(user_id))
+            if (not kind or r.kind.value == kind)
+            and (not category or r.category == category)
+            and (validity == "all" or _is_current(r) == (validity == "current"))
+        ]
+        kinds = sorted({r.kind.value for r in found})
+        return {
+            "count": len(found),
+            "kinds": kinds,
+            "records": [record_json(r) for r in found[offset : offset + limit]],
+        }
+
+    @app.get("/v1/ui/memory", tags=["inspector"])
+    def memory(user_id: str, tenant: Tenant) -> dict[str, Any]:
+        """The user's stored preference memory, read without the LLM (``stale``: records changed since)."""
+        user = check_user_id(user_id)
+        memories = tenant.pipeline().memories
+        if memories is None:
+            return {"configured": False}
+        found = memories.cached(user)
+        revision = tenant.store.revision(user)
+        body = found.to_json() if found is not None else {"statements": [], "text": ""}
+        stale = found is None or (revision is not None and found.revision != revision)
+        return {"configured": True, **body, "stale": stale}
+
+    @app.get("/v1/ui/calls", tags=["inspector"])
+    def calls(user_id: str, tenant: Tenant, limit: int = 50) -> dict[str, Any]:
+        """The user's latest logged search and context calls, newest first, with what the LLM was shown."""
+        _page(0, limit)
+        return {
+            "logging": tenant.config.log_interactions,
+            "calls": tenant.store.interactions.calls(check_user_id(user_id), limit=limit),
+        }
+
+    @app.post("/v1/ui/compare", tags=["inspector"])
+    def compare(body: CompareIn, tenant: Tenant) -> dict[str, Any]:
+        """Both methods' top k for one query, and each record's rank under each (``moved``: rank changes)."""
+        user = check_user_id(body.user_id)
+        left = tenant.search(user, body.query, k=body.k, method=body.left)
+        right = tenant.search(user, body.query, k=body.k, method=body.right)
+        rank_left = {h.record.id: h.rank for h in left}
+        rank_right = {h.record.id: h.rank for h in right}
+        moved = [
+            {"id": rid, "left": rank_left.get(rid), "right": rank_right.get(rid)}
+            for rid in dict.fromkeys([*rank_left, *rank_right])
+            if rank_left.get(rid) != rank_right.get(rid)
+        ]
+        return {
+            "left": [hit_json(h) for h in left],
+            "right": [hit_json(h) for h in right],
+            "moved": moved,
+        }
+
+    @app.get("/v1/ui/pipeline", tags=["inspector"])
+    def pipeline(tenant: Tenant) -> dict[str, Any]:
+        """The live pipeline: its settings, its first stage and why, and the checkpoints it loads."""
+        config = tenant.config
+        return {
+            "config": config.model_dump(mode="json"),
+            "first_stage": tenant.pipeline().first_stage,
+            "checkpoints": _checkpoints(config),
+        }
+
+    @app.get("/v1/ui/reports", tags=["inspector"])
+    def reports(tenant: Tenant) -> dict[str, Any]:
+        """The report files (json, md, png...) under the server's reports folder, newest first."""
+        root = _reports_root()
+        if root is None:
+            return {"folder": None, "reports": []}
+        files = [p for p in root.rglob("*") if p.is_file() and p.suffix in _REPORT_SUFFIXES]
+        files.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        rows = [
+            {"path": str(p.relative_to(root)), "bytes": p.stat().st_size, "modified": p.stat().st_mtime}
+            for p in files[:500]
+        ]
+        return {"folder": str(root), "reports": rows}
+
+    @app.get("/v1/ui/report", tags=["inspector"])
+    def report(path: str, tenant: Tenant) -> Response:
+        """One report file's content (a path from ``/v1/ui/reports``; nothing outside the folder)."""
+        root = _reports_root()
+        target = (root / path).resolve() if root is not None else None
+        if root is None or target is None or not target.is_relative_to(root) or not target.is_file():
+            raise InvalidInputError(f"no report {path!r} in the reports folder")
+        if target.suffix not in _REPORT_SUFFIXES:
+            raise InvalidInputError(f"{path!r} is not a report file ({', '.join(sorted(_REPORT_SUFFIXES))})")
+        media = mimetypes.guess_type(target.name)[0] or "text/plain"
+        return Response(target.read_bytes(), media_type=media)
+
+    app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
+
+
+def _page(offset: int, limit: int) -> None:
+    if offset < 0 or not 1 <= limit <= 10_000:
+        raise InvalidInputError(f"need offset >= 0 and 1 <= limit <= 10000, got {offset}, {limit}")
+
+
+def _is_current(record: Record) -> bool:
+    now = datetime.now(UTC)
+    return (record.valid_from is None or record.valid_from <= now) and (
+        record.valid_until is None or now < record.valid_until
+    )
+
+
+def _checkpoints(config: PipelineConfig) -> list[dict[str, Any]]:
+    """The folders the pipeline loads models from, with when each was last written."""
+    found = []
+    for stage, value in (
+        ("query_encoder", config.query_encoder),
+        ("selector", config.selector),
+        ("preference_memory", config.preference_memory),
+        ("first_stage", config.first_stage),
+    ):
+        _, _, folder = value.partition(":")
+        if folder and Path(folder).exists():
+            path = Path(folder)
+            found.append({"stage": stage, "name": value, "written": path.stat().st_mtime})
+        elif folder:
+            found.append({"stage": stage, "name": value, "written": None})
+    return found
+
+
+def _reports_root() -> Path | None:
+    folder = os.environ.get(REPORTS_ENV)
+    return Path(folder).resolve() if folder and Path(folder).is_dir() else None
