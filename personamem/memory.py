@@ -73,7 +73,9 @@ class PersonaMem:
         self._tenants: dict[str, PersonaMem] = {}
         self._extractors: dict[tuple[object, ...], PromptedExtractor] = {}  # shared with tenant views
         self._memories: dict[tuple[object, ...], PreferenceMemories] = {}  # over this view's store
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # this object's pipeline builds
+        self._load_lock = threading.Lock()  # LLM and extractor loads, shared with the tenant views
+        self._views_lock = threading.Lock()  # making tenant views
         self._dense = DenseRetriever(store)
         self._bm25 = BM25Retriever(store)
         # what add does with a near-duplicate, unless a call says otherwise (see store/duplicates.py)
@@ -123,12 +125,15 @@ class PersonaMem:
         Raises:
             InvalidInputError: a tenant name that is not 1-64 letters, digits, ``_``, ``.``, ``-``.
         """
-        with self._lock:
+        view = self._tenants.get(name)  # not under the build lock: no tenant waits for another's build
+        if view is not None:
+            return view
+        with self._views_lock:
             view = self._tenants.get(name)
             if view is None:  # kept: its pipelines and BM25 caches outlive the call
                 view = PersonaMem(self.store.for_tenant(name), pipeline=self.config, llm=self._llm)
                 # an LLM or a memory checkpoint named by the config loads once
-                view._llms, view._extractors, view._lock = self._llms, self._extractors, self._lock
+                view._llms, view._extractors, view._load_lock = self._llms, self._extractors, self._load_lock
                 view.duplicates, view.duplicate_threshold = self.duplicates, self.duplicate_threshold
                 self._tenants[name] = view
             return view
@@ -587,8 +592,7 @@ class PersonaMem:
         if k is not None and k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         memory = self.memory(user_id)
-        with self._lock:
-            llm = self._llm_for(self.config)
+        llm = self._llm_for(self.config)
         if llm is None:
             raise MethodError(
                 "rerank needs a frozen LLM and none is configured (set the pipeline's llm, e.g. --llm "
@@ -616,11 +620,12 @@ class PersonaMem:
             return None
         writer = llm if config.preference_memory in LLM_MEMORIES else None
         key = (config.preference_memory, config.memory_words, id(writer))
-        extractor = self._extractors.get(key)
-        if extractor is None:
-            extractor = build_extractor(config, writer)
-            assert extractor is not None  # every name but "none" builds one
-            self._extractors[key] = extractor
+        with self._load_lock:  # a trained extractor's checkpoint loads once for every tenant view
+            extractor = self._extractors.get(key)
+            if extractor is None:
+                extractor = build_extractor(config, writer)
+                assert extractor is not None  # every name but "none" builds one
+                self._extractors[key] = extractor
         memories = self._memories.get((*key, config.memory_timeout_s))
         if memories is None:
             memories = PreferenceMemories(self.store, extractor, timeout_s=config.memory_timeout_s)
@@ -653,13 +658,14 @@ class PersonaMem:
         name = f"{config.llm}@{config.llm_url}" if config.llm_url else config.llm
         if not config.llm_url:
             name = f"{name}:{config.llm_runtime}:{config.llm_threads}"
-        if name not in self._llms:
-            from personamem.llm.load import load_llm
+        with self._load_lock:  # loaded once for every tenant view
+            if name not in self._llms:
+                from personamem.llm.load import load_llm
 
-            self._llms[name] = load_llm(
-                config.llm, runtime=config.llm_runtime, url=config.llm_url, threads=config.llm_threads
-            )
-        return self._llms[name]
+                self._llms[name] = load_llm(
+                    config.llm, runtime=config.llm_runtime, url=config.llm_url, threads=config.llm_threads
+                )
+            return self._llms[name]
 
     def search_vector(self, user_id: str, vector: np.ndarray, k: int = 5) -> list[Hit]:
         """The user's top ``k`` records for a ready query vector (e.g. a personalized one from PBR).

@@ -105,3 +105,34 @@ def test_keys_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "no API key has id 'missing'" in capsys.readouterr().err
     assert main([*store, "keys", "create", "--tenant", "bad name"]) == 1
     assert "tenant must be" in capsys.readouterr().err
+
+
+def test_a_tenant_view_is_not_held_up_by_a_build_in_progress(mem: PersonaMem) -> None:
+    import threading
+
+    mem.tenant("acme").add("alice", "acme: I play the cello.")
+    mem.tenant("acme").search("alice", "cello", k=1)  # acme's pipeline is built
+    building, release = threading.Event(), threading.Event()
+
+    def slow_build() -> None:  # another tenant's first build: an LLM load holds the shared load lock
+        with mem._load_lock, mem.tenant("gamma")._lock:
+            building.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=slow_build)
+    thread.start()
+    try:
+        assert building.wait(5)
+        answered = []
+        worker = threading.Thread(
+            target=lambda: answered.append(mem.tenant("beta").search("alice", "cello", k=1))
+        )
+        worker.start()
+        worker.join(5)  # a new view, and a pipeline without an LLM, wait for neither lock
+        assert answered == [[]], "a tenant's request waited behind another tenant's build"
+        assert [h.record.text for h in mem.tenant("acme").search("alice", "cello", k=1)] == [
+            "acme: I play the cello."
+        ]
+    finally:
+        release.set()
+        thread.join()
