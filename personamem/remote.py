@@ -26,6 +26,7 @@ from personamem.preference import PreferenceMemory
 from personamem.records import Record, parse_record, parse_records
 from personamem.retrieval import Hit
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
+from personamem.store.expiry import check_ttl
 from personamem.store.timeline import epoch
 
 __all__ = ["Call", "Request", "error_from"]
@@ -83,10 +84,7 @@ def ttl() -> Call[timedelta | None]:
 
 
 def set_ttl(ttl: timedelta | float | None) -> Call[None]:
-    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
-    number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
-    if seconds is not None and (not number or seconds <= 0):
-        raise errors.InvalidInputError(f"a time-to-live must be a positive number of seconds, got {ttl!r}")
+    seconds = check_ttl(ttl.total_seconds() if isinstance(ttl, timedelta) else ttl)
     yield Request("PUT", "/v1/ttl", {"seconds": seconds})
 
 

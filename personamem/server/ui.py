@@ -12,7 +12,6 @@ in the REST routes; the page keeps the selected user in memory, not in its URL.
 import mimetypes
 import os
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,8 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from personamem.errors import InvalidInputError
 from personamem.memory import PersonaMem
 from personamem.pipeline.config import PipelineConfig
-from personamem.records import Record, check_user_id
+from personamem.records import check_user_id
 from personamem.server.schemas import MAX_K, MAX_QUERY, hit_json, record_json
+from personamem.store.timeline import is_current
 
 __all__ = ["REPORTS_ENV", "install_ui"]
 
@@ -80,7 +80,7 @@ def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
             for r in tenant.records(check_user_id(user_id))
             if (not kind or r.kind.value == kind)
             and (not category or r.category == category)
-            and (validity == "all" or _is_current(r) == (validity == "current"))
+            and (validity == "all" or is_current(r) == (validity == "current"))
         ]
         kinds = sorted({r.kind.value for r in found})
         return {
@@ -172,13 +172,6 @@ def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
 def _page(offset: int, limit: int) -> None:
     if offset < 0 or not 1 <= limit <= 10_000:
         raise InvalidInputError(f"need offset >= 0 and 1 <= limit <= 10000, got {offset}, {limit}")
-
-
-def _is_current(record: Record) -> bool:
-    now = datetime.now(UTC)
-    return (record.valid_from is None or record.valid_from <= now) and (
-        record.valid_until is None or now < record.valid_until
-    )
 
 
 def _checkpoints(config: PipelineConfig) -> list[dict[str, Any]]:

@@ -13,11 +13,25 @@ import threading
 import warnings
 from collections.abc import Callable
 
-__all__ = ["SWEEP_S", "ExpirySweeper"]
+from personamem.errors import InvalidInputError
+
+__all__ = ["SWEEP_S", "ExpirySweeper", "check_ttl"]
 
 # seconds between sweeps (PERSONAMEM_SWEEP_S overrides; 0 turns the background sweep off, e.g. when a
 # scheduled `personamem purge` does it); a sweep with nothing expired is one indexed SQL query
 SWEEP_S = 60.0
+
+
+def check_ttl(seconds: object) -> float | None:
+    """``seconds`` as a default time-to-live (None: none), checked the same in the SDK and the clients.
+
+    Raises:
+        InvalidInputError: anything but None or a positive number (a bool is not one).
+    """
+    number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    if seconds is not None and (not number or not seconds > 0):  # type: ignore[operator]
+        raise InvalidInputError(f"a time-to-live must be a positive number of seconds, got {seconds!r}")
+    return None if seconds is None else float(seconds)  # type: ignore[arg-type]
 
 
 class ExpirySweeper:

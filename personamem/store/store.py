@@ -44,7 +44,7 @@ from personamem.errors import InvalidInputError, PartialWriteError, StoreError
 from personamem.records import Record
 from personamem.store.cache import UserCache
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy
-from personamem.store.expiry import ExpirySweeper
+from personamem.store.expiry import ExpirySweeper, check_ttl
 from personamem.store.indexer import BackgroundIndexer
 from personamem.store.interaction_log import InteractionLog
 from personamem.store.keys import KeyRing
@@ -397,10 +397,9 @@ class Store:
         Raises:
             InvalidInputError: a time-to-live that is not a positive number of seconds.
         """
-        if seconds is not None and (not isinstance(seconds, int | float) or not seconds > 0):
-            raise InvalidInputError(f"a time-to-live must be a positive number of seconds, got {seconds!r}")
+        seconds = check_ttl(seconds)
         key = f"{TTL_KEY}:{self.tenant}" if self.tenant else TTL_KEY
-        value = repr(float(seconds)) if seconds is not None else ("off" if self.tenant else None)
+        value = repr(seconds) if seconds is not None else ("off" if self.tenant else None)
         self.catalog.set_info(key, value)
         self._ttls.clear()  # a tenant without its own default follows the store's
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from personamem.errors import InvalidInputError
-from personamem.records import as_utc
+from personamem.records import Record, as_utc
 
-__all__ = ["Bounds", "ReadTime", "Timeline", "epoch", "read_time", "reading"]
+__all__ = ["Bounds", "ReadTime", "Timeline", "epoch", "holds", "is_current", "read_time", "reading"]
 
 
 @dataclass(frozen=True)
@@ -87,10 +87,18 @@ class Bounds:
             return False
         if read.include_superseded:
             return True
-        at = now if read.as_of is None else read.as_of
-        return (self.valid_from is None or self.valid_from <= at) and (
-            self.valid_until is None or at < self.valid_until
-        )
+        return holds(self.valid_from, self.valid_until, now if read.as_of is None else read.as_of)
+
+
+def holds(valid_from: float | None, valid_until: float | None, at: float) -> bool:
+    """Whether ``[valid_from, valid_until)`` (epoch seconds; None: open) contains ``at``."""
+    return (valid_from is None or valid_from <= at) and (valid_until is None or at < valid_until)
+
+
+def is_current(record: Record) -> bool:
+    """Whether the record's validity interval contains now (its expiry aside)."""
+    start, end = (None if t is None else t.timestamp() for t in (record.valid_from, record.valid_until))
+    return holds(start, end, time.time())
 
 
 class Timeline:

@@ -206,6 +206,8 @@ class MemoryContract:
             assert own.expires_at == datetime(2100, 1, 1, tzinfo=UTC)  # a record's own expiry wins
             with pytest.raises(InvalidInputError, match="positive"):
                 mem.set_ttl(-5)
+            with pytest.raises(InvalidInputError, match="positive"):
+                mem.set_ttl(True)  # a bool is not a number of seconds
         finally:
             mem.set_ttl(None)
         assert mem.ttl() is None
