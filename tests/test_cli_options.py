@@ -1,4 +1,4 @@
-"""Typer options built from pydantic models (personamem.cli_options), on toy models and `train purple`."""
+"""Typer options built from pydantic models (personamem.cli.options), on toy models and `train purple`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typer.main import get_command
 
 from personamem.cli import app, main
-from personamem.cli_options import config_options
+from personamem.cli.options import config_options
 from personamem.trainers.purple import PurpleDataConfig, PurpleTrainConfig
 
 STRICT = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from personamem.cli import main
+from personamem.cli.options import command_line
 from personamem.encoder import SentenceEncoder
 from personamem.errors import IngestError, MethodError
 from personamem.eval import BenchmarkName, EvalConfig, build_store, evaluate_method, run_eval
@@ -285,6 +287,7 @@ def test_a_pipeline_file_is_scored_as_one_method(tmp_path: Path, encoder: Senten
     assert config.run_methods == (f"pipeline:{pipeline}",)  # given alone, no other method runs
     report = run_eval(config, encoder=encoder, cache_dir=None)
     assert [run.method for run in report.runs] == [f"pipeline:{pipeline}"]
-    assert f"--pipeline {pipeline}" in report.command and "--method" not in report.command
+    command = shlex.join(command_line(config))  # what `personamem eval` writes into the report
+    assert f"--pipeline {pipeline}" in command and "--method" not in command
     with pytest.raises(ValueError, match="unknown method"):
         EvalConfig(benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("dense", "dence"))

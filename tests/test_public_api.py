@@ -108,7 +108,7 @@ def test_runtime_never_imports_the_harness_or_the_trainers() -> None:
     offenders = []
     for path in package.rglob("*.py"):
         relative = path.relative_to(package)
-        if relative.parts[0] in ("eval", "testing") or relative.name.startswith("cli"):
+        if relative.parts[0] in ("eval", "testing", "cli"):
             continue  # the harness itself, the contract tests and the command line may use both
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = []
@@ -122,3 +122,23 @@ def test_runtime_never_imports_the_harness_or_the_trainers() -> None:
     # PersonaMem.improve is the SDK's door to the improve trainer (imported when called; DESIGN.md says why)
     door = {"memory.py: personamem.trainers.adapter.config", "memory.py: personamem.trainers.adapter.improve"}
     assert sorted(set(offenders) - door) == []
+
+
+def test_nothing_imports_the_command_line() -> None:
+    """The CLI is the top of the import graph: no runtime, harness, trainer or adapter module imports it."""
+    root = Path(personamem.__file__).parent
+    offenders = []
+    for path in [
+        *root.rglob("*.py"),
+        *(root.parent / "trainers").rglob("*.py"),
+        *(root.parent / "adapters").rglob("*.py"),
+    ]:
+        if path.is_relative_to(root / "cli") or path == root / "__main__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [module or ""]
+            offenders += [
+                f"{path.name}: {n}" for n in names if n == "personamem.cli" or n.startswith("personamem.cli.")
+            ]
+    assert offenders == []

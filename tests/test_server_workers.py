@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from personamem.cli_server import network_filesystem
+from personamem.cli.server import network_filesystem
 from personamem.client import Client
 from personamem.store import KeyRing
 from personamem.store.sql import SqlCatalog

@@ -10,7 +10,6 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
-import shlex
 import tempfile
 import time
 from enum import StrEnum
@@ -124,12 +123,6 @@ class EvalConfig(BaseModel):
         """The methods, then each pipeline file as ``pipeline:<file>``."""
         return (*self.methods, *(f"pipeline:{path}" for path in self.pipeline))
 
-    def command(self) -> str:
-        """The ``personamem eval`` command line that reproduces this configuration."""
-        from personamem.cli_options import command_line
-
-        return shlex.join(["personamem", "eval", *command_line(self)])
-
 
 def load_benchmark(config: EvalConfig) -> Benchmark:
     """Read the configured benchmark from ``config.data`` with its options."""
@@ -158,6 +151,7 @@ def run_eval(
     cache_dir: Path | None = None,
     store_dir: Path | None = None,
     progress: Progress | None = None,
+    command: str = "",
 ) -> Report:
     """Evaluate every configured method on the configured benchmark.
 
@@ -166,6 +160,7 @@ def run_eval(
     and encoder, so LLM outputs cached in it (PBR's pseudo feedback, expansions) are reused by later
     runs; with None it is a temporary folder removed afterwards. ``llm`` is the frozen LLM for
     LLM-based methods and ``config.answers`` (default: the local default LLM, loaded only if needed).
+    ``command`` is the command line the report names as reproducing it (the CLI passes its own).
     """
     missing = [name for name in ("ranx", "scipy", "matplotlib") if importlib.util.find_spec(name) is None]
     if missing:
@@ -212,7 +207,7 @@ def run_eval(
                 timings[method.name] = time.perf_counter() - start
         finally:
             store.close()
-    return Report(benchmark, runs, baseline=config.baseline, command=config.command(), timings=timings)
+    return Report(benchmark, runs, baseline=config.baseline, command=command, timings=timings)
 
 
 def held_out_questions(benchmark: Benchmark, split_file: Path) -> Benchmark:

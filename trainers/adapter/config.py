@@ -1,7 +1,7 @@
 """The query adapter's training settings, beside the trainer that reads them.
 
 Each field's docstring is also its ``--help`` in ``personamem train adapter`` (options are built from
-these models, see :mod:`personamem.cli_options`).
+these models, see :mod:`personamem.cli.options`).
 """
 
 from __future__ import annotations

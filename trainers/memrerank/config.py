@@ -2,7 +2,7 @@
 
 Each field is documented once, by the docstring under it: that text is also its ``--help`` in
 ``personamem train memrerank``, whose options are built from this model (see
-:mod:`personamem.cli_options`). The defaults are sized for a CPU; the TRL settings they map to are
+:mod:`personamem.cli.options`). The defaults are sized for a CPU; the TRL settings they map to are
 listed in :func:`personamem.trainers.memrerank.trainer.grpo_config`.
 """
 

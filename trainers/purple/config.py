@@ -2,7 +2,7 @@
 
 Each field is documented once, by the docstring under it: that text is also its ``--help`` in
 ``personamem train purple``, whose options are built from these models (see
-:mod:`personamem.cli_options`).
+:mod:`personamem.cli.options`).
 """
 
 from __future__ import annotations

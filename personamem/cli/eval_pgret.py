@@ -12,7 +12,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from personamem.cli_options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
+from personamem.cli.options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
 from personamem.console import out, progress_bar
 from personamem.eval.evaluate import BenchmarkName
 

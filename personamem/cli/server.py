@@ -102,8 +102,6 @@ def serve(
         import uvicorn
     except ImportError:
         raise MissingExtraError(["fastapi", "uvicorn"], "server") from None
-    from personamem.cli import DEFAULT_CONFIG
-
     options = ctx.obj
     if workers > 1 and (kind := network_filesystem(Path(options.path))) is not None:
         embedded = [
@@ -125,7 +123,7 @@ def serve(
                 "[yellow]warning:[/yellow] no API keys yet: every request will get 401; create one "
                 "with `personamem keys create --tenant NAME`"
             )
-    config = options.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
+    config = options.config_file
     settings = {
         "PERSONAMEM_STORE": str(options.path),
         "PERSONAMEM_SQL_URL": options.sql_url or "",

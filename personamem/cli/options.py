@@ -10,7 +10,7 @@ typer options, so the command never restates them::
     import typer
     from pydantic import BaseModel, ConfigDict, Field
 
-    from personamem.cli_options import config_options
+    from personamem.cli.options import config_options
 
     class SearchConfig(BaseModel):
         model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)

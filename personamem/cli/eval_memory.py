@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from personamem.cli_options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
+from personamem.cli.options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
 from personamem.console import out, progress_bar
 
 if TYPE_CHECKING:

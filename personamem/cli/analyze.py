@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from personamem.cli_options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
+from personamem.cli.options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
 from personamem.console import out, progress_bar
 from personamem.eval.evaluate import BenchmarkName
 

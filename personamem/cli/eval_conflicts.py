@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from personamem.cli_options import LLMRuntime, runtime_option
+from personamem.cli.options import LLMRuntime, runtime_option
 from personamem.console import out
 
 __all__ = ["eval_conflicts"]

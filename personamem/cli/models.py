@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from personamem.cli_options import LLMRuntime, runtime_option
+from personamem.cli.options import LLMRuntime, runtime_option
 from personamem.console import err, out
 
 __all__ = ["models_app"]

@@ -13,7 +13,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from personamem.cli_options import config_options
+from personamem.cli.options import config_options
 from personamem.console import out, progress_bar
 from personamem.trainers.adapter.config import AdapterDataConfig, AdapterTrainConfig
 from personamem.trainers.memrerank.config import MemRerankConfig, MemRerankDataConfig

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from personamem.cli_options import config_options
+from personamem.cli.options import config_options
 from personamem.console import out, progress_bar
 from personamem.pipeline import PipelineConfig
 from personamem.preference import PreferenceMemory

@@ -1,0 +1,106 @@
+"""The everyday reads and erasure: ``search``, ``context``, ``users``, ``forget``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from personamem.cli.options import LLMRuntime, config_options, runtime_option
+from personamem.console import err, out
+from personamem.methods import method_help
+from personamem.pipeline import PipelineConfig
+
+_AS_OF = typer.Option(help="Answer from the facts current at this time (ISO 8601; UTC if naive).")
+_ALL_VERSIONS = typer.Option("--include-superseded", help="Include superseded and not-yet-valid records.")
+
+
+def search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    user: Annotated[str, typer.Option(help="Whose memory to search.")],
+    k: Annotated[int, typer.Option("-k", "--k", min=1, help="How many records.")] = 5,
+    method: Annotated[str, typer.Option(help=f"Method: {method_help()}.")] = "dense",
+    llm: Annotated[
+        str | None, typer.Option(help="The frozen LLM for LLM methods (see 'eval --help').")
+    ] = None,
+    llm_runtime: Annotated[LLMRuntime | None, runtime_option()] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
+    as_of: Annotated[str | None, _AS_OF] = None,
+    include_superseded: Annotated[bool, _ALL_VERSIONS] = False,
+) -> None:
+    """Search one user's memory with any method (the facts current now, unless --as-of says when)."""
+    with ctx.obj.open(llm=llm, llm_runtime=llm_runtime and llm_runtime.value) as mem:
+        hits = mem.search(user, query, k=k, method=method, as_of=as_of, include_superseded=include_superseded)
+    if as_json:
+        for hit in hits:
+            row = {"rank": hit.rank, "score": hit.score, **hit.record.model_dump(mode="json")}
+            typer.echo(json.dumps(row, ensure_ascii=False))  # one object per line, no wrapping
+        return
+    table = Table("rank", "score", "id", "kind", "text", title=f"{user}: {query}")
+    for hit in hits:
+        table.add_row(
+            str(hit.rank), f"{hit.score:.3f}", hit.record.id, hit.record.kind.value, hit.record.text
+        )
+    out.print(table)
+
+
+@config_options()
+def context(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="The user's message.")],
+    user: Annotated[str, typer.Option(help="Whose memory.")],
+    method: Annotated[
+        str | None,
+        typer.Option(help="Run this method's stages over the configured pipeline (see 'search --help')."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the context as JSON.")] = False,
+    as_of: Annotated[str | None, _AS_OF] = None,
+    include_superseded: Annotated[bool, _ALL_VERSIONS] = False,
+    *,
+    pipeline: PipelineConfig,
+) -> None:
+    """The context an LLM should see for a query: the pipeline's profile, within a token budget.
+
+    The pipeline is --config's (or ./personamem.toml's); the pipeline options given here override it.
+    """
+    given = pipeline.model_dump(include=pipeline.model_fields_set)  # options given override the file
+    with ctx.obj.open(**given) as mem:
+        result = mem.context(user, query, pipeline=method, as_of=as_of, include_superseded=include_superseded)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
+        return
+    out.print(result.text or "(no records)", markup=False, highlight=False)
+    cost = ", ".join(f"{stage} {ms:.0f} ms" for stage, ms in result.timings_ms.items())
+    llm_tokens = result.usage.total_tokens
+    err.print(
+        f"{len(result.hits)} record(s), {result.tokens}/{result.budget_tokens} tokens; {cost}"
+        + (f"; {llm_tokens} LLM tokens" if llm_tokens else ""),
+        highlight=False,
+    )
+    for note in result.warnings:
+        err.print(f"[yellow]warning:[/yellow] {note}", highlight=False, soft_wrap=True)
+
+
+def users(ctx: typer.Context) -> None:
+    """List users and how many records each has."""
+    with ctx.obj.open() as mem:
+        table = Table("user", "records")
+        for user_id in mem.users():
+            table.add_row(user_id, str(mem.count(user_id)))
+    out.print(table)
+
+
+def forget(
+    ctx: typer.Context,
+    user: Annotated[str, typer.Option(help="The user to erase.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Erase a user: records, vectors and cached data, with no soft-deleted copy."""
+    if not yes and not typer.confirm(f"Erase everything personamem holds about {user!r}?"):
+        raise typer.Abort()
+    with ctx.obj.open() as mem:
+        found = mem.forget(user)
+    out.print(f"forgot {user}" if found else f"no such user: {user}")
