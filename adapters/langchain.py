@@ -110,7 +110,7 @@ class PersonaMemRetriever(BaseRetriever):
     search in LangChain's executor (the store is thread-safe and has no async client); the async
     method is overridden only because LangChain's default wrapper drops call keywords such as ``k``.
 
-    Example:
+    Examples:
         >>> retriever = PersonaMemRetriever(memory=mem, user_id="alice", k=3)  # doctest: +SKIP
         >>> retriever.invoke("what should I cook tonight?")  # doctest: +SKIP
         >>> PersonaMemRetriever(memory=mem, user_id="alice", method="purple:runs/x/best")  # doctest: +SKIP

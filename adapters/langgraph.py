@@ -126,7 +126,7 @@ class PersonaMemStore(BaseStore):
         MethodError: an unknown method, or one that needs an LLM the memory does not have; the
             pipeline is built here, so this fails at construction rather than on the first search.
 
-    Example:
+    Examples:
         >>> store = PersonaMemStore(mem)  # doctest: +SKIP
         >>> store.put(("alice", "memories"), "diet", {"text": "I'm vegetarian."})  # doctest: +SKIP
         >>> store.search(("alice", "memories"), query="what should I cook?")  # doctest: +SKIP

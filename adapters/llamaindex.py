@@ -297,7 +297,7 @@ class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
     def context(self, query: str) -> Context:
         """What this block shows the LLM for ``query``: its records, text, tokens and timings."""
         return self.memory.context(
-            self.user_id, query, budget_tokens=self.budget_tokens, pipeline=self.pipeline
+            self.user_id, query, budget_tokens=self.budget_tokens, method=self.pipeline
         )
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:

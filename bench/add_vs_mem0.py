@@ -41,8 +41,8 @@ def run(args: argparse.Namespace, root: Path) -> float:
     import torch
 
     from personamem import PersonaMem
+    from personamem.datasets.locomo import load_locomo
     from personamem.encoder import default_encoder
-    from personamem.ingest.locomo import load_locomo
 
     torch.set_num_threads(1)
     turns = [(r.user_id, r.text) for r in load_locomo(args.locomo)][: args.turns]

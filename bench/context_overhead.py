@@ -6,7 +6,7 @@ query (round robin), timed alternately in one process:
 1. ``mem.search(user, query, k=5, method="hybrid")``: the baseline.
 2. ``mem.context(user, query)`` with the default pipeline (hybrid, its top 5, no LLM stage, fitted
    to 512 tokens): what the pipeline, the rendering and the token-budget fit add.
-3. ``mem.context(user, query, pipeline="purple:<checkpoint>")``: PURPLE picking 5 of hybrid's top 20.
+3. ``mem.context(user, query, method="purple:<checkpoint>")``: PURPLE picking 5 of hybrid's top 20.
    The checkpoint is an untrained 2-layer scorer saved to a temporary folder (a trained one costs
    the same); each user's records were seen by an earlier query, as they are in a running service.
 
@@ -61,7 +61,7 @@ def main() -> int:
                 "hybrid search": lambda u, q: mem.search(u, q, k=5, method="hybrid"),
                 "context (default pipeline)": lambda u, q: mem.context(u, q),
                 "context (PURPLE over hybrid's top 20)": lambda u, q: mem.context(
-                    u, q, pipeline=f"purple:{checkpoint}"
+                    u, q, method=f"purple:{checkpoint}"
                 ),
             }
             log("[setup] warm-up: each user and query once per variant (BM25 indexes, PURPLE record cache)")

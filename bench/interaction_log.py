@@ -52,13 +52,13 @@ def main() -> int:
         for user in users:
             for query in QUERIES:
                 mem.context(user, query)
-                mem.context(user, query, pipeline=logged)
+                mem.context(user, query, method=logged)
         times: dict[str, list[float]] = {"context": [], "context, logged": []}
         for i in range(args.iters):
             user, query = users[i % len(users)], QUERIES[(i * 7) % len(QUERIES)]
             for name, pipeline in (("context", None), ("context, logged", logged)):
                 start = time.perf_counter()
-                mem.context(user, query, pipeline=pipeline)
+                mem.context(user, query, method=pipeline)
                 times[name].append(time.perf_counter() - start)
         rows = len(mem.interactions())
     for name, samples in times.items():

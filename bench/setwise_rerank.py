@@ -6,8 +6,14 @@ label log-likelihood, heap sort) ranks the top 10; the listwise reranker
 (:class:`~personamem.profile.listwise.ListwiseSelector`, one greedy generation over the numbered
 list) orders the same 20. Both run ``--iters`` times alternately, a different request each time.
 The setwise side costs several short scoring calls (at most ``ceil((N-1)/4) + 3 + k * ceil(log4 N)``
-choices, each one forward pass thanks to the backend's shared-prompt scoring); the listwise side one
-long decode, and its answer is often unusable on a small model (it then keeps the input order).
+choices, each one forward pass thanks to the backend's shared-prompt scoring, over only the tokens
+after the system prompt, memory and request, whose key/value states the backend keeps); the listwise
+side one long decode, and its answer is often unusable on a small model (it then keeps the input order).
+
+Also timed in the same alternation, and only printed: setwise with a 120-word memory (the prompted
+extractor's ``max_words`` cap, the longest preference memory it writes; the memories in RESULTS.md's
+MemRerank evaluation had 5 to 84 words, this script's ``MEMORY`` 18), which the listwise side
+never sees.
 
 Gate: p50(setwise top-10) / p50(listwise) <= 1.5, i.e. the setwise reranker, which always returns a
 ranking, costs at most half again the listwise decode. The last stdout line is
@@ -31,6 +37,17 @@ TARGET_RATIO = 1.5
 MEMORY = (
     "WITHIN everyday life:\n- enjoys outdoor sport and travel\n- cooks plant-based food\n"
     "CROSS:\n- careful with money"
+)
+LONG_MEMORY = (  # 120 words as memory_eval counts them (text.split())
+    "WITHIN everyday life:\n- enjoys outdoor sport and travel, mostly hiking and cycling on weekends\n"
+    "- cooks plant-based food at home and avoids dairy and eggs\n- prefers trains to planes for trips "
+    "under six hours\n- reads historical fiction and long-form journalism before bed\n- keeps a small "
+    "balcony garden with herbs and tomatoes\n- likes quiet cafes and independent bookshops\n"
+    "- plays guitar with friends on Fridays\n"
+    "CROSS:\n- careful with money: compares prices and waits for sales\n- values durable, repairable "
+    "products over cheap ones\n- dislikes crowded tourist places and loud restaurants\n- buys gifts that "
+    "are practical rather than decorative\n- avoids subscriptions and prefers paying once\n- cares "
+    "about low-waste packaging and second-hand options"
 )
 
 
@@ -63,18 +80,20 @@ def main() -> int:
     listwise.select("alice", QUERIES[-1], records, 20)
 
     log(f"[time] rerank of 20 candidates, {args.iters} alternating iterations")
-    times: dict[str, list[float]] = {"setwise": [], "listwise": []}
+    times: dict[str, list[float]] = {"setwise": [], "listwise": [], "long memory": []}
     calls: list[int] = []
     for i in range(args.iters):
         query = QUERIES[i % (len(QUERIES) - 1)]
-        for name in ("setwise", "listwise")[:: 1 if i % 2 == 0 else -1]:
+        for name in ("setwise", "listwise", "long memory")[:: 1 if i % 2 == 0 else -1]:
             start = time.perf_counter()
             if name == "setwise":
                 before = setwise.calls
                 setwise.rank(query, MEMORY, items, k=args.top)
                 calls.append(setwise.calls - before)
-            else:
+            elif name == "listwise":
                 listwise.select("alice", query, records, 20)
+            else:
+                setwise.rank(query, LONG_MEMORY, items, k=args.top)
             times[name].append(time.perf_counter() - start)
     p50 = {name: statistics.median(samples) for name, samples in times.items()}
     ratio = p50["setwise"] / p50["listwise"]
@@ -82,6 +101,10 @@ def main() -> int:
     label = f"setwise, top {args.top} (5-way choices)"
     print(f"{label:<41}{statistics.median(calls):9.0f} {p50['setwise']:7.2f}")
     print(f"{'listwise (one generation)':<41}{1:9d} {p50['listwise']:7.2f}")
+    print(
+        f"setwise_long_memory_over_listwise_time: {p50['long memory'] / p50['listwise']:.2f} "
+        f"(informational: setwise {p50['long memory']:.2f} s with a {len(LONG_MEMORY.split())}-word memory)"
+    )
     print(f"setwise_over_listwise_time: {ratio:.2f} (target <= {TARGET_RATIO})")
     return 0 if ratio <= TARGET_RATIO else 1
 

@@ -26,8 +26,8 @@ from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel,
 
 from personamem import PersonaMem, SentenceEncoder, default_encoder
 from personamem.adapters.langchain import PersonaMemLLM, PersonaMemRetriever
+from personamem.datasets.jsonl import read_jsonl
 from personamem.demo import demo_records_path
-from personamem.ingest.jsonl import read_jsonl
 from personamem.llm import TransformersLLM
 from personamem.profile.purple import PurpleConfig
 from personamem.trainers.purple import PurpleTrainConfig, train_purple

@@ -28,15 +28,14 @@ from rich.progress import track
 from scipy.stats import ttest_rel
 
 from personamem import PersonaMem, PipelineConfig
-from personamem.eval.evaluate import EvalConfig, load_benchmark
-from personamem.trainers.pgret.data import split_users
+from personamem.datasets import UserSplit, read_questions
 
 METRICS = ("answer_loglik", "answer_f1")
 
 
 def replay(data: Path, store: Path, held_out: list[str]) -> int:
     """Store the training conversations and log each of their questions with its gold answer."""
-    bench = load_benchmark(EvalConfig(benchmark="locomo", data=data))
+    bench = read_questions("locomo", data)
     config = PipelineConfig(log_interactions=True)  # hybrid's top 5, as the untrained app serves
     shutil.rmtree(store, ignore_errors=True)
     logged = 0
@@ -90,9 +89,9 @@ def main() -> None:
     parser.add_argument("--llm-runtime", default="ctranslate2")
     args = parser.parse_args()
 
-    bench = load_benchmark(EvalConfig(benchmark="locomo", data=args.data))
-    # the conversations PURPLE's benchmark runs hold out (split seed 0): comparable with the README
-    _, _, held_out = split_users(sorted(bench.users()), validation=1, test=2, seed=0)
+    bench = read_questions("locomo", args.data)
+    # the conversations PURPLE's benchmark runs hold out (split seed 0): comparable with docs/RESULTS.md
+    held_out = UserSplit.by_count(bench.users(), validation=1, test=2, seed=0).test
     args.out.mkdir(parents=True, exist_ok=True)
     split = args.out / "held_out.json"
     split.write_text(json.dumps({"test_users": held_out}) + "\n", encoding="utf-8")

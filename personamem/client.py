@@ -2,7 +2,8 @@
 
 ``mem = PersonaMem.open(path)`` becomes ``mem = Client(url, api_key)`` (or, in an event loop,
 ``AsyncClient(url, api_key)`` with ``await`` before each call); the methods, arguments, return types
-(``Record``, ``Hit``, ``Context``) and exceptions are the SDK's. A server error comes back as the
+(``Record``, ``Hit``, ``Context``) and exceptions are the SDK's (:class:`~personamem.contract.MemoryApi`,
+checked by ``tests/test_contract_api.py``). A server error comes back as the
 exception the SDK would have raised (its type travels in the JSON body); a server that cannot be
 reached or fails is a :class:`~personamem.errors.RemoteError`. Both clients drive the same calls
 (``personamem/remote.py``), so they answer alike.
@@ -11,18 +12,19 @@ reached or fails is a :class:`~personamem.errors.RemoteError`. Both clients driv
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from personamem import errors, remote
+from personamem.contract import Context, Hits, MemoryApi, method_of
 from personamem.errors import MissingExtraError, RemoteError
-from personamem.pipeline import Context, Hits
 from personamem.portability import Imported
 from personamem.preference import PreferenceMemory
 from personamem.records import Record
 from personamem.remote import Call, Request, error_from
+from personamem.store.duplicates import DuplicatePolicy
 
 __all__ = ["AsyncClient", "Client"]
 
@@ -48,7 +50,7 @@ def _unreachable(base_url: object, exc: Exception) -> RemoteError:
     return RemoteError(f"cannot reach the personamem server at {base_url}: {exc}")
 
 
-class Client:
+class Client(MemoryApi):
     """A personamem server, called like :class:`~personamem.memory.PersonaMem`; safe across threads.
 
     Args:
@@ -98,9 +100,18 @@ class Client:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def add(self, user_id: str, text: str = "", **fields: Any) -> Record:
-        """Remember one record of ``user_id``; returns it with its id."""
-        return self._run(remote.add(user_id, text, fields))
+    def add(
+        self,
+        user_id: str,
+        text: str = "",
+        *,
+        duplicates: DuplicatePolicy | str | None = None,
+        duplicate_threshold: float | None = None,
+        **fields: Any,
+    ) -> Record:
+        """Remember one record of ``user_id``; returns it with its id (see :meth:`PersonaMem.add`)."""
+        options = {"duplicates": duplicates, "duplicate_threshold": duplicate_threshold}
+        return self._run(remote.add(user_id, text, {**fields, **options}))
 
     def add_many(
         self,
@@ -150,12 +161,18 @@ class Client:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def search(self, user_id: str, query: str, k: int = 5, method: str = "dense", **when: Any) -> Hits:
-        """The user's top ``k`` records for ``query`` by ``method`` (``interaction_id`` where logged).
-
-        ``when``: ``as_of`` and ``include_superseded``, as in :meth:`PersonaMem.search`.
-        """
-        return self._run(remote.search(user_id, query, k, method, when))
+    def search(
+        self,
+        user_id: str,
+        query: str,
+        k: int = 5,
+        method: str = "dense",
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> Hits:
+        """The user's top ``k`` records for ``query`` by ``method`` (``interaction_id`` where logged)."""
+        return self._run(remote.search(user_id, query, k, method, as_of, include_superseded))
 
     def feedback(
         self,
@@ -174,14 +191,17 @@ class Client:
         query: str,
         *,
         budget_tokens: int | None = None,
+        method: str | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
         pipeline: str | None = None,
-        **when: Any,
     ) -> Context:
-        """What to paste into the LLM's prompt for ``query`` (``pipeline``: a method name).
+        """What to paste into the LLM's prompt for ``query`` (``method``: a method name).
 
-        ``when``: ``as_of`` and ``include_superseded``, as in :meth:`PersonaMem.context`.
+        ``pipeline`` is ``method``'s deprecated name, as in :meth:`PersonaMem.context`.
         """
-        return self._run(remote.context(user_id, query, budget_tokens, pipeline, when))
+        chosen = method_of(method, pipeline)
+        return self._run(remote.context(user_id, query, budget_tokens, chosen, as_of, include_superseded))
 
     def memory(self, user_id: str) -> PreferenceMemory:
         """The user's preference memory (``stale`` when the server could not rebuild it in time)."""
@@ -275,9 +295,18 @@ class AsyncClient:
             raise _unreachable(self._http.base_url, exc) from exc
         return _answer(response, request)
 
-    async def add(self, user_id: str, text: str = "", **fields: Any) -> Record:
+    async def add(
+        self,
+        user_id: str,
+        text: str = "",
+        *,
+        duplicates: DuplicatePolicy | str | None = None,
+        duplicate_threshold: float | None = None,
+        **fields: Any,
+    ) -> Record:
         """:meth:`Client.add`."""
-        return await self._run(remote.add(user_id, text, fields))
+        options = {"duplicates": duplicates, "duplicate_threshold": duplicate_threshold}
+        return await self._run(remote.add(user_id, text, {**fields, **options}))
 
     async def add_many(
         self,
@@ -321,9 +350,18 @@ class AsyncClient:
         """:meth:`Client.purge`."""
         return await self._run(remote.purge())
 
-    async def search(self, user_id: str, query: str, k: int = 5, method: str = "dense", **when: Any) -> Hits:
+    async def search(
+        self,
+        user_id: str,
+        query: str,
+        k: int = 5,
+        method: str = "dense",
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> Hits:
         """:meth:`Client.search`."""
-        return await self._run(remote.search(user_id, query, k, method, when))
+        return await self._run(remote.search(user_id, query, k, method, as_of, include_superseded))
 
     async def feedback(
         self,
@@ -342,11 +380,16 @@ class AsyncClient:
         query: str,
         *,
         budget_tokens: int | None = None,
+        method: str | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
         pipeline: str | None = None,
-        **when: Any,
     ) -> Context:
         """:meth:`Client.context`."""
-        return await self._run(remote.context(user_id, query, budget_tokens, pipeline, when))
+        chosen = method_of(method, pipeline)
+        return await self._run(
+            remote.context(user_id, query, budget_tokens, chosen, as_of, include_superseded)
+        )
 
     async def memory(self, user_id: str) -> PreferenceMemory:
         """:meth:`Client.memory`."""

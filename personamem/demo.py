@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from personamem.ingest.jsonl import read_jsonl
+from personamem.datasets.jsonl import read_jsonl
 from personamem.memory import PersonaMem
 from personamem.retrieval import Hit
 

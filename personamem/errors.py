@@ -31,6 +31,7 @@ __all__ = [
     "MissingExtraError",
     "PBRFallbackWarning",
     "PartialWriteError",
+    "PersonaMemDeprecationWarning",
     "PersonaMemError",
     "PersonaMemWarning",
     "PipelineFallbackWarning",
@@ -143,6 +144,14 @@ class AuthenticationError(RemoteError):
 
 class PersonaMemWarning(UserWarning):
     """Base class of every warning personamem emits."""
+
+
+class PersonaMemDeprecationWarning(PersonaMemWarning, DeprecationWarning):
+    """A call used a name that still works but is going away; the message names its replacement.
+
+    A :class:`DeprecationWarning` too, so Python shows it where the caller's own code (``__main__``, a
+    test run) makes the call and hides it from the users of an application built on personamem.
+    """
 
 
 class TruncationWarning(PersonaMemWarning):

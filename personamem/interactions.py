@@ -19,17 +19,21 @@ The exchange format is JSON Lines, one :class:`Interaction` per line::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from personamem.ingest._json import JsonFile, write_lines
+from personamem.errors import InvalidInputError
+from personamem.jsonfile import JsonFile, write_lines
 
 __all__ = [
+    "MAX_ANSWER",
+    "MAX_USED",
     "Feedback",
+    "FeedbackReport",
     "Interaction",
     "LoggedResult",
     "first_error",
@@ -62,6 +66,83 @@ class Feedback(BaseModel):
     used_record_ids: list[str] | None = None
     """The records the accepted answer used (PG-Ret's logged pairs, MemRerank's chosen items)."""
     time: datetime | None = None
+
+
+MAX_ANSWER = 32_768
+"""Longest accepted answer in characters (the log keeps it for training; a page of text is plenty)."""
+MAX_USED = 1000
+"""Most record ids one report may name (a search returns at most 1000 records)."""
+
+
+class FeedbackReport(BaseModel):
+    """What an application reports after a logged call: the one declaration of ``feedback``.
+
+    ``PersonaMem.feedback``, both clients (before sending) and the REST body (``POST /v1/feedback``)
+    validate through this model, and the log stores it, so a report refused by one is refused by all
+    with the same message. Fields left None keep what an earlier report said.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    interaction_id: str = Field(max_length=64)
+    """The logged call's id (``Context.interaction_id``, ``Hits.interaction_id``)."""
+    answer: str | None = Field(default=None, max_length=MAX_ANSWER)
+    """The answer the user accepted (what PURPLE learns to make likely)."""
+    rating: float | None = None
+    """The user's rating of it, higher is better."""
+    used_record_ids: list[str] | None = Field(default=None, max_length=MAX_USED)
+    """The records the answer used (PG-Ret's and MemRerank's positives), kept once each, in order."""
+
+    @field_validator("interaction_id", mode="before")
+    @classmethod
+    def _id(cls, value: object) -> object:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"interaction_id must be a non-empty string, got {value!r}")
+        return value
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _answer(cls, value: object) -> object:
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"answer must be a string, got {type(value).__name__}")
+        return value
+
+    @field_validator("rating", mode="before")
+    @classmethod
+    def _rating(cls, value: object) -> object:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"rating must be a number, got {value!r}")
+        return value
+
+    @field_validator("used_record_ids", mode="before")
+    @classmethod
+    def _used(cls, value: object) -> object:
+        if value is None:
+            return None
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise ValueError("used_record_ids must be a list of record ids")
+        if not all(isinstance(r, str) and r for r in value):
+            raise ValueError("used_record_ids must be a list of record ids")
+        return list(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _something(self) -> FeedbackReport:
+        if self.answer is None and self.rating is None and self.used_record_ids is None:
+            raise ValueError("feedback needs at least one of answer, rating or used_record_ids")
+        return self
+
+    @classmethod
+    def of(cls, interaction_id: object, **fields: object) -> FeedbackReport:
+        """The report, or InvalidInputError naming what is wrong (the SDK's and the clients' door).
+
+        Raises:
+            InvalidInputError: as the REST route's 422 says it.
+        """
+        try:
+            return cls.model_validate({"interaction_id": interaction_id, **fields})
+        except ValidationError as exc:
+            problems = [str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()]
+            raise InvalidInputError("; ".join(problems)) from None
 
 
 class Interaction(BaseModel):

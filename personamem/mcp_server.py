@@ -11,8 +11,9 @@ Over stdio every call works on the memory the command opened. Over HTTP a gate i
 transport resolves the request's API key to its tenant exactly as the REST routes do (a request
 without a valid key never reaches the transport) and hands the tools that tenant's view, so
 isolation is the store's, as everywhere else. The transport is stateless, so ``serve --workers N``
-needs no session affinity. Records are the REST shape (``Record.model_dump(mode="json")`` with
-``duplicate_of``); a hit is ``Context.to_json``'s (id, text, score, rank). A
+needs no session affinity. Answers are :mod:`personamem.contract`'s JSON shapes, the REST API's:
+a record is ``record_json``'s, ``recall`` a ``SearchResult`` (each hit with its rank, score, id,
+text and whole record), ``list_records`` a ``RecordPage``, ``forget_record`` a ``Deleted``. A
 :class:`~personamem.errors.PersonaMemError` becomes a tool error with its message (what the REST API
 puts in ``error.message``); anything else is logged and reported as a failed call without details,
 and the server keeps serving.
@@ -38,11 +39,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from personamem.contract import Deleted, RecordPage, SearchResult, record_json
 from personamem.errors import PersonaMemError
 from personamem.memory import PersonaMem
 from personamem.methods import method_names
 from personamem.preference import PreferenceMemory
-from personamem.records import JsonScalar, Record, RecordKind, check_user_id
+from personamem.records import JsonScalar, RecordKind, check_user_id
 
 __all__ = ["HttpEndpoint", "build_server", "http_endpoint", "run_stdio"]
 
@@ -72,11 +74,6 @@ Query = Annotated[
 
 MemoryOf = Callable[[Context], PersonaMem]
 _Tool = TypeVar("_Tool", bound=Callable[..., Any])
-
-
-def _record_json(record: Record) -> dict[str, Any]:
-    """The REST shape of a record, with ``add``'s near-duplicate report."""
-    return {**record.model_dump(mode="json"), "duplicate_of": record.duplicate_of}
 
 
 @contextlib.contextmanager
@@ -158,8 +155,8 @@ def _build(memory_of: MemoryOf) -> MCPServer:
             mem = memory_of(ctx)
             user = check_user_id(user_id)
             if replaces is not None:
-                return _record_json(mem.supersede(user, replaces, text, kind=kind, metadata=metadata or {}))
-            return _record_json(mem.add(user, text, kind=kind, metadata=metadata or {}))
+                return record_json(mem.supersede(user, replaces, text, kind=kind, metadata=metadata or {}))
+            return record_json(mem.add(user, text, kind=kind, metadata=metadata or {}))
 
     @tool(ToolAnnotations(read_only_hint=True))
     def recall(
@@ -183,7 +180,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
             ),
         ] = None,
     ) -> dict[str, Any]:
-        """The user's stored records that best match the query, best first: each with id, text and score.
+        """The user's stored records that best match the query, best first: id, text, score, the record.
 
         Only current facts: a replaced record is left out unless `as_of` names a time it held. An unknown
         user has no records (an empty list). Use `context` instead for text to put in a prompt.
@@ -191,12 +188,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         with _tool_errors():
             mem = memory_of(ctx)
             hits = mem.search(check_user_id(user_id), query, k=k, method=method, as_of=as_of)
-        # Context.to_json's hit: what an agent needs to cite or forget a record
-        return {
-            "hits": [
-                {"id": h.record.id, "text": h.record.text, "score": h.score, "rank": h.rank} for h in hits
-            ]
-        }
+        return SearchResult.of(hits).model_dump(mode="json")
 
     @tool(ToolAnnotations(read_only_hint=True))
     def context(
@@ -234,7 +226,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         """
         with _tool_errors():
             mem = memory_of(ctx)
-            return {"deleted": mem.delete(check_user_id(user_id), [record_id])}
+            return Deleted(deleted=mem.delete(check_user_id(user_id), [record_id])).model_dump(mode="json")
 
     @tool(ToolAnnotations(read_only_hint=True))
     def list_records(
@@ -249,7 +241,8 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         with _tool_errors():
             mem = memory_of(ctx)
             records = mem.records(check_user_id(user_id))
-        return {"count": len(records), "records": [_record_json(r) for r in records[offset : offset + limit]]}
+        page = RecordPage(count=len(records), records=records[offset : offset + limit])
+        return page.model_dump(mode="json")
 
     @tool(ToolAnnotations(read_only_hint=True))
     def preferences(user_id: UserId, ctx: Context) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from personamem.conflicts import ConflictDetector
+from personamem.contract import Context, Hits, MemoryApi, method_of
 from personamem.encoder import Encoder
 from personamem.errors import (
     ConfigError,
@@ -25,10 +26,10 @@ from personamem.errors import (
     MethodError,
     warn_fallback,
 )
-from personamem.interactions import Interaction
+from personamem.interactions import FeedbackReport, Interaction
 from personamem.llm.base import FrozenLLM
 from personamem.methods import check_llm, method_config
-from personamem.pipeline import Context, Hits, Pipeline, PipelineConfig, load_pipeline
+from personamem.pipeline import Pipeline, PipelineConfig, load_pipeline
 from personamem.pipeline.config import LLM_MEMORIES, pipeline_config
 from personamem.pipeline.stages import build_extractor
 from personamem.portability import Imported, export_lines, read_export, write_export
@@ -43,8 +44,12 @@ from personamem.store.timeline import reading
 __all__ = ["PersonaMem", "open_memory"]
 
 
-class PersonaMem:
+class PersonaMem(MemoryApi):
     """Per-user memory: add what users said or did, search it per user, build their context, forget them.
+
+    Its operations are :class:`~personamem.contract.MemoryApi`'s, so ``Client`` (HTTP) answers them
+    alike. ``pipeline=`` configures the memory (here and in :meth:`open`); ``method=`` picks what one
+    :meth:`search` or :meth:`context` call runs.
 
     Args:
         store: where the records live.
@@ -54,7 +59,7 @@ class PersonaMem:
         llm: the frozen LLM for LLM stages; without it, ``pipeline.llm`` names one to load when
             first needed.
 
-    Example:
+    Examples:
         >>> with PersonaMem.open("~/.personamem") as mem:  # doctest: +SKIP
         ...     mem.add("alice", "I'm vegetarian and allergic to peanuts.", kind="knowledge")
         ...     hits = mem.search("alice", "what should I cook tonight?", k=3)
@@ -314,7 +319,7 @@ class PersonaMem:
         user_id: str,
         query: str,
         k: int = 5,
-        method: str = "dense",
+        method: PipelineConfig | str = "dense",
         *,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
@@ -342,9 +347,10 @@ class PersonaMem:
         query: str,
         *,
         budget_tokens: int | None = None,
-        pipeline: PipelineConfig | str | None = None,
+        method: PipelineConfig | str | None = None,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        pipeline: PipelineConfig | str | None = None,
     ) -> Context:
         """What to paste into the LLM's prompt for ``query``: the user's profile, within the budget.
 
@@ -352,16 +358,20 @@ class PersonaMem:
             user_id: whose memory.
             query: the user's message.
             budget_tokens: most tokens of context (default: the pipeline's ``budget_tokens``).
-            pipeline: another config, or a method name applied over the configured pipeline
+            method: a method name applied over the configured pipeline, or another config
                 (default: the configured pipeline).
             as_of: build it from the facts current at this time (default: now).
             include_superseded: from every version of every fact instead.
+            pipeline: the deprecated name of ``method`` (a
+                :class:`~personamem.errors.PersonaMemDeprecationWarning`).
 
         Raises:
             MethodError: an unknown method, or one that needs an LLM when none is configured.
+            InvalidInputError: both ``method`` and ``pipeline``.
         """
+        chosen = method_of(method, pipeline)
         with reading(as_of, include_superseded=include_superseded):
-            return self.pipeline(pipeline).context(user_id, query, budget_tokens=budget_tokens)
+            return self.pipeline(chosen).context(user_id, query, budget_tokens=budget_tokens)
 
     # -- for event loops: the same calls on a worker thread -----------------------------------------
 
@@ -374,7 +384,7 @@ class PersonaMem:
         user_id: str,
         query: str,
         k: int = 5,
-        method: str = "dense",
+        method: PipelineConfig | str = "dense",
         *,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
@@ -390,9 +400,10 @@ class PersonaMem:
         query: str,
         *,
         budget_tokens: int | None = None,
-        pipeline: PipelineConfig | str | None = None,
+        method: PipelineConfig | str | None = None,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        pipeline: PipelineConfig | str | None = None,
     ) -> Context:
         """:meth:`context` without blocking the event loop (an LLM stage's wait included)."""
         return await asyncio.to_thread(
@@ -400,7 +411,7 @@ class PersonaMem:
             user_id,
             query,
             budget_tokens=budget_tokens,
-            pipeline=pipeline,
+            method=method_of(method, pipeline),
             as_of=as_of,
             include_superseded=include_superseded,
         )
@@ -427,11 +438,13 @@ class PersonaMem:
 
         Raises:
             InvalidInputError: an unknown interaction (logging off, another tenant's, or the user was
-                forgotten), nothing to report, or a field of the wrong type.
+                forgotten), nothing to report, or a field of the wrong type (the checks are
+                :class:`~personamem.interactions.FeedbackReport`'s, which the REST body shares).
         """
-        self.store.interactions.feedback(
+        report = FeedbackReport.of(
             interaction_id, answer=answer, rating=rating, used_record_ids=used_record_ids
         )
+        self.store.interactions.feedback(report)
 
     def interactions(self, user_id: str | None = None) -> list[Interaction]:
         """Logged interactions of one user (None: every user), oldest first, with their feedback."""

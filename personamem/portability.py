@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from personamem.errors import InvalidRecordError
-from personamem.ingest._json import JsonFile, write_lines
 from personamem.interactions import Interaction, parse_interactions
+from personamem.jsonfile import JsonFile, write_lines
 from personamem.records import Record, parse_record
 
 if TYPE_CHECKING:

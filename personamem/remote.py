@@ -2,7 +2,8 @@
 
 Each call is a generator: it validates its arguments as the SDK would, yields the requests it needs,
 is sent back each answer's JSON (or has the exception the SDK would have raised thrown into it), and
-returns the SDK's result. ``Client`` drives them with ``httpx.Client``, ``AsyncClient`` with
+returns the SDK's result, read with the answer's model from :mod:`personamem.contract` (the one the
+server dumped it with). ``Client`` drives them with ``httpx.Client``, ``AsyncClient`` with
 ``httpx.AsyncClient``, so the two cannot drift apart.
 """
 
@@ -18,13 +19,26 @@ from urllib.parse import quote
 from pydantic_core import to_jsonable_python
 
 from personamem import errors
+from personamem.contract import (
+    Built,
+    Context,
+    Count,
+    Deleted,
+    Forgotten,
+    Hits,
+    Purged,
+    RecordBatch,
+    RecordPage,
+    Reranked,
+    SearchResult,
+    Ttl,
+    Users,
+)
 from personamem.errors import AuthenticationError, PartialWriteError, RemoteError
-from personamem.llm.base import Usage
-from personamem.pipeline import Context, Hits
+from personamem.interactions import FeedbackReport
 from personamem.portability import Imported, write_export
 from personamem.preference import PreferenceMemory
 from personamem.records import Record, parse_record, parse_records
-from personamem.retrieval import Hit
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
 from personamem.store.expiry import check_ttl
 from personamem.store.timeline import epoch
@@ -79,8 +93,7 @@ def supersede(user_id: str, old_id: str, text: str, fields: Mapping[str, Any]) -
 
 
 def ttl() -> Call[timedelta | None]:
-    seconds = (yield Request("GET", "/v1/ttl"))["seconds"]
-    return None if seconds is None else timedelta(seconds=seconds)
+    return Ttl.model_validate((yield Request("GET", "/v1/ttl"))).to_timedelta()
 
 
 def set_ttl(ttl: timedelta | float | None) -> Call[None]:
@@ -89,7 +102,7 @@ def set_ttl(ttl: timedelta | float | None) -> Call[None]:
 
 
 def purge() -> Call[int]:
-    return int((yield Request("POST", "/v1/purge"))["purged"])
+    return Purged.model_validate((yield Request("POST", "/v1/purge"))).purged
 
 
 def add_many(
@@ -112,7 +125,7 @@ def add_many(
                 stored=start,
                 total=len(parsed),
             ) from exc
-        stored.extend(Record.model_validate(r) for r in body["records"])
+        stored.extend(RecordBatch.model_validate(body).records)
         if progress is not None:
             progress(len(batch))
     return stored
@@ -122,9 +135,8 @@ def delete(user_id: str, record_ids: str | Sequence[str]) -> Call[list[str]]:
     ids = [record_ids] if isinstance(record_ids, str) else list(record_ids)
     if not ids:
         return []
-    return list(
-        (yield Request("POST", "/v1/records/delete", {"user_id": _user(user_id), "ids": ids}))["deleted"]
-    )
+    body = yield Request("POST", "/v1/records/delete", {"user_id": _user(user_id), "ids": ids})
+    return Deleted.model_validate(body).deleted
 
 
 def update(user_id: str, record_id: str, changes: Mapping[str, Any]) -> Call[Record]:
@@ -134,49 +146,36 @@ def update(user_id: str, record_id: str, changes: Mapping[str, Any]) -> Call[Rec
 
 
 def forget(user_id: str) -> Call[bool]:
-    return bool((yield Request("DELETE", "/v1/users", params={"user_id": _user(user_id)}))["forgotten"])
+    body = yield Request("DELETE", "/v1/users", params={"user_id": _user(user_id)})
+    return Forgotten.model_validate(body).forgotten
 
 
-def search(user_id: str, query: str, k: int, method: str, when: Mapping[str, Any]) -> Call[Hits]:
-    request = {"user_id": _user(user_id), "query": query, "k": k, "method": method, **_when(**when)}
-    body = yield Request("POST", "/v1/search", request)
-    hits = Hits(_hit(h) for h in body["hits"])
-    hits.interaction_id = body.get("interaction_id")
-    return hits
+def search(
+    user_id: str, query: str, k: int, method: str, as_of: datetime | str | None, include_superseded: bool
+) -> Call[Hits]:
+    request = {"user_id": _user(user_id), "query": query, "k": k, "method": method}
+    body = yield Request("POST", "/v1/search", {**request, **_when(as_of, include_superseded)})
+    return SearchResult.model_validate(body).to_hits()
 
 
 def feedback(
     interaction_id: str, answer: str | None, rating: float | None, used_record_ids: Sequence[str] | None
 ) -> Call[None]:
-    used = None if used_record_ids is None else list(used_record_ids)
-    request = {"interaction_id": interaction_id, "answer": answer, "rating": rating, "used_record_ids": used}
-    yield Request("POST", "/v1/feedback", request)
+    report = FeedbackReport.of(interaction_id, answer=answer, rating=rating, used_record_ids=used_record_ids)
+    yield Request("POST", "/v1/feedback", report.model_dump(mode="json"))
 
 
 def context(
-    user_id: str, query: str, budget_tokens: int | None, pipeline: str | None, when: Mapping[str, Any]
+    user_id: str,
+    query: str,
+    budget_tokens: int | None,
+    method: str | None,
+    as_of: datetime | str | None,
+    include_superseded: bool,
 ) -> Call[Context]:
-    request = {
-        "user_id": _user(user_id),
-        "query": query,
-        "budget_tokens": budget_tokens,
-        "pipeline": pipeline,
-        **_when(**when),
-    }
-    body = yield Request("POST", "/v1/context", request)
-    return Context(
-        text=body["text"],
-        hits=[_hit(h) for h in body["records"]],
-        dropped=[_hit(h) for h in body["dropped"]],
-        tokens=body["tokens"],
-        budget_tokens=body["budget_tokens"],
-        usage=Usage(**body["usage"]),
-        timings_ms=body["timings_ms"],
-        warnings=body["warnings"],
-        memory=body["memory"],
-        interaction_id=body.get("interaction_id"),
-        first_stage=body.get("first_stage", {}),
-    )
+    request = {"user_id": _user(user_id), "query": query, "budget_tokens": budget_tokens, "method": method}
+    body = yield Request("POST", "/v1/context", {**request, **_when(as_of, include_superseded)})
+    return Context.model_validate(body)
 
 
 def memory(user_id: str) -> Call[PreferenceMemory]:
@@ -197,7 +196,7 @@ def refresh_memories(
     for start in range(0, len(users), batch_size):
         batch = users[start : start + batch_size]
         body = yield Request("POST", "/v1/memory/refresh", {"user_ids": batch, "batch_size": batch_size})
-        built += int(body["built"])
+        built += Built.model_validate(body).built
         if progress is not None:
             progress(len(batch))
     return built
@@ -207,7 +206,7 @@ def rerank(user_id: str, query: str, candidates: Sequence[str], k: int | None) -
     if isinstance(candidates, str):
         raise errors.InvalidInputError("candidates must be a sequence of strings, not one string")
     request = {"user_id": _user(user_id), "query": query, "candidates": list(candidates), "k": k}
-    return [int(i) for i in (yield Request("POST", "/v1/rerank", request))["order"]]
+    return Reranked.model_validate((yield Request("POST", "/v1/rerank", request))).order
 
 
 def get(user_id: str, record_id: str) -> Call[Record | None]:
@@ -224,9 +223,9 @@ def records(user_id: str) -> Call[list[Record]]:
     found: list[Record] = []
     while True:
         params = {"user_id": _user(user_id), "offset": len(found), "limit": _PAGE}
-        body = yield Request("GET", "/v1/records", params=params)
-        found.extend(Record.model_validate(r) for r in body["records"])
-        if not body["records"] or len(found) >= body["count"]:
+        page = RecordPage.model_validate((yield Request("GET", "/v1/records", params=params)))
+        found.extend(page.records)
+        if not page.records or len(found) >= page.count:
             return found
 
 
@@ -239,23 +238,23 @@ def export(user_id: str, path: str | Path, interactions: bool) -> Call[int]:
 def import_user(path: str | Path, user_id: str | None) -> Call[Imported]:
     params = {} if user_id is None else {"user_id": _user(user_id)}
     body = yield Request("POST", "/v1/import", params=params, content=Path(path).read_bytes())
-    return Imported(body["records"], body["interactions"])
+    return Imported(**body)
 
 
 def list_users() -> Call[list[str]]:
-    return list((yield Request("GET", "/v1/users"))["users"])
+    return Users.model_validate((yield Request("GET", "/v1/users"))).users
 
 
 def count(user_id: str | None) -> Call[int]:
     params = {} if user_id is None else {"user_id": _user(user_id)}
-    return int((yield Request("GET", "/v1/count", params=params))["count"])
+    return Count.model_validate((yield Request("GET", "/v1/count", params=params))).count
 
 
 def health() -> Call[dict[str, Any]]:
     return dict((yield Request("GET", "/v1/health")))
 
 
-def _when(as_of: datetime | str | None = None, include_superseded: bool = False) -> dict[str, Any]:
+def _when(as_of: datetime | str | None, include_superseded: bool) -> dict[str, Any]:
     """The read time of a search or context request, checked as the SDK checks it."""
     seconds = epoch(as_of)
     at = None if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat()
@@ -273,10 +272,6 @@ def _record(record_id: str) -> str:
     if not isinstance(record_id, str) or not record_id:
         raise errors.InvalidInputError(f"record ids must be non-empty strings, got {record_id!r}")
     return f"/v1/records/{quote(record_id, safe='')}"
-
-
-def _hit(body: Mapping[str, Any]) -> Hit:
-    return Hit(record=Record.model_validate(body["record"]), score=body["score"], rank=body["rank"])
 
 
 def error_from(status: int, response: Any) -> Exception:

@@ -5,10 +5,16 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+# One OpenMP thread per process, set before torch loads: the suite runs one worker per core
+# (pytest-xdist) and tests start servers and child processes beside them; on a busy CPU, thread
+# teams spinning at barriers ran up to ~10x slower than one thread (see llm/ct2.default_threads).
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PERSONAMEM_LLM_THREADS"):
+    os.environ.setdefault(_name, "1")
 
-from personamem import PersonaMem, Record, SentenceEncoder, default_encoder
-from personamem.llm import TransformersLLM
+import pytest  # noqa: E402
+
+from personamem import PersonaMem, Record, SentenceEncoder, default_encoder  # noqa: E402
+from personamem.llm import TransformersLLM  # noqa: E402
 
 DATA = Path(os.environ.get("PERSONAMEM_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

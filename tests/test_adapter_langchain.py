@@ -23,9 +23,9 @@ from personamem.adapters.langchain import (
     PersonaMemLLM,
     PersonaMemRetriever,
 )
+from personamem.datasets.jsonl import read_jsonl
 from personamem.demo import demo_records_path
 from personamem.errors import MethodError
-from personamem.ingest.jsonl import read_jsonl
 from personamem.llm import Generations, Prompt
 from personamem.methods import method_config
 from personamem.profile import RelevanceSelector

@@ -293,7 +293,7 @@ async def test_block_text_is_the_memorys_context(cook_mem: PersonaMem, purple: s
     asked = [ChatMessage(role=MessageRole.USER, content=query)]
     for budget in (None, 20):
         block = PersonaMemMemoryBlock(memory=cook_mem, user_id="cook", budget_tokens=budget, pipeline=method)
-        want = cook_mem.context("cook", query, budget_tokens=budget, pipeline=method)
+        want = cook_mem.context("cook", query, budget_tokens=budget, method=method)
         assert await block.aget(asked) == want.text
         assert want.tokens <= want.budget_tokens == (512 if budget is None else budget)
         assert want.text.splitlines() == [f"- {h.record.text}" for h in want.hits]
@@ -315,7 +315,7 @@ async def test_block_with_a_config_and_with_the_memorys_pipeline(
         assert text == "- I play the cello in a string quartet."  # the memory's pipeline: bm25, one record
         other = method_config("dense").model_copy(update={"profile_k": 2})
         block = PersonaMemMemoryBlock(memory=mem, user_id="alice", pipeline=other)
-        assert await block.aget(asked) == mem.context("alice", asked[0].content or "", pipeline=other).text
+        assert await block.aget(asked) == mem.context("alice", asked[0].content or "", method=other).text
         assert len((await block.aget(asked)).splitlines()) == 2
 
 

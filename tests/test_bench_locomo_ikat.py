@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from personamem.errors import IngestError
-from personamem.eval.benchmark import Benchmark, Skip
-from personamem.eval.benchmarks.ikat import (
+from personamem.datasets.benchmark import Benchmark, Skip
+from personamem.datasets.ikat import (
     NO_PROVENANCE,
     NO_VALID_PROVENANCE,
     load_ikat_benchmark,
     load_ikat_qrels,
 )
-from personamem.eval.benchmarks.locomo import NO_EVIDENCE, NO_VALID_EVIDENCE, load_locomo_benchmark
+from personamem.datasets.locomo import NO_EVIDENCE, NO_VALID_EVIDENCE, load_locomo_benchmark
+from personamem.errors import IngestError
 from tests.conftest import DATA, need_data
 
 LOCOMO = DATA / "locomo" / "locomo10_shared.json"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from personamem.datasets.benchmark import Benchmark
+from personamem.datasets.prefeval import PrefEvalForm, load_prefeval_benchmark
 from personamem.errors import IngestError
-from personamem.eval.benchmark import Benchmark
-from personamem.eval.benchmarks.prefeval import PrefEvalForm, load_prefeval_benchmark
 from personamem.records import RecordKind
 from tests.conftest import DATA, records_by_user
 

@@ -9,6 +9,8 @@ import pytest
 
 from personamem import PersonaMem, SentenceEncoder
 from personamem.cli import main
+from personamem.contract import Context
+from personamem.testing.contracts import CONTEXT_KEYS, HIT_KEYS, RECORD_KEYS
 
 
 @pytest.fixture
@@ -42,6 +44,18 @@ def test_context_prints_the_profile_and_its_json(
     body = json.loads(capsys.readouterr().out)
     assert body["tokens"] <= body["budget_tokens"] == 12 and len(body["records"]) + len(body["dropped"]) == 4
     assert body["text"].splitlines() == [f"- {r['text']}" for r in body["records"]]
+    # the REST API's shape: what Context.to_json gives and a client reads back
+    assert set(body) == CONTEXT_KEYS and Context.model_validate(body).to_json() == body
+    assert all(set(hit) == HIT_KEYS for hit in body["records"] + body["dropped"])
+
+
+def test_search_prints_one_rest_shaped_hit_a_line(
+    store: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*store, "search", "--user", "ana", "which pets do I have?", "-k", "2", "--json"]) == 0
+    hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [hit["rank"] for hit in hits] == [1, 2] and all(set(hit) == HIT_KEYS for hit in hits)
+    assert all(set(hit["record"]) == RECORD_KEYS and hit["record"]["user_id"] == "ana" for hit in hits)
 
 
 def test_a_config_file_configures_search_and_context(

@@ -9,7 +9,9 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterator
+from typing import Any
 
+import httpx
 import pytest
 
 from personamem import PersonaMem
@@ -41,8 +43,16 @@ class TestClientMemory(MemoryContract):
     def mem(self, served: tuple[str, PersonaMem]) -> Iterator[Client]:
         url, behind = served
         key, _ = behind.store.keys.create(f"contract-{next(_tenants)}")
-        with Client(url, key) as client:
+        headers = {"Authorization": f"Bearer {key}"}
+        with Client(url, key) as client, httpx.Client(base_url=url, headers=headers, timeout=60) as raw:
+            self.raw = raw
             yield client
+
+    def served(self, mem: object, method: str, path: str, **options: Any) -> Any:
+        """The server's own JSON, sent by hand on the client's tenant."""
+        answer = self.raw.request(method, path, **options)
+        assert answer.is_success, answer.text
+        return answer.json()
 
     def consistent(self, mem: object) -> bool:
         """The served store's check; the server indexes single adds behind, so allow it a moment."""

@@ -1,3 +1,7 @@
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -44,3 +48,55 @@ def test_long_text_is_truncated_with_a_warning(encoder: SentenceEncoder) -> None
 def test_missing_model_directory(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="encoder model directory"):
         SentenceEncoder(tmp_path / "nope")
+
+
+_VARIED = [
+    "I bought a used road bike for 300 euros.",
+    "  padded with spaces \n",
+    "Ünïcödé façade, naïve café in 東京",
+    "I'M SHOUTING!!! 🎉",
+    "",
+    "word " * 300,  # over the 256-token window
+]
+
+
+def test_small_batches_match_sentence_transformers(encoder: SentenceEncoder) -> None:
+    """The numpy forward pass (small batches) gives the vectors and token counts torch gives."""
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(encoder.path), device="cpu", local_files_only=True)
+    with pytest.warns(TruncationWarning):
+        ours = encoder.encode(_VARIED)
+    expected = reference.encode(_VARIED, normalize_embeddings=True, convert_to_numpy=True)
+    np.testing.assert_allclose(ours, expected, atol=1e-6)
+    counted = reference.tokenizer(_VARIED, add_special_tokens=True, truncation=False)["input_ids"]
+    assert encoder.count_tokens(_VARIED) == [len(ids) for ids in counted]
+    assert encoder.max_tokens == reference.max_seq_length == 256
+
+
+def test_large_batches_agree_with_small_ones(encoder: SentenceEncoder) -> None:
+    """Past the numpy pass's batch size the texts go to torch; the vectors must not move."""
+    texts = [f"Record {i}: I went hiking with my {i} friends in the Alps." for i in range(20)]
+    batch = encoder.encode(texts)
+    one_by_one = np.concatenate([encoder.encode(texts[i : i + 4]) for i in range(0, 20, 4)])
+    np.testing.assert_allclose(batch, one_by_one, atol=1e-6)
+
+
+def test_a_query_needs_no_torch() -> None:
+    """Encoding a few texts loads neither torch nor sentence-transformers (seconds of a cold start)."""
+    code = (
+        "import sys; from personamem import default_encoder; default_encoder().encode(['a query', 'b']); "
+        "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_other_layouts_run_on_sentence_transformers(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    """A folder the numpy pass does not read (sentence-transformers 6 saves its own layout) still encodes."""
+    from sentence_transformers import SentenceTransformer
+
+    SentenceTransformer(str(encoder.path), device="cpu").save(str(tmp_path / "saved"))  # as towers are
+    saved = SentenceEncoder(tmp_path / "saved")
+    texts = ["I bought a used road bike.", "tea"]
+    np.testing.assert_allclose(saved.encode(texts), encoder.encode(texts), atol=1e-6)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from personamem.datasets.benchmark import Question
 from personamem.eval.answering import score_answers
-from personamem.eval.benchmark import Question
 from personamem.llm import TransformersLLM
 from personamem.pipeline.prompt import profile_prompt
 from personamem.records import Record

@@ -9,20 +9,22 @@ import pytest
 
 from personamem import SentenceEncoder
 from personamem.cli import main
-from personamem.eval.benchmarks.personabench import load_personabench_benchmark
-from personamem.eval.benchmarks.prefeval import load_prefeval_benchmark
-from personamem.eval.choice import load_amazon_choices, personabench_choices, prefeval_choices, split_users
+from personamem.datasets.amazon_beauty import load_amazon_choices
+from personamem.datasets.choice import ChoiceNeeds, split_users
+from personamem.datasets.personabench import load_personabench_benchmark, personabench_choices
+from personamem.datasets.prefeval import load_prefeval_benchmark, prefeval_choices
 from tests.conftest import DATA, need_data
 
 
 @pytest.mark.filterwarnings(
     "ignore::personamem.errors.TruncationWarning"
 )  # long reviews: centroid from their start
+@pytest.mark.slow
 def test_amazon_instances_put_the_true_next_review_among_four_other_users(
     encoder: SentenceEncoder, tmp_path: Path
 ) -> None:
     folder = need_data(DATA / "amazon_beauty")
-    instances = load_amazon_choices(folder, split="val", encoder=encoder, cache_dir=tmp_path)
+    instances = load_amazon_choices(folder, ChoiceNeeds(encoder, cache_dir=tmp_path, part="val"))
     rows = [json.loads(line) for line in (folder / "val.jsonl").read_text().splitlines()]
     assert len(instances) == len(rows)
     first, row = instances[0], rows[0]
@@ -30,7 +32,7 @@ def test_amazon_instances_put_the_true_next_review_among_four_other_users(
     assert first.candidates[0].startswith(row["target"]["title"])
     assert len(first.history) == len(row["history"]) and first.query == "" and first.category == "beauty"
     assert {r.user_id for r in first.history} == {first.user_id}
-    again = load_amazon_choices(folder, split="val", encoder=encoder, cache_dir=tmp_path)
+    again = load_amazon_choices(folder, ChoiceNeeds(encoder, cache_dir=tmp_path, part="val"))
     assert again == instances  # negatives are drawn from a per-user seed
 
 
@@ -54,6 +56,7 @@ def test_prefeval_and_personabench_instances_have_the_aligned_answer_first(encod
     assert instances and all(i.candidates[0] == gold[i.id] and len(set(i.candidates)) == 5 for i in instances)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")
 def test_eval_memory_writes_a_report_with_every_method_and_resumes_from_its_memories(tmp_path: Path) -> None:
     data = need_data(DATA / "prefeval")

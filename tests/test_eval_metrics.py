@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import ttest_rel
 
 from personamem.cli import main
-from personamem.eval.benchmark import Question
+from personamem.datasets.benchmark import Question
 from personamem.eval.metrics import personabench_scores, ranx_scores
 from personamem.eval.report import metric_label
 from personamem.eval.runner import MethodRun

@@ -12,12 +12,12 @@ import pytest
 
 from personamem.cli import main
 from personamem.cli.options import command_line
+from personamem.datasets.personabench import NO_GOLD, load_personabench_benchmark
+from personamem.datasets.vectors import corpus_vectors
 from personamem.encoder import SentenceEncoder
 from personamem.errors import IngestError, MethodError
 from personamem.eval import BenchmarkName, EvalConfig, build_store, evaluate_method, run_eval
-from personamem.eval.benchmarks.personabench import NO_GOLD, load_personabench_benchmark
 from personamem.eval.metrics import ranx_scores
-from personamem.eval.vectors import corpus_vectors
 from personamem.methods import method_named
 from personamem.testing import FakeLLM
 from tests.conftest import DATA, need_data

@@ -221,6 +221,7 @@ def test_conflict_detection_runs_on_the_real_llm(
         assert (first.id in current) == (second.supersedes is None)
 
 
+@pytest.mark.slow
 def test_eval_conflicts_scores_the_labelled_pairs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     prefeval = DATA / "prefeval"
     if not prefeval.is_dir():

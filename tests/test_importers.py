@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from personamem.datasets.ikat import load_ikat
+from personamem.datasets.locomo import load_locomo
+from personamem.datasets.personabench import load_personabench
 from personamem.errors import IngestError
-from personamem.ingest.ikat import load_ikat
-from personamem.ingest.locomo import load_locomo
-from personamem.ingest.personabench import load_personabench
 from personamem.records import Record, RecordKind
 from tests.conftest import DATA, need_data, records_by_user
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from personamem import PersonaMem, TruncationWarning
-from personamem.ingest.ikat import load_ikat
-from personamem.ingest.locomo import load_locomo
-from personamem.ingest.personabench import load_personabench
+from personamem.datasets.ikat import load_ikat
+from personamem.datasets.locomo import load_locomo
+from personamem.datasets.personabench import load_personabench
 from tests.conftest import DATA
 
 needs = pytest.mark.skipif

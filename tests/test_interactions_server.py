@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from personamem import PersonaMem
@@ -38,6 +39,13 @@ def test_feedback_over_http_lands_in_the_tenants_log(served: tuple[str, KeyRing,
         shop.feedback(context.interaction_id, answer="Lentils.", rating=5, used_record_ids=["a1"])
         with pytest.raises(InvalidInputError, match="no interaction"):  # another tenant's id is none
             clinic.feedback(context.interaction_id, rating=1)
+        # one declaration (FeedbackReport): the client refuses before sending what the route refuses
+        with pytest.raises(InvalidInputError, match="rating must be a number"):
+            shop.feedback(context.interaction_id, rating="good")  # type: ignore[arg-type]
+        key = keys.create("raw")[0]
+        body = {"interaction_id": context.interaction_id, "rating": "good"}
+        answer = httpx.post(f"{url}/v1/feedback", json=body, headers={"Authorization": f"Bearer {key}"})
+        assert answer.status_code == 422 and "rating must be a number" in answer.json()["error"]["message"]
     with PersonaMem.open(folder) as mem:
         (logged, searched) = mem.tenant("shop").interactions("ana")
     assert logged.feedback is not None and (logged.feedback.rating, logged.used) == (5.0, ["a1"])

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from personamem import IngestError, PersonaMem
-from personamem.ingest.jsonl import read_jsonl
+from personamem.datasets.jsonl import read_jsonl
 
 
 def _write(path: Path, lines: list[str]) -> Path:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import get_type_hints
+
 import pytest
 
-from personamem.llm import LLMError, TransformersLLM
+from personamem.llm import LLMError, Sampling, SamplingOptions, TransformersLLM
 from personamem.testing import FakeLLM, FrozenLLMContract
 
 
@@ -25,6 +28,12 @@ def test_fake_llm_fails_as_scripted() -> None:
             fake.generate(["x"])
     assert fake.generate(["x"])[0] == ['["a", "b"]']
     assert fake.calls == 3
+
+
+def test_sampling_keywords_are_the_sampling_fields() -> None:
+    """``generate``'s keywords (a TypedDict, for mypy) and :class:`Sampling` are one declaration."""
+    assert get_type_hints(SamplingOptions) == get_type_hints(Sampling)
+    assert list(SamplingOptions.__annotations__) == [f.name for f in dataclasses.fields(Sampling)]
 
 
 def test_fixture_is_the_real_model(llm: TransformersLLM) -> None:

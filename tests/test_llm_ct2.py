@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from scipy.stats import spearmanr
 
 from personamem.cli import main
+from personamem.console import out
 from personamem.llm import FrozenLLM, LLMError, TransformersLLM
 from personamem.llm.ct2 import CTranslate2LLM, default_threads
 from personamem.llm.load import load_llm
@@ -122,7 +123,7 @@ def test_thread_count_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_models_command(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setattr(out, "_width", 250)  # fixed when the console was made (xdist workers set COLUMNS)
     assert main(["models", "list"]) == 0
     listing = capsys.readouterr().out
     assert "smollm2-135m (default)" in listing and "Apache-2.0" in listing
@@ -133,6 +134,7 @@ def test_models_command(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.
     assert "smollm2-135m: ready for ctranslate2" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_pipeline_runs_its_llm_stages_on_the_configured_runtime(
     tmp_path: Path, encoder: object, capsys: pytest.CaptureFixture[str]
 ) -> None:

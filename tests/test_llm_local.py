@@ -124,3 +124,62 @@ def test_the_profile_flips_which_answer_is_likelier(llm: TransformersLLM) -> Non
     assert curry > steak
     curry, steak = scores("I love barbecue and smoking meat.")
     assert steak > curry
+
+
+ITEMS = [
+    "A waterproof hiking jacket with taped seams.",
+    "A cast-iron pan for searing steaks.",
+    "A plant-based cookbook of quick weeknight dinners.",
+    "A bargain bin of discounted board games.",
+    "A first-class rail pass for the Alps.",
+    "A reusable bamboo lunch box.",
+    "A leather-bound diary.",
+]
+
+
+def _choice_reference(llm: TransformersLLM, prompt, labels: str) -> list[float]:
+    """Reference: the labels' log-probabilities from one unbatched, uncached forward of the prompt."""
+    context, _ = encode_pair(llm.tokenizer, llm.render(prompt), labels[0], llm.context_window)
+    with torch.inference_mode():
+        logits = llm.model(input_ids=torch.tensor([context]), use_cache=False).logits[0, -1].double()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return [logprobs[llm.tokenizer.encode(label)[0]].item() for label in labels]
+
+
+@pytest.mark.parametrize("budget", [2048, 160, 100, 0])  # all, one, no prompt kept; off
+def test_choices_run_only_the_tokens_after_a_cached_prefix_and_score_as_uncached(
+    llm: TransformersLLM, budget: int
+) -> None:
+    from personamem.preference.setwise import setwise_prompt
+
+    fresh = TransformersLLM(llm.model, llm.tokenizer, name=llm.name, prefix_cache_tokens=budget)
+    memory, request = "- hikes every weekend\n- vegan", "a present for my friend"
+    choices = [
+        (setwise_prompt(request, memory, ITEMS[:5]), "ABCDE"),
+        (setwise_prompt(request, memory, ITEMS[2:7]), "ABCDE"),
+        (setwise_prompt(request, memory, ITEMS[2:7]), "ABCDE"),  # the same choice again
+        (setwise_prompt(request, memory.replace("vegan", "vegetarian"), ITEMS[2:7]), "ABCDE"),
+        (setwise_prompt("what should I cook?", memory, ITEMS[1:4]), "ABC"),
+        ("Pick one. A. tea B. coffee\nAnswer with one letter:", "AB"),  # no chat template
+    ]
+    references = [_choice_reference(llm, prompt, labels) for prompt, labels in choices]
+    run: list[int] = []  # tokens each forward pass runs, seen by a hook on the real model
+    hook = llm.model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: run.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        scores = [list(fresh.loglikelihood([(p, label) for label in labels])) for p, labels in choices]
+    finally:
+        hook.remove()
+    for got, reference in zip(scores, references, strict=True):
+        assert got == pytest.approx(reference, abs=1e-4)
+    lengths = [len(encode_pair(llm.tokenizer, llm.render(p), "A", llm.context_window)[0]) for p, _ in choices]
+    if budget < lengths[0]:  # no setwise prompt fits the budget
+        assert run == lengths
+        return
+    assert scores[2] == scores[1]  # exactly: a repeat is answered from the kept logits
+    assert run[0] == lengths[0] and run[-1] == lengths[-1]  # nothing cached yet; nothing in common
+    assert run[1] < lengths[1] - 32  # the system prompt, memory and request were reused
+    assert len(run) == len(choices) - 1  # the same prompt again ran nothing
+    assert lengths[3] - 32 > run[2] > run[1]  # the memory changed at its last word: less is reused
+    assert run[3] < lengths[4] - 32  # the request changed: the system prompt and memory are reused

@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
 from personamem import PersonaMem, PipelineConfig, SentenceEncoder
+from personamem.contract import SearchResult
 from personamem.mcp_server import build_server
 from personamem.methods import method_names
 from personamem.preference import PreferenceMemory, Statement
@@ -81,6 +82,8 @@ async def test_stdio_agent_sees_described_tools_remembers_recalls_and_gets_error
         hits = found["hits"]
         assert [(h["id"], h["text"], h["rank"]) for h in hits] == [(stored["id"], stored["text"], 1)]
         assert 0 < hits[0]["score"] <= 1
+        assert SearchResult.model_validate(found).model_dump(mode="json") == found  # the REST search shape
+        assert hits[0]["record"] == stored  # a record's one shape, as remember returned it
         context = (await _call(client, "context", user_id="alice", query="what are my hobbies?"))["result"]
         assert "bees" in context and "typewriters" not in context
 

@@ -44,6 +44,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, KeyR
         yield url, KeyRing(catalog)
 
 
+@pytest.mark.slow
 def test_memory_refresh_and_rerank_through_the_client(served: tuple[str, KeyRing]) -> None:
     url, keys = served
     with Client(url, keys.create("shop")[0]) as shop, Client(url, keys.create("clinic")[0]) as clinic:

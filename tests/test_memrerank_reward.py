@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from personamem.eval.choice import ChoiceInstance, split_users
+from personamem.datasets.choice import ChoiceInstance, split_users
 from personamem.llm import TransformersLLM
 from personamem.preference.extractor import PromptedExtractor
 from personamem.preference.quality import memory_quality

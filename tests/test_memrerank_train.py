@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from personamem.cli import main
-from personamem.eval.choice import ChoiceInstance, split_users
+from personamem.datasets.choice import ChoiceInstance, split_users
 from personamem.preference.checkpoint import load_extractor
 from personamem.records import Record
 from personamem.trainers.memrerank import REWARDS, MemRerankConfig, train_memrerank

@@ -19,8 +19,8 @@ import pytest
 
 from personamem import PersonaMem, SentenceEncoder
 from personamem.cli import main
+from personamem.datasets.benchmark import Benchmark, Question
 from personamem.errors import FallbackWarning
-from personamem.eval.benchmark import Benchmark, Question
 from personamem.eval.runner import evaluate_method
 from personamem.llm import TransformersLLM
 from personamem.methods import METHODS, method_config, method_named

@@ -13,8 +13,8 @@ import torch
 from accelerate import Accelerator
 
 from personamem import PersonaMem, Record, SentenceEncoder
+from personamem.datasets import Benchmark, Question, UserSplit
 from personamem.errors import CheckpointError, ConfigError, MethodError
-from personamem.eval.benchmark import Benchmark, Question
 from personamem.eval.judge import RelevanceJudge, calibrate, judge_auc
 from personamem.eval.metrics import novelty_at_k
 from personamem.eval.tower_eval import evaluate_towers
@@ -28,7 +28,6 @@ from personamem.trainers.pgret.data import (
     PGRetData,
     UserCorpus,
     data_from_benchmark,
-    split_users,
 )
 from personamem.trainers.pgret.policy import binary_policy_loss, query_logits
 from personamem.trainers.pgret.reward import ItemReward, corrected_relevance
@@ -277,9 +276,9 @@ def test_logged_data_come_from_a_benchmark_through_a_store(encoder: SentenceEnco
     expected = np.argsort(-(data.corpora["cook"].vectors @ vector))[:3]
     assert list(q1.base_top) == [f"r{i}" for i in expected]  # the store's dense top-L is exact cosine
     assert all(r.startswith("r") for r in q1.bm25_top)
-    assert split_users(["a", "b", "c", "d"], validation=1, test=2, seed=0)[0] != []
+    assert UserSplit.by_count(["a", "b", "c", "d"], validation=1, test=2, seed=0).train != []
     with pytest.raises(ValueError, match="cannot give"):
-        split_users(["a", "b"], validation=1, test=1)
+        UserSplit.by_count(["a", "b"], validation=1, test=1, seed=0)
 
 
 def test_tower_report_against_dense(

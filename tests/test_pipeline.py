@@ -114,7 +114,7 @@ def test_context_never_exceeds_its_budget_and_drops_from_the_end(alice: PersonaM
     @given(budget=st.integers(min_value=0, max_value=120), k=st.integers(min_value=1, max_value=7))
     def check(budget: int, k: int) -> None:
         config = PipelineConfig(first_stage="dense", query_encoder="base", profile_k=k)
-        context = alice.context("alice", "peanut allergy and dinner", budget_tokens=budget, pipeline=config)
+        context = alice.context("alice", "peanut allergy and dinner", budget_tokens=budget, method=config)
         assert context.tokens <= budget and (not context.text or count([context.text])[0] <= budget)
         full = alice.search("alice", "peanut allergy and dinner", k=k, method="dense")
         assert [h.record.id for h in context.hits + context.dropped] == [h.record.id for h in full]
@@ -198,7 +198,7 @@ def test_llm_methods_without_an_llm_fail_listing_the_choices(alice: PersonaMem) 
     with pytest.raises(MethodError, match=r"method 'listwise' needs a frozen LLM.*without one: dense, bm25"):
         alice.search("alice", "x", method="listwise")
     with pytest.raises(MethodError, match="unknown method 'dence'; choose from: dense, bm25, hybrid"):
-        alice.context("alice", "x", pipeline="dence")
+        alice.context("alice", "x", method="dence")
 
 
 def test_own_personalizer_and_selector_plug_in(alice: PersonaMem, encoder: SentenceEncoder) -> None:

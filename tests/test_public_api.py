@@ -1,4 +1,5 @@
 import ast
+import graphlib
 import inspect
 from pathlib import Path
 
@@ -142,3 +143,36 @@ def test_nothing_imports_the_command_line() -> None:
                 f"{path.name}: {n}" for n in names if n == "personamem.cli" or n.startswith("personamem.cli.")
             ]
     assert offenders == []
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the installed package, by dotted name (trainers/ and adapters/ included)."""
+    package = Path(personamem.__file__).parent
+    roots = [(package, "personamem"), (package.parent / "trainers", "personamem.trainers")]
+    roots.append((package.parent / "adapters", "personamem.adapters"))
+    found = {}
+    for folder, prefix in roots:
+        for path in folder.rglob("*.py"):
+            parts = [p for p in path.relative_to(folder).with_suffix("").parts if p != "__init__"]
+            found[".".join([prefix, *parts])] = path
+    return found
+
+
+def test_no_import_loops() -> None:
+    """Module-level imports form no cycle (imports in functions and TYPE_CHECKING blocks run later)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        imported: set[str] = set()
+        for statement in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(statement, ast.If) and "TYPE_CHECKING" in ast.unparse(statement.test):
+                continue
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            for node in ast.walk(statement):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    imported |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+                elif isinstance(node, ast.Import):
+                    imported |= {a.name for a in node.names}
+        graph[name] = {m for m in imported if m in modules and m != name}
+    graphlib.TopologicalSorter(graph).prepare()  # raises CycleError naming the loop

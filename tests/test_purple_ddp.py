@@ -36,6 +36,7 @@ def _replicas(out: Path) -> list[dict[str, torch.Tensor]]:
     return [load_file(str(out / f"rank{rank}.safetensors")) for rank in (0, 1)]
 
 
+@pytest.mark.slow
 def test_two_processes_end_with_identical_weights_and_resume_continues(tmp_path: Path) -> None:
     _launch(tmp_path, 2, "fresh")
     first, second = _replicas(tmp_path)

@@ -7,6 +7,7 @@ rule; the LLM reward is tested on its own with the real SmolLM2.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from personamem.llm import TransformersLLM
 from personamem.profile.purple import PurpleConfig
 from personamem.profile.purple.checkpoint import load_checkpoint
 from personamem.profile.purple.selector import PurpleSelector
-from personamem.trainers.purple import PurpleTrainConfig, advantages, train_purple
-from personamem.trainers.purple.data import ProfileExample, split_by_user
+from personamem.trainers.purple import PurpleDataConfig, PurpleTrainConfig, advantages, train_purple
+from personamem.trainers.purple.data import ProfileExample
 from personamem.trainers.purple.reward import LLMReward
 from personamem.trainers.purple.utility import UtilityPoint, gold_auc, gold_auc_gap, pearson, record_utility
 from tests.conftest import DATA, need_data
@@ -123,13 +124,16 @@ def test_checkpoint_for_another_encoder_is_refused(tmp_path: Path, encoder: Sent
         load_checkpoint(tmp_path / "nothing")
 
 
-def test_split_by_user_holds_out_whole_users() -> None:
+def test_the_data_source_holds_out_whole_users() -> None:
     examples = [e for user in "abcde" for e in _examples(2, user)]
-    train, validation, test = split_by_user(examples, validation=1, test=2, seed=3)
-    users = [{e.user_id for e in part} for part in (train, validation, test)]
+    source = PurpleDataConfig(
+        benchmark="locomo", data=Path("x"), validation_users=1, test_users=2, split_seed=3
+    )
+    split = source.split(Counter(e.user_id for e in examples), what="PURPLE", need_train=1, hint="")
+    users = [set(split.train), set(split.validation), set(split.test)]
     assert [len(u) for u in users] == [2, 1, 2] and not (users[0] & users[1]) and not (users[0] & users[2])
     with pytest.raises(ValueError, match="2 users cannot give"):
-        split_by_user(examples[:4], validation=1, test=1)
+        source.model_copy(update={"test_users": 1}).split({"a": 2, "b": 2}, what="", need_train=1, hint="")
 
 
 def test_llm_reward_prefers_the_profile_with_the_answer_and_caches(llm: TransformersLLM) -> None:
@@ -183,7 +187,7 @@ def test_train_command_holds_out_users_and_writes_a_checkpoint(
 
 
 def test_profile_methods_run_through_the_harness(tmp_path: Path, encoder: SentenceEncoder) -> None:
-    from personamem.eval.benchmark import Benchmark, Question
+    from personamem.datasets.benchmark import Benchmark, Question
     from personamem.eval.runner import evaluate_method
     from personamem.methods import method_named
     from personamem.store import Store
@@ -261,7 +265,7 @@ def test_analyze_utility_command(
     argv = ["analyze", "utility", "--benchmark", "personabench", "--data", str(data), "--out", str(tmp_path)]
     assert main([*argv, "--user", "nobody"]) == 2
     assert "has no answered questions" in capsys.readouterr().err
-    from personamem.eval.benchmarks.personabench import load_personabench_benchmark
+    from personamem.datasets.personabench import load_personabench_benchmark
 
     first = next(q.user_id for q in load_personabench_benchmark(data).questions if q.answer)
     assert main([*argv, "--user", first, "--questions", "2", "--candidates", "3"]) == 0

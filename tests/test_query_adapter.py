@@ -12,8 +12,8 @@ from rich.progress import Progress
 
 from personamem import PersonaMem, Record, SentenceEncoder
 from personamem.cli import main
+from personamem.datasets import UserSplit, read_questions
 from personamem.errors import CheckpointError, ConfigError, InsufficientDataError, TruncationWarning
-from personamem.eval.evaluate import EvalConfig, load_benchmark
 from personamem.llm import TransformersLLM
 from personamem.methods import method_config
 from personamem.pipeline.config import pipeline_config
@@ -21,7 +21,7 @@ from personamem.retrieval.base import Hit
 from personamem.retrieval.hybrid import reciprocal_rank_fusion
 from personamem.retrieval.query_adapter import SHIPPED_ADAPTERS, WEIGHTS_FILE, QueryAdapter
 from personamem.trainers.adapter.config import AdapterDataConfig, AdapterTrainConfig, ImproveConfig
-from personamem.trainers.adapter.data import QuerySet, split_users
+from personamem.trainers.adapter.data import QuerySet
 from personamem.trainers.adapter.improve import improve, rollback
 from personamem.trainers.adapter.run import train_adapter
 from personamem.trainers.adapter.synthetic import parse_question, synthetic_queries
@@ -150,7 +150,10 @@ def test_an_interrupted_fit_resumes_to_the_same_weights(tmp_path: Path) -> None:
 
 
 def test_users_not_questions_are_split() -> None:
-    split = split_users([f"u{i}" for i in range(20)], test_share=0.4, validation_share=0.15)
+    def split_users(users: list[str]) -> UserSplit:
+        return UserSplit.by_share(users, test_share=0.4, validation_share=0.15, seed=0)
+
+    split = split_users([f"u{i}" for i in range(20)])
     assert (len(split.train), len(split.validation), len(split.test)) == (9, 3, 8)
     assert not set(split.train) & set(split.test) and not set(split.validation) & set(split.test)
     assert split_users(["a", "b", "c", "d"]).train and len(split_users(["a", "b", "c", "d"]).test) == 2
@@ -212,7 +215,7 @@ def test_synthetic_questions_are_cached_erased_with_the_user_and_too_few_refuse(
 @pytest.fixture(scope="module")
 def personabench_mem(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> Path:
     """A store of PersonaBench's four users whose logged searches carry feedback naming the gold records."""
-    bench = load_benchmark(EvalConfig(benchmark="personabench", data=need_data(DATA / "personabench")))
+    bench = read_questions("personabench", need_data(DATA / "personabench"))
     root = tmp_path_factory.mktemp("pb")
     (root / "logging.toml").write_text("[pipeline]\nlog_interactions = true\n")
     with PersonaMem.open(root / "store", encoder=encoder, pipeline=root / "logging.toml") as mem:

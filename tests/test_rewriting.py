@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 import personamem.rewriting
 from personamem import SentenceEncoder
+from personamem.datasets.benchmark import Question
+from personamem.datasets.ikat import load_ikat_benchmark
 from personamem.errors import RewriteFallbackWarning
-from personamem.eval.benchmark import Question
-from personamem.eval.benchmarks.ikat import load_ikat_benchmark
 from personamem.eval.rewriting import as_turn, load_ikat_turns, make_demonstrations, score_rewrites
 from personamem.llm import TransformersLLM
 from personamem.llm.parsing import tally_outputs

@@ -203,6 +203,7 @@ def test_a_client_gone_mid_batch_leaves_all_or_none(served: tuple[str, KeyRing],
         assert n == 300 and seen <= {0}, seen  # one transaction: never a part of the batch
 
 
+@pytest.mark.slow
 def test_llm_down_still_answers_from_the_first_stage_flagged(served: tuple[str, KeyRing], key: str) -> None:
     url, _ = served
     with Client(url, key) as client, _http(url, key) as http:

@@ -10,12 +10,12 @@ import pytest
 
 from personamem import PersonaMem, PipelineConfig, SentenceEncoder
 from personamem.cli import main
+from personamem.datasets.traffic import open_traffic, split_traffic
 from personamem.errors import InsufficientDataError
 from personamem.trainers.memrerank.data import instances_from_traffic
 from personamem.trainers.pgret.data import data_from_traffic
 from personamem.trainers.purple.config import PurpleDataConfig
 from personamem.trainers.purple.data import examples_from_traffic
-from personamem.trainers.traffic import open_traffic, split_traffic
 
 HISTORY = {
     "ana": ["I'm vegan.", "I cook lentils most nights.", "I cycle to work.", "I love spicy curries.",

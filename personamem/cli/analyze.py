@@ -11,7 +11,7 @@ import typer
 
 from personamem.cli.options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
 from personamem.console import out, progress_bar
-from personamem.eval.evaluate import BenchmarkName
+from personamem.datasets.table import BenchmarkName
 
 __all__ = ["analyze_app"]
 
@@ -42,9 +42,9 @@ def utility(
     """Relevance (cosine) vs. utility (Δ answer log-likelihood) of each candidate record, with Pearson r."""
     import dataclasses
 
+    from personamem.datasets import DataSource
+    from personamem.datasets.vectors import default_vector_cache
     from personamem.encoder import default_encoder
-    from personamem.eval.evaluate import EvalConfig, load_benchmark
-    from personamem.eval.vectors import default_vector_cache
     from personamem.llm.load import load_llm
     from personamem.trainers.purple.data import examples_from_benchmark
     from personamem.trainers.purple.utility import (
@@ -55,7 +55,7 @@ def utility(
         record_utility,
     )
 
-    bench = load_benchmark(EvalConfig(benchmark=benchmark, data=data, noise=noise))
+    bench = DataSource.model_validate({"benchmark": benchmark, "data": data, "noise": noise}).questions()
     mine = [q for q in bench.questions if q.user_id == user and q.answer and q.answer.strip()][:questions]
     if not mine:
         known = ", ".join(sorted(bench.users())[:10])
@@ -73,7 +73,7 @@ def utility(
             progress=progress,
         )
         task = progress.add_task("scoring records one at a time", total=len(examples))
-        model = load_llm(llm, runtime=llm_runtime.value)  # type: ignore[arg-type]  # an LLMRuntime
+        model = load_llm(llm, runtime=llm_runtime)
         points = []
         for example in examples:
             points += record_utility(model, encoder, [example])
@@ -129,23 +129,23 @@ def judge(
     """
     import time
 
+    from personamem.datasets import DataSource
+    from personamem.datasets.vectors import default_vector_cache
     from personamem.encoder import default_encoder
-    from personamem.eval.evaluate import EvalConfig, load_benchmark
     from personamem.eval.judge import RelevanceJudge, calibrate
-    from personamem.eval.vectors import default_vector_cache
     from personamem.llm.load import load_llm
     from personamem.trainers.pgret.data import data_from_benchmark
     from personamem.trainers.pgret.trainer import calibration_pairs
 
     if mode not in ("query-likelihood", "yes-no"):
         raise typer.BadParameter(f"--mode must be query-likelihood or yes-no, got {mode!r}")
-    bench = load_benchmark(EvalConfig(benchmark=benchmark, data=data))
+    bench = DataSource(benchmark=benchmark, data=data).questions()
     with progress_bar() as progress:
         logged = data_from_benchmark(
             bench, default_encoder(), cache_dir=default_vector_cache(), progress=progress
         )
     pairs, labels = calibration_pairs(logged, queries=questions, seed=seed)
-    scorer = RelevanceJudge(load_llm(llm, runtime=llm_runtime.value), mode=mode)  # type: ignore[arg-type]
+    scorer = RelevanceJudge(load_llm(llm, runtime=llm_runtime), mode=mode)  # type: ignore[arg-type]  # checked above
     start = time.perf_counter()
     calibration = calibrate(scorer.margins(pairs), labels)
     seconds = time.perf_counter() - start
@@ -172,17 +172,18 @@ def duplicates(
     import numpy as np
     from rich.table import Table
 
+    from personamem.datasets import DATASETS, read_questions
+    from personamem.datasets.vectors import corpus_vectors, default_vector_cache
     from personamem.encoder import default_encoder
-    from personamem.eval.evaluate import BENCHMARK_FOLDERS, EvalConfig, load_benchmark
-    from personamem.eval.vectors import corpus_vectors, default_vector_cache
 
     levels = sorted(threshold or [0.9, 0.95, 0.99])
     encoder = default_encoder()
     table = Table("benchmark", "users", "records", "same text", *(f"cos ≥ {t:g}" for t in levels))
-    for name, folder in BENCHMARK_FOLDERS.items():
-        if not (data_root / folder).is_dir():
+    for spec in DATASETS:
+        folder = data_root / str(spec.folder)
+        if spec.questions is None or not folder.is_dir():
             continue
-        bench = load_benchmark(EvalConfig(benchmark=name, data=data_root / folder))
+        bench = read_questions(spec.name, folder)
         vectors = corpus_vectors(encoder, [r.text for r in bench.records], default_vector_cache())
         rows: dict[str, list[int]] = {}
         for i, record in enumerate(bench.records):
@@ -198,6 +199,6 @@ def duplicates(
                 near[j] += int((best >= level).sum())
         n = len(bench.records)
         table.add_row(
-            name.value, str(len(rows)), str(n), str(same_text), *(f"{c} ({c / n:.1%})" for c in near)
+            spec.name, str(len(rows)), str(n), str(same_text), *(f"{c} ({c / n:.1%})" for c in near)
         )
     out.print(table)

@@ -50,10 +50,10 @@ def eval_(
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
 ) -> None:
     """Score retrieval methods on a benchmark: mean ± std over seeds, paired t-tests, a written report."""
+    from personamem.datasets.vectors import default_vector_cache
     from personamem.eval.evaluate import run_eval
     from personamem.eval.report import metric_label
     from personamem.eval.stats import summarize
-    from personamem.eval.vectors import default_vector_cache
     from personamem.llm.packaged import default_cache_dir
 
     with progress_bar() as progress:
@@ -119,8 +119,8 @@ def eval_rewriting(
     """Score query rewriting with the user's PTKB (None/All/STR/SAR) on iKAT: mean ± std over seeds."""
     import shlex
 
+    from personamem.datasets.benchmark import evenly_spaced
     from personamem.encoder import default_encoder
-    from personamem.eval.benchmark import evenly_spaced
     from personamem.eval.rewriting import (
         RewriteReport,
         evaluate_rewriting,
@@ -148,10 +148,10 @@ def eval_rewriting(
     command += [arg for k in counts for arg in ("--shots", str(k))]
     command += ["--shots-split", shots_split] if counts[-1] > 0 else []
     command += ["--max-turns", str(max_turns)] if max_turns else []
-    command += ["--temperature", str(temperature), "--llm", llm, "--llm-runtime", llm_runtime.value]
+    command += ["--temperature", str(temperature), "--llm", llm, "--llm-runtime", llm_runtime]
     with progress_bar() as progress:
         runs, samples = evaluate_rewriting(
-            load_llm(llm, runtime=llm_runtime.value),  # type: ignore[arg-type]  # an LLMRuntime
+            load_llm(llm, runtime=llm_runtime),
             default_encoder(),
             turns,
             statements,

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from personamem.console import out, progress_bar
-from personamem.eval.evaluate import BenchmarkName
+from personamem.datasets.table import BenchmarkName
 
 __all__ = ["eval_adapter"]
 
@@ -38,9 +38,9 @@ def eval_adapter(
     ] = None,
 ) -> None:
     """Recall@5/10 and nDCG@10 of each variant (mean ± std over its training seeds) on unseen users."""
+    from personamem.datasets.vectors import default_vector_cache
     from personamem.encoder import default_encoder
     from personamem.eval.adapter_eval import evaluate_adapters, write_report
-    from personamem.eval.vectors import default_vector_cache
 
     with progress_bar() as progress:
         try:

@@ -34,7 +34,7 @@ def eval_conflicts(
     from personamem.llm.load import load_llm
 
     pairs = load_conflict_pairs(data)
-    model = load_llm(llm, **({"runtime": llm_runtime.value} if llm_runtime else {}))  # type: ignore[arg-type]
+    model = load_llm(llm) if llm_runtime is None else load_llm(llm, runtime=llm_runtime)
     detector = ConflictDetector(model, margin=margin)
     scores, margins, cosines = score_conflicts(pairs, detector, default_encoder())
     replacing = sum(p.replaces for p in pairs)

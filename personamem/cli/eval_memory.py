@@ -4,41 +4,55 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from personamem.cli.options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
+from personamem.cli.options import (
+    REFERENCE_LLM_RUNTIME,
+    LLMRuntime,
+    command_line,
+    config_options,
+    runtime_option,
+)
 from personamem.console import out, progress_bar
+from personamem.datasets.table import DATASETS, BenchmarkOptions, ChoiceName
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
     from rich.progress import Progress, TaskID
 
+    from personamem.datasets.choice import ChoiceInstance
     from personamem.encoder import Encoder
-    from personamem.eval.choice import ChoiceInstance
 
 __all__ = ["eval_memory"]
 
+_NOT_OPTIONS = [
+    f"{spec.name}.{field}"
+    for spec in DATASETS
+    if spec.name in BenchmarkOptions.model_fields
+    for field in spec.options.model_fields
+    if spec.choices is None or field == spec.choice_variant
+]
+"""Options of datasets without choices, and those a choice set's name fixes (prefeval-choice: form)."""
 
-class ChoiceBenchmark(StrEnum):
-    """Benchmarks with 1-in-n choices for a memory to decide."""
 
-    AMAZON = "amazon"
-    PREFEVAL_EXPLICIT = "prefeval-explicit"
-    PREFEVAL_CHOICE = "prefeval-choice"
-    PREFEVAL_PERSONA = "prefeval-persona"
-    PERSONABENCH = "personabench"
+_AMAZON = ChoiceName("amazon")
 
 
+@config_options(exclude=_NOT_OPTIONS)
 def eval_memory(
+    *,
     data: Annotated[
-        Path, typer.Option(help="The benchmark folder: amazon_beauty, prefeval or personabench.")
+        Path,
+        typer.Option(
+            help="The benchmark folder: "
+            + ", ".join(str(spec.folder) for spec in DATASETS if spec.choices is not None)
+            + "."
+        ),
     ],
-    benchmark: Annotated[
-        ChoiceBenchmark, typer.Option(help="Which choices to make.")
-    ] = ChoiceBenchmark.AMAZON,
+    benchmark: Annotated[ChoiceName, typer.Option(help="Which choices to make.")] = _AMAZON,
     method: Annotated[
         list[str] | None,
         typer.Option(
@@ -57,7 +71,7 @@ def eval_memory(
         bool, typer.Option(help="Contextual calibration of the letters against blank items.")
     ] = True,
     item_chars: Annotated[int, typer.Option(min=20, help="Characters of each candidate shown.")] = 240,
-    inter_turns: Annotated[int, typer.Option(min=0, help="PrefEval distractor turns per user.")] = 20,
+    options: BenchmarkOptions,
     out_dir: Annotated[
         Path, typer.Option("--out", help="Folder for report.json, report.md, memories.jsonl.")
     ] = Path("personamem-eval/memory"),
@@ -70,22 +84,19 @@ def eval_memory(
     llm_runtime: Annotated[LLMRuntime, runtime_option()] = REFERENCE_LLM_RUNTIME,
 ) -> None:
     """Accuracy and MRR of the user's item among five, per kind of memory, on held-out users or topics."""
+    from personamem.datasets.benchmark import evenly_spaced
     from personamem.encoder import default_encoder
-    from personamem.eval.benchmark import evenly_spaced
     from personamem.eval.memory_eval import MEMORY_METHODS, MemoryEvalReport, build_memories, evaluate_choices
     from personamem.llm.load import load_llm
     from personamem.preference.setwise import SetwiseReranker
 
     encoder = default_encoder()
-    held_out, notes = _held_out(benchmark, data, encoder, inter_turns)
+    held_out, notes = _held_out(benchmark, data, encoder, options)
     chosen = evenly_spaced(held_out, instances)
-    methods = method or [
-        m for m in MEMORY_METHODS if benchmark != ChoiceBenchmark.AMAZON or m != "dense-top5"
-    ]
-    if benchmark == ChoiceBenchmark.AMAZON:
-        notes.append("next-review selection (no written request), not product search")
-    reranker_llm = load_llm(llm, runtime=llm_runtime.value)  # type: ignore[arg-type]  # an LLMRuntime
-    writer = load_llm(extractor_llm, runtime=llm_runtime.value) if extractor_llm else None  # type: ignore[arg-type]
+    asked = any(i.query for i in held_out)  # without a written request, dense-top5 has nothing to search
+    methods = method or [m for m in MEMORY_METHODS if asked or m != "dense-top5"]
+    reranker_llm = load_llm(llm, runtime=llm_runtime)
+    writer = load_llm(extractor_llm, runtime=llm_runtime) if extractor_llm else None
     reranker = SetwiseReranker(reranker_llm, shifts=shifts, calibrate=calibrate, item_chars=item_chars)
     runs, memories = [], {}
     with progress_bar() as progress:
@@ -124,8 +135,7 @@ def eval_memory(
     ]
     command += ["--instances", str(instances)] if instances else []
     command += ["--extractor-llm", extractor_llm] if extractor_llm else []
-    command += ["--inter-turns", str(inter_turns)] if benchmark != ChoiceBenchmark.AMAZON else []
-    command += ["--llm-runtime", llm_runtime.value]
+    command += [*command_line(options), "--llm-runtime", llm_runtime]
     report = MemoryEvalReport(benchmark.value, runs, memories, shlex.join(command), notes)
     written = report.write(out_dir)
     out.print(report.to_markdown())
@@ -133,36 +143,30 @@ def eval_memory(
 
 
 def _held_out(
-    benchmark: ChoiceBenchmark, data: Path, encoder: Encoder, inter_turns: int
+    benchmark: ChoiceName, data: Path, encoder: Encoder, options: BaseModel
 ) -> tuple[list[ChoiceInstance], list[str]]:
-    """The test side of the fixed split (users for Amazon, topics for PrefEval) and notes on it."""
-    from personamem.eval.choice import (
-        load_amazon_choices,
-        personabench_choices,
-        prefeval_choices,
-        split_users,
-    )
-    from personamem.eval.vectors import default_vector_cache
+    """The test side of the fixed split (users, or PrefEval's topics) and notes on it.
 
-    if benchmark == ChoiceBenchmark.AMAZON:
-        found = load_amazon_choices(data, split="test", encoder=encoder, cache_dir=default_vector_cache())
-    elif benchmark == ChoiceBenchmark.PERSONABENCH:
-        from personamem.eval.benchmarks.personabench import load_personabench_benchmark
+    A dataset no trainer learns from is held out whole.
+    """
+    from personamem.datasets.choice import ChoiceNeeds, split_users
+    from personamem.datasets.table import choice_set, read_choices
+    from personamem.datasets.vectors import default_vector_cache
 
-        found = personabench_choices(load_personabench_benchmark(data), encoder)
+    spec, _ = choice_set(benchmark.value)
+    needs = ChoiceNeeds(encoder, cache_dir=default_vector_cache(), part="test")
+    found = read_choices(benchmark.value, data, needs, options)
+    notes = [spec.choice_note] if spec.choice_note else []
+    if not spec.choices_trained:
         return found, [
             f"all {len({i.group for i in found})} users held out: no extractor here is trained on "
-            f"PersonaBench ({len(found)} preference questions)"
+            f"{spec.name} ({len(found)} instances)",
+            *notes,
         ]
-    else:
-        from personamem.eval.benchmarks.prefeval import load_prefeval_benchmark
-
-        form = benchmark.value.removeprefix("prefeval-")
-        found = prefeval_choices(load_prefeval_benchmark(data, form=form, inter_turns=inter_turns))  # type: ignore[arg-type]
     _, test = split_users([i.group for i in found])
     kept = [i for i in found if i.group in test]
-    what = "users" if benchmark == ChoiceBenchmark.AMAZON else "topics"
-    return kept, [f"held out: {len(test)} {what} never trained on ({len(kept)} instances)"]
+    what = "users" if all(i.group == i.user_id for i in found) else "topics"
+    return kept, [f"held out: {len(test)} {what} never trained on ({len(kept)} instances)", *notes]
 
 
 def _advance(progress: Progress, task: TaskID) -> Callable[[int], None]:

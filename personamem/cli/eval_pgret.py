@@ -14,7 +14,7 @@ from rich.table import Table
 
 from personamem.cli.options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
 from personamem.console import out, progress_bar
-from personamem.eval.evaluate import BenchmarkName
+from personamem.datasets.table import BenchmarkName
 
 __all__ = ["eval_pgret"]
 
@@ -43,11 +43,11 @@ def eval_pgret(
     ] = None,
 ) -> None:
     """Recall, nDCG, novelty@k and judged precision@k of each variant (mean ± std over its seeds)."""
+    from personamem.datasets import DataSource, held_out_questions
+    from personamem.datasets.vectors import default_vector_cache
     from personamem.encoder import default_encoder
-    from personamem.eval.evaluate import EvalConfig, held_out_questions, load_benchmark
     from personamem.eval.judge import RelevanceJudge
     from personamem.eval.tower_eval import evaluate_towers, find_towers
-    from personamem.eval.vectors import default_vector_cache
     from personamem.llm.load import load_llm
 
     if judge_mode not in ("query-likelihood", "yes-no"):
@@ -60,9 +60,9 @@ def eval_pgret(
             f"{sum(map(len, towers.values()))} towers and {len(splits)} distinct splits"
         )
     split_file = next(runs.glob("*/split.json"))
-    bench = held_out_questions(load_benchmark(EvalConfig(benchmark=benchmark, data=data)), split_file)
+    bench = held_out_questions(DataSource(benchmark=benchmark, data=data).questions(), split_file)
     scorer = RelevanceJudge(
-        load_llm(judge, runtime=judge_runtime.value),  # type: ignore[arg-type]  # an LLMRuntime
+        load_llm(judge, runtime=judge_runtime),
         mode=judge_mode,  # type: ignore[arg-type]  # checked above
         cache_file=runs / "judge.jsonl",
     )

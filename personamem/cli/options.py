@@ -69,13 +69,15 @@ import typing
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar, Union, get_args, get_origin
 
 import typer
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from rich.markup import escape
 from typer.models import OptionInfo, ParameterInfo
+
+from personamem.llm.load import REFERENCE_RUNTIME, Runtime
 
 __all__ = ["REFERENCE_LLM_RUNTIME", "LLMRuntime", "command_line", "config_options", "runtime_option"]
 
@@ -242,14 +244,10 @@ def config_options(
     return decorate
 
 
-class LLMRuntime(enum.StrEnum):
-    """``--llm-runtime`` where the options are not a config model (:data:`personamem.llm.load.RUNTIMES`)."""
+LLMRuntime: TypeAlias = Runtime
+"""``--llm-runtime`` where the options are not a config model: typer offers the Literal's names."""
 
-    CTRANSLATE2 = "ctranslate2"
-    TRANSFORMERS = "transformers"
-
-
-REFERENCE_LLM_RUNTIME = LLMRuntime.TRANSFORMERS
+REFERENCE_LLM_RUNTIME: Runtime = REFERENCE_RUNTIME
 """The default of commands that measure (:data:`personamem.llm.load.REFERENCE_RUNTIME`)."""
 
 
@@ -461,8 +459,12 @@ def _fill(given: dict[str, Any], prefill: Mapping[tuple[str, ...], Mapping[str, 
 
 
 def _problems(exc: ValidationError, leaves: Collection[_Leaf]) -> Iterator[str]:
-    """One ``--option: message`` per error, naming the option the input came from."""
+    """One ``--option: message`` per error, naming the option the input came from.
+
+    An error of a whole nested model (its own validator's) names no option: its message alone.
+    """
     options = {leaf.keys: leaf.option for leaf in leaves}
+    nested = {leaf.keys[:end] for leaf in leaves for end in range(1, len(leaf.keys))}
     for error in exc.errors():
         loc = tuple(str(k) for k in error["loc"])
         message = str(error.get("ctx", {}).get("error", error["msg"]))
@@ -471,4 +473,4 @@ def _problems(exc: ValidationError, leaves: Collection[_Leaf]) -> Iterator[str]:
                 yield f"{options[loc[:end]]}: {message}"
                 break
         else:
-            yield f"{'.'.join(loc)}: {message}" if loc else message
+            yield f"{'.'.join(loc)}: {message}" if loc and loc not in nested else message

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from personamem.cli.options import LLMRuntime, config_options, runtime_option
 from personamem.console import err, out
+from personamem.contract import hit_json
 from personamem.methods import method_help
 from personamem.pipeline import PipelineConfig
 
@@ -27,17 +28,19 @@ def search(
         str | None, typer.Option(help="The frozen LLM for LLM methods (see 'eval --help').")
     ] = None,
     llm_runtime: Annotated[LLMRuntime | None, runtime_option()] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON line per hit (the REST shape) instead of a table."),
+    ] = False,
     as_of: Annotated[str | None, _AS_OF] = None,
     include_superseded: Annotated[bool, _ALL_VERSIONS] = False,
 ) -> None:
     """Search one user's memory with any method (the facts current now, unless --as-of says when)."""
-    with ctx.obj.open(llm=llm, llm_runtime=llm_runtime and llm_runtime.value) as mem:
+    with ctx.obj.open(llm=llm, llm_runtime=llm_runtime) as mem:
         hits = mem.search(user, query, k=k, method=method, as_of=as_of, include_superseded=include_superseded)
     if as_json:
-        for hit in hits:
-            row = {"rank": hit.rank, "score": hit.score, **hit.record.model_dump(mode="json")}
-            typer.echo(json.dumps(row, ensure_ascii=False))  # one object per line, no wrapping
+        for hit in hits:  # one object per line, no wrapping
+            typer.echo(json.dumps(hit_json(hit), ensure_ascii=False))
         return
     table = Table("rank", "score", "id", "kind", "text", title=f"{user}: {query}")
     for hit in hits:
@@ -56,7 +59,9 @@ def context(
         str | None,
         typer.Option(help="Run this method's stages over the configured pipeline (see 'search --help')."),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the context as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the context as JSON (the REST API's shape).")
+    ] = False,
     as_of: Annotated[str | None, _AS_OF] = None,
     include_superseded: Annotated[bool, _ALL_VERSIONS] = False,
     *,
@@ -68,7 +73,7 @@ def context(
     """
     given = pipeline.model_dump(include=pipeline.model_fields_set)  # options given override the file
     with ctx.obj.open(**given) as mem:
-        result = mem.context(user, query, pipeline=method, as_of=as_of, include_superseded=include_superseded)
+        result = mem.context(user, query, method=method, as_of=as_of, include_superseded=include_superseded)
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
         return

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from personamem.memory import PersonaMem, open_memory
-from personamem.pipeline import PipelineConfig, load_pipeline
-from personamem.pipeline.config import pipeline_config
+if TYPE_CHECKING:  # imported when a command opens the store: the root group's --help needs neither
+    from personamem.memory import PersonaMem
+    from personamem.pipeline import PipelineConfig
 
 
 def default_store() -> Path:
@@ -44,6 +45,9 @@ class StoreOptions:
 
     def pipeline(self, **overrides: object) -> PipelineConfig:
         """The ``[pipeline]`` of ``--config`` or ./personamem.toml, with the options given here."""
+        from personamem.pipeline import load_pipeline
+        from personamem.pipeline.config import pipeline_config
+
         given = {key: value for key, value in overrides.items() if value is not None}
         path = self.config_file
         if path is None:
@@ -56,9 +60,13 @@ class StoreOptions:
 
     def open_default(self) -> PersonaMem:
         """Open the configured store with the package's default pipeline, whatever the files say."""
+        from personamem.pipeline import PipelineConfig
+
         return self._open(PipelineConfig())
 
     def _open(self, pipeline: PipelineConfig) -> PersonaMem:
+        from personamem.memory import open_memory
+
         if self.chroma_url and not self.sql_url:
             raise typer.BadParameter("--chroma-url needs --sql-url (the SQL side is the source of truth)")
         return open_memory(self.path, sql_url=self.sql_url, chroma_url=self.chroma_url, pipeline=pipeline)

@@ -20,16 +20,10 @@ from typing import Any
 
 from rich.progress import Progress
 
+from personamem.datasets import Benchmark, BenchmarkName, DataSource, dataset, held_out_questions
+from personamem.datasets.vectors import build_store
 from personamem.encoder import Encoder
-from personamem.eval.benchmark import Benchmark
-from personamem.eval.evaluate import (
-    BENCHMARK_FOLDERS,
-    BenchmarkName,
-    EvalConfig,
-    held_out_questions,
-    load_benchmark,
-)
-from personamem.eval.runner import MethodRun, build_store, evaluate_method, warm_up_metrics
+from personamem.eval.runner import MethodRun, evaluate_method, warm_up_metrics
 from personamem.eval.stats import compare, summarize
 from personamem.methods import method_named
 from personamem.store import Store
@@ -147,10 +141,8 @@ def evaluate_adapters(
         if len({p.read_text(encoding="utf-8") for p in files}) != 1:
             raise ValueError(f"{benchmark.value}: the runs under {root} hold different user splits")
         split_file = files[0]
-        loaded = held_out_questions(
-            load_benchmark(EvalConfig(benchmark=benchmark, data=data_root / BENCHMARK_FOLDERS[benchmark])),
-            split_file,
-        )
+        folder = data_root / str(dataset(benchmark).folder)
+        loaded = held_out_questions(DataSource(benchmark=benchmark, data=folder).questions(), split_file)
         report.questions[benchmark.value] = len([q for q in loaded.questions if q.relevant])
         methods: dict[str, list[str]] = {"dense": ["dense"], "hybrid": ["hybrid"], "default": ["default"]}
         for name in shipped:

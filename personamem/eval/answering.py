@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from personamem.datasets.benchmark import Question
 from personamem.eval.answers import answer_loglikelihood, exact_match, locomo_answer_f1, rouge_l, token_f1
-from personamem.eval.benchmark import Question
 from personamem.llm import FrozenLLM
 from personamem.pipeline.prompt import profile_prompt
 from personamem.records import Record

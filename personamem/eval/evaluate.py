@@ -12,42 +12,24 @@ import importlib.util
 import json
 import tempfile
 import time
-from enum import StrEnum
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.progress import Progress
 
+from personamem.datasets import Benchmark, BenchmarkName, BenchmarkOptions, DataSource, evenly_spaced
+from personamem.datasets.source import held_out_questions
+from personamem.datasets.table import nest_options
 from personamem.encoder import Encoder, default_encoder
 from personamem.errors import MissingExtraError
-from personamem.eval.benchmark import Benchmark, evenly_spaced
 from personamem.eval.report import Report
 from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
-from personamem.ingest.personabench import Render
 from personamem.llm import FrozenLLM
 from personamem.llm.load import REFERENCE_RUNTIME, Runtime, load_llm
 from personamem.methods import is_method, method_config, method_help, method_named, method_names
 
-__all__ = ["BenchmarkName", "EvalConfig", "held_out_questions", "load_benchmark", "run_eval"]
-
-
-class BenchmarkName(StrEnum):
-    """Benchmarks with a loader."""
-
-    PERSONABENCH = "personabench"
-    LOCOMO = "locomo"
-    IKAT = "ikat"
-    PREFEVAL = "prefeval"
-
-
-BENCHMARK_FOLDERS: dict[BenchmarkName, str] = {
-    BenchmarkName.LOCOMO: "locomo",
-    BenchmarkName.PERSONABENCH: "personabench",
-    BenchmarkName.IKAT: "trec_ikat",
-    BenchmarkName.PREFEVAL: "prefeval",
-}
-"""Each benchmark's folder in the shared data's layout (commands that read several take one root)."""
+__all__ = ["BenchmarkName", "EvalConfig", "load_benchmark", "run_eval"]
 
 
 class EvalConfig(BaseModel):
@@ -61,6 +43,8 @@ class EvalConfig(BaseModel):
     """Which benchmark the data folder holds."""
     data: Path
     """The benchmark folder in its upstream layout."""
+    options: BenchmarkOptions = BenchmarkOptions()
+    """Each benchmark's reading options (``noise=0.5`` may be given flat)."""
     methods: tuple[str, ...] = Field(
         default=("dense",), alias="method", description=f"Method to run (repeatable): {method_help()}."
     )  # described from the method table, so a new method documents itself
@@ -73,16 +57,6 @@ class EvalConfig(BaseModel):
     """Paired t-test every other method against this one."""
     depth: int = Field(default=100, ge=1)
     """Records ranked per question (the deepest recall cutoff)."""
-    noise: float = 0.0
-    """PersonaBench: distractor level (0.0, 0.3, 0.5, 0.7)."""
-    render: Render = "text"
-    """PersonaBench: session text, readable or upstream's compact JSON."""
-    split: str = "2023_test"
-    """iKAT: topics file <split>_topics.json."""
-    form: Literal["explicit", "choice", "persona"] = "explicit"
-    """PrefEval: the preference form."""
-    inter_turns: int = Field(default=20, ge=0)
-    """PrefEval: distractor user turns per user."""
     answers: bool = False
     """Also score answers with the local LLM given the top profile_k records: the gold answer's
     log-likelihood and a generated answer's overlap (slow on a CPU)."""
@@ -101,7 +75,10 @@ class EvalConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _pipelines_alone(cls, data: object) -> object:
-        if isinstance(data, dict) and data.get("pipeline") and not {"method", "methods"} & set(data):
+        if not isinstance(data, Mapping):
+            return data
+        data = nest_options(data)
+        if data.get("pipeline") and not {"method", "methods"} & set(data):
             return {**data, "methods": ()}
         return data
 
@@ -123,24 +100,15 @@ class EvalConfig(BaseModel):
         """The methods, then each pipeline file as ``pipeline:<file>``."""
         return (*self.methods, *(f"pipeline:{path}" for path in self.pipeline))
 
+    @property
+    def source(self) -> DataSource:
+        """The benchmark as a data source."""
+        return DataSource(benchmark=self.benchmark, data=self.data, options=self.options)
+
 
 def load_benchmark(config: EvalConfig) -> Benchmark:
     """Read the configured benchmark from ``config.data`` with its options."""
-    if config.benchmark is BenchmarkName.PERSONABENCH:
-        from personamem.eval.benchmarks.personabench import load_personabench_benchmark
-
-        return load_personabench_benchmark(config.data, noise=config.noise, render=config.render)
-    if config.benchmark is BenchmarkName.LOCOMO:
-        from personamem.eval.benchmarks.locomo import load_locomo_benchmark
-
-        return load_locomo_benchmark(config.data)
-    if config.benchmark is BenchmarkName.IKAT:
-        from personamem.eval.benchmarks.ikat import load_ikat_benchmark
-
-        return load_ikat_benchmark(config.data, split=config.split)
-    from personamem.eval.benchmarks.prefeval import load_prefeval_benchmark
-
-    return load_prefeval_benchmark(config.data, form=config.form, inter_turns=config.inter_turns)
+    return config.source.questions()
 
 
 def run_eval(
@@ -208,15 +176,6 @@ def run_eval(
         finally:
             store.close()
     return Report(benchmark, runs, baseline=config.baseline, command=command, timings=timings)
-
-
-def held_out_questions(benchmark: Benchmark, split_file: Path) -> Benchmark:
-    """Only the questions of the split's test users (the corpus stays whole: users are separate)."""
-    try:
-        users = set(json.loads(split_file.read_text(encoding="utf-8"))["test_users"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{split_file}: not a split.json with test_users ({exc})") from None
-    return dataclasses.replace(benchmark, questions=[q for q in benchmark.questions if q.user_id in users])
 
 
 def _store_name(benchmark: Benchmark, encoder: Encoder) -> str:

@@ -1,6 +1,6 @@
 """MemRerank's evaluation: the same setwise reranker, fed each kind of memory, on held-out choices.
 
-Every method answers the same 1-in-n choices (:mod:`personamem.eval.choice`) through one
+Every method answers the same 1-in-n choices (:mod:`personamem.datasets.choice`) through one
 :class:`~personamem.preference.SetwiseReranker`; only what the reranker is told about the user
 changes:
 
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from personamem.datasets import ChoiceInstance
 from personamem.encoder import Encoder
-from personamem.eval.choice import ChoiceInstance
 from personamem.eval.runner import MethodRun
 from personamem.eval.stats import compare, summarize
 from personamem.llm.base import FrozenLLM
@@ -194,7 +194,7 @@ class MemoryEvalReport:
         return rows
 
     def to_markdown(self) -> str:
-        """The table for the README and the closing note."""
+        """The table for docs/RESULTS.md and the closing note."""
         lines = [
             f"### {self.benchmark}",
             "",

@@ -16,7 +16,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 
-from personamem.eval.benchmark import Question
+from personamem.datasets.benchmark import Question
 
 __all__ = [
     "PERSONABENCH_EXCLUDED",

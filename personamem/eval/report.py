@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from personamem.eval.benchmark import Benchmark
+from personamem.datasets.benchmark import Benchmark
 from personamem.eval.runner import MethodRun
 from personamem.eval.stats import Comparison, Summary, compare, summarize
 

@@ -1,7 +1,7 @@
 """Evaluate rewriting strategies on iKAT over several seeds: how good, and how variable, rewrites are.
 
 The harness side of :mod:`personamem.rewriting`: it loads iKAT turns as harness
-:class:`~personamem.eval.benchmark.Question` objects (with their gold), turns them into the rewriter's
+:class:`~personamem.datasets.benchmark.Question` objects (with their gold), turns them into the rewriter's
 :class:`~personamem.rewriting.Turn`, makes few-shot demonstrations from solved turns and scores
 rewrites against the gold.
 
@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
+from personamem.datasets import Question
+from personamem.datasets.ikat import load_ikat_benchmark
 from personamem.encoder import Encoder
 from personamem.eval.answers import rouge_l
-from personamem.eval.benchmark import Question
-from personamem.eval.benchmarks.ikat import load_ikat_benchmark
 from personamem.eval.runner import MethodRun
 from personamem.eval.stats import Comparison, compare, summarize
 from personamem.llm.base import FrozenLLM
@@ -68,7 +68,7 @@ def load_ikat_turns(
 ) -> tuple[list[Question], dict[str, dict[str, str]]]:
     """All turns of one iKAT split, including those that need no PTKB statement, and each topic's PTKB.
 
-    :func:`~personamem.eval.benchmarks.ikat.load_ikat_benchmark` skips turns with empty
+    :func:`~personamem.datasets.ikat.load_ikat_benchmark` skips turns with empty
     ``ptkb_provenance``, since statement retrieval cannot be scored on them. Rewriting must still
     handle them (the right answer is a rewrite without personal facts, and selecting nothing is
     scorable), so this asks it for all turns.

@@ -1,8 +1,8 @@
 """Run methods over a benchmark: load the corpus into a store once, rank every question, score.
 
 The corpus goes into a real :class:`~personamem.store.Store` (SQLite + Chroma in a work folder), so a
-method is measured on the same read path users run. Vectors come from :func:`corpus_vectors`' cache,
-and one store serves every method and seed of the run.
+method is measured on the same read path users run. Vectors come from the corpus cache
+(:func:`~personamem.datasets.vectors.build_store`), and one store serves every method and seed of the run.
 """
 
 from __future__ import annotations
@@ -10,15 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rich.progress import Progress
 
-from personamem.encoder import Encoder
+from personamem.datasets.benchmark import Benchmark, Question
+from personamem.datasets.vectors import build_store
 from personamem.eval.answering import score_answers
-from personamem.eval.benchmark import Benchmark, Question
 from personamem.eval.metrics import personabench_scores, ranx_scores
-from personamem.eval.vectors import corpus_vectors
 from personamem.llm import FrozenLLM
 from personamem.llm.parsing import tally_outputs
 from personamem.methods import Method
@@ -71,26 +69,6 @@ class MethodRun:
     latency_s: list[float] = field(default_factory=list)
     prepare_s: list[float] = field(default_factory=list)
     outputs: dict[str, int] = field(default_factory=dict)
-
-
-def build_store(
-    benchmark: Benchmark,
-    path: Path,
-    encoder: Encoder,
-    *,
-    cache_dir: Path | None = None,
-    progress: Progress | None = None,
-) -> Store:
-    """A store at ``path`` holding the benchmark's records, embedded through the vector cache."""
-    store = Store.open(path, encoder=encoder)
-    vectors = corpus_vectors(encoder, [record.text for record in benchmark.records], cache_dir)
-    task = progress.add_task("ingest", total=len(benchmark.records)) if progress else None
-    store.add_many(
-        benchmark.records,
-        vectors=vectors,
-        progress=(lambda n: progress.advance(task, n)) if progress and task is not None else None,
-    )
-    return store
 
 
 def evaluate_method(

@@ -20,11 +20,12 @@ from typing import Any
 
 from rich.progress import Progress
 
+from personamem.datasets import Benchmark, evenly_spaced
+from personamem.datasets.vectors import build_store
 from personamem.encoder import Encoder
-from personamem.eval.benchmark import Benchmark, evenly_spaced
 from personamem.eval.judge import JudgeCalibration, RelevanceJudge, calibrate, labelled_pairs
 from personamem.eval.metrics import novelty_at_k
-from personamem.eval.runner import MethodRun, build_store, evaluate_method
+from personamem.eval.runner import MethodRun, evaluate_method
 from personamem.eval.stats import compare, summarize
 from personamem.methods import method_named
 

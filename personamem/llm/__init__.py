@@ -1,6 +1,16 @@
 """The frozen-LLM layer: one protocol (log-likelihood, generation), local and remote backends."""
 
-from personamem.llm.base import FrozenLLM, Generations, LLMError, Message, Prompt, Scores, Usage
+from personamem.llm.base import (
+    FrozenLLM,
+    Generations,
+    LLMError,
+    Message,
+    Prompt,
+    Sampling,
+    SamplingOptions,
+    Scores,
+    Usage,
+)
 from personamem.llm.budget import Fitted, fit_to_budget
 from personamem.llm.ct2 import CTranslate2LLM
 from personamem.llm.hf import TransformersLLM
@@ -17,6 +27,8 @@ __all__ = [
     "Message",
     "OpenAICompatibleLLM",
     "Prompt",
+    "Sampling",
+    "SamplingOptions",
     "Scores",
     "TransformersLLM",
     "Usage",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias, overload, runtime_checkable
+from typing import Protocol, TypeAlias, TypedDict, Unpack, overload, runtime_checkable
 
 from personamem.errors import LLMError
 
@@ -19,6 +19,8 @@ __all__ = [
     "LLMError",
     "Message",
     "Prompt",
+    "Sampling",
+    "SamplingOptions",
     "Scores",
     "Usage",
     "cut_at_stop",
@@ -26,6 +28,53 @@ __all__ = [
 
 Message: TypeAlias = Mapping[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
 Prompt: TypeAlias = str | Sequence[Message]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How :meth:`FrozenLLM.generate` decodes, declared once for every backend and wrapper.
+
+    A new option is a field here and in :class:`SamplingOptions` (a test checks that they agree);
+    backends read the resolved values, so a default lives nowhere else.
+
+    Attributes:
+        n: completions per prompt.
+        max_tokens: most tokens one completion may take.
+        temperature: 0 is greedy decoding; above 0 samples.
+        top_p: nucleus sampling's probability mass (when sampling).
+        seed: makes sampling repeatable; None draws fresh randomness.
+        stop: strings that end a completion (not included in it).
+
+    Raises:
+        ValueError: ``n`` or ``max_tokens`` is below 1.
+    """
+
+    n: int = 1
+    max_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.max_tokens < 1:
+            raise ValueError("n and max_tokens must be at least 1")
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0: the backends decode greedily and ignore ``top_p`` and ``seed``."""
+        return self.temperature <= 0
+
+
+class SamplingOptions(TypedDict, total=False):
+    """:class:`Sampling`'s fields as ``generate`` keywords, so call sites stay ``n=2, seed=3``."""
+
+    n: int
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: Sequence[str]
 
 
 @dataclass(frozen=True)
@@ -123,18 +172,8 @@ class FrozenLLM(Protocol):
         """For each (prompt, target): log p(target | prompt), summed over the target's tokens."""
         ...
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        n: int = 1,
-        max_tokens: int = 128,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-    ) -> Generations:
-        """``n`` completions per prompt; temperature 0 is greedy decoding."""
+    def generate(self, prompts: Sequence[Prompt], **options: Unpack[SamplingOptions]) -> Generations:
+        """``n`` completions per prompt, decoded as the options say (:class:`Sampling`)."""
         ...
 
 

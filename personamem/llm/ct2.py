@@ -18,9 +18,18 @@ import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from personamem.llm.base import Generations, LLMError, Prompt, Scores, Usage, cut_at_stop
+from personamem.llm.base import (
+    Generations,
+    LLMError,
+    Prompt,
+    Sampling,
+    SamplingOptions,
+    Scores,
+    Usage,
+    cut_at_stop,
+)
 from personamem.llm.tokens import encode_pair, render_prompt
 
 __all__ = ["CTranslate2LLM", "default_threads"]
@@ -151,35 +160,29 @@ class CTranslate2LLM:
             usage=Usage(prompt_tokens=sum(len(c) + len(t) for c, t in pairs)),
         )
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        n: int = 1,
-        max_tokens: int = 128,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-    ) -> Generations:
+    def generate(self, prompts: Sequence[Prompt], **options: Unpack[SamplingOptions]) -> Generations:
         """``n`` completions per prompt, in batches of similar length; a seed makes sampling repeatable."""
         import ctranslate2
 
-        if n < 1 or max_tokens < 1:
-            raise ValueError("n and max_tokens must be at least 1")
+        sampling = Sampling(**options)
+        n, max_tokens = sampling.n, sampling.max_tokens
         encoded = [self.tokenizer.encode(self.render(p), add_special_tokens=True) for p in prompts]
-        sampling: dict[str, Any] = (
-            {"sampling_topk": 0, "sampling_topp": top_p, "sampling_temperature": temperature}
-            if temperature > 0
-            else {"sampling_topk": 1}
+        decoding: dict[str, Any] = (
+            {"sampling_topk": 1}
+            if sampling.greedy
+            else {
+                "sampling_topk": 0,
+                "sampling_topp": sampling.top_p,
+                "sampling_temperature": sampling.temperature,
+            }
         )
         texts: list[list[str]] = []
         completion_tokens = 0
         with self._lock:
-            if seed is not None and temperature > 0:
+            if sampling.seed is not None and not sampling.greedy:
                 # CTranslate2 seeds a worker thread's sampler when the thread starts, so a seed only
                 # takes effect in a fresh generator (~0.1 s to load SmolLM2's int8 weights)
-                ctranslate2.set_random_seed(seed)
+                ctranslate2.set_random_seed(sampling.seed)
                 self.generator = None  # free the old weights before loading the new copy
                 self.generator = self._load()
             starts = [self._tokens(e) for e in encoded for _ in range(n)]  # n rows per prompt
@@ -188,13 +191,13 @@ class CTranslate2LLM:
                 max_batch_size=self._generate_rows,
                 max_length=max_tokens,
                 include_prompt_in_result=False,
-                **sampling,
+                **decoding,
             )
         for i in range(len(encoded)):
             group = []
             for result in results[i * n : (i + 1) * n]:
                 ids = result.sequences_ids[0]
                 completion_tokens += len(ids) + (len(ids) < max_tokens)  # a stop before the cap: + end token
-                group.append(cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stop))
+                group.append(cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), sampling.stop))
             texts.append(group)
         return Generations(texts, Usage(sum(len(e) for e in encoded), completion_tokens))

@@ -7,11 +7,21 @@ package and converted once into the user cache (:mod:`personamem.llm.packaged`).
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from personamem.llm.base import Generations, LLMError, Prompt, Scores, Usage, cut_at_stop
+from personamem.llm.base import (
+    Generations,
+    LLMError,
+    Prompt,
+    Sampling,
+    SamplingOptions,
+    Scores,
+    Usage,
+    cut_at_stop,
+)
 from personamem.llm.tokens import encode_pair, render_prompt
 
 __all__ = ["TransformersLLM"]
@@ -22,7 +32,10 @@ class TransformersLLM:
 
     Scoring left-pads each batch and passes explicit position ids, so every target ends at the last
     position and only the target positions' logits are computed (``logits_to_keep``): the vocabulary
-    projection is what dominates memory for small models with large vocabularies.
+    projection is what dominates memory for small models with large vocabularies. A multiple choice
+    scored alone (one-token labels after one prompt, as a setwise choice) keeps the prompt's key/value
+    states, up to ``prefix_cache_tokens`` tokens over all kept prompts (0: none), so the next one that
+    starts the same way runs only the tokens after the shared part.
     """
 
     def __init__(
@@ -33,6 +46,7 @@ class TransformersLLM:
         name: str,
         batch_tokens: int | None = None,
         generate_rows: int = 16,
+        prefix_cache_tokens: int = 2048,
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -44,6 +58,11 @@ class TransformersLLM:
         # 40 tokens/s for 16 rows (3.2 vs 1.6 s per 160-token-capped prompt), and the KV cache stays small
         self._generate_rows = generate_rows
         self._lock = threading.Lock()
+        # the key/value states of recently scored choice contexts, oldest first: a setwise reranker's
+        # choices share the system prompt, memory and request, so each later one runs only its own items
+        # (bench/setwise_rerank.py); bounded in tokens (~46 KiB each for SmolLM2 in fp32), 0 turns it off
+        self._prefixes: OrderedDict[tuple[int, ...], tuple[list[tuple[Any, Any]], Any]] = OrderedDict()
+        self._prefix_cache_tokens = prefix_cache_tokens
         self._pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
@@ -176,9 +195,15 @@ class TransformersLLM:
         return out
 
     def _score_choices(self, contexts: list[list[int]], tokens: list[list[int]]) -> list[list[float]]:
-        """Log-probabilities of several candidate next tokens per context: one forward pass per context."""
+        """Log-probabilities of several candidate next tokens per context: one forward pass per context.
+
+        Several contexts run in padded batches (on a GPU that is worth far more than a shared prefix);
+        one alone runs only its tokens after the longest prefix it shares with a recent lone context.
+        """
         import torch
 
+        if len(contexts) == 1:
+            return [self._score_alone(contexts[0], tokens[0])]
         out: list[list[float]] = [[] for _ in contexts]
         order = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))
         for batch in self._batches(order, [len(c) for c in contexts]):
@@ -191,60 +216,87 @@ class TransformersLLM:
             positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
             device = self.model.device
             with self._lock, torch.inference_mode():
-                logits = (
-                    self.model(
-                        input_ids=ids.to(device),
-                        attention_mask=mask.to(device),
-                        position_ids=positions.to(device),
-                        logits_to_keep=1,
-                    )
-                    .logits[:, -1]
-                    .double()
-                )
-            logprobs = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+                logits = self.model(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    position_ids=positions.to(device),
+                    logits_to_keep=1,
+                ).logits[:, -1]
             for row, i in enumerate(batch):
-                out[i] = logprobs[row, torch.tensor(tokens[i], device=logprobs.device)].cpu().tolist()
+                out[i] = _next_token_logprobs(logits[row], tokens[i])
         return out
+
+    def _score_alone(self, context: list[int], tokens: list[int]) -> list[float]:
+        """One context's next-token log-probabilities, its cached prefix reused and its states kept.
+
+        The values equal a full forward's to float rounding (tests/test_llm_local.py checks 1e-4); a
+        context scored again is answered from its kept logits, so a repeat is free and gives the same
+        values exactly.
+        """
+        import torch
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        with self._lock, torch.inference_mode():
+            if (hit := self._prefixes.get(tuple(context))) is not None:
+                self._prefixes.move_to_end(tuple(context))
+                return _next_token_logprobs(hit[1], tokens)
+            start, states = 0, None
+            for key, (kept, _) in self._prefixes.items():
+                shared = next(
+                    (j for j, (a, b) in enumerate(zip(key, context, strict=False)) if a != b),
+                    min(len(key), len(context)),
+                )
+                if shared > start:
+                    start, states = shared, kept
+            start = min(start, len(context) - 1)  # a kept context may continue this one: run its last token
+            # slices, not copies: the cache grows by concatenation and never writes into them
+            past = DynamicCache([(k[:, :, :start], v[:, :, :start]) for k, v in states]) if states else None
+            result = self.model(
+                input_ids=torch.tensor([context[start:]], device=self.model.device),
+                cache=past,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            logits = result.logits[0, -1]
+            layers = result.cache.layers if result.cache is not None else []
+            # a sliding-window or recurrent layer cannot be cut back to a prefix: such models keep nothing
+            if (
+                layers
+                and len(context) <= self._prefix_cache_tokens
+                and all(isinstance(layer, DynamicLayer) and not layer.is_sliding for layer in layers)
+            ):
+                self._prefixes[tuple(context)] = ([(layer.keys, layer.values) for layer in layers], logits)
+                while sum(len(key) for key in self._prefixes) > self._prefix_cache_tokens:
+                    self._prefixes.popitem(last=False)
+            return _next_token_logprobs(logits, tokens)
 
     # -- generation -------------------------------------------------------------------------------
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        n: int = 1,
-        max_tokens: int = 128,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-    ) -> Generations:
+    def generate(self, prompts: Sequence[Prompt], **options: Unpack[SamplingOptions]) -> Generations:
         """``n`` completions per prompt, in left-padded batches of similar length.
 
         A seed makes sampling repeatable for the same list of prompts.
         """
         import torch
 
-        if n < 1 or max_tokens < 1:
-            raise ValueError("n and max_tokens must be at least 1")
+        sampling = Sampling(**options)
         encoded = [self.tokenizer.encode(self.render(p), add_special_tokens=True) for p in prompts]
         texts: list[list[str]] = [[] for _ in encoded]
         completion_tokens = 0
         order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
         with self._lock, torch.random.fork_rng(devices=[] if self.model.device.type == "cpu" else None):
-            if seed is not None:
-                torch.manual_seed(seed)
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
             for start in range(0, len(order), self._generate_rows):
                 batch = order[start : start + self._generate_rows]
-                done = self._generate_batch([encoded[i] for i in batch], n, max_tokens, temperature, top_p)
+                done = self._generate_batch([encoded[i] for i in batch], sampling)
                 for i, (group, used) in zip(batch, done, strict=True):
-                    texts[i] = [cut_at_stop(t, stop) for t in group]
+                    texts[i] = [cut_at_stop(t, sampling.stop) for t in group]
                     completion_tokens += used
         return Generations(texts, Usage(sum(len(e) for e in encoded), completion_tokens))
 
-    def _generate_batch(
-        self, encoded: list[list[int]], n: int, max_tokens: int, temperature: float, top_p: float
-    ) -> list[tuple[list[str], int]]:
+    def _generate_batch(self, encoded: list[list[int]], sampling: Sampling) -> list[tuple[list[str], int]]:
         """Per prompt: its ``n`` decoded completions and the tokens generated for them."""
         import torch
 
@@ -254,20 +306,21 @@ class TransformersLLM:
         for row, seq in enumerate(encoded):
             ids[row, width - len(seq) :] = torch.tensor(seq)
             mask[row, width - len(seq) :] = 1
-        sampling: dict[str, Any] = (
-            {"do_sample": True, "temperature": temperature, "top_p": top_p}
-            if temperature > 0
-            else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        n = sampling.n
+        decoding: dict[str, Any] = (
+            {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+            if sampling.greedy
+            else {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p}
         )
         device = self.model.device
         with torch.inference_mode():
             out = self.model.generate(
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),
-                max_new_tokens=max_tokens,
+                max_new_tokens=sampling.max_tokens,
                 num_return_sequences=n,
                 pad_token_id=self._pad_id,
-                **sampling,
+                **decoding,
             )
         new = out[:, width:].cpu()
         results = []
@@ -282,3 +335,11 @@ class TransformersLLM:
                 group.append(self.tokenizer.decode(seq[:end], skip_special_tokens=True))
             results.append((group, used))
         return results
+
+
+def _next_token_logprobs(logits: Any, tokens: list[int]) -> list[float]:
+    """``tokens``' log-probabilities from one position's logits (float64 normaliser)."""
+    import torch
+
+    row = logits.double()
+    return (row[torch.tensor(tokens, device=row.device)] - torch.logsumexp(row, dim=-1)).cpu().tolist()

@@ -9,14 +9,15 @@ trainers take gradients through).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, get_args
 
 from personamem.llm.base import FrozenLLM
 
 __all__ = ["DEFAULT_RUNTIME", "REFERENCE_RUNTIME", "RUNTIMES", "Runtime", "load_llm"]
 
 Runtime: TypeAlias = Literal["ctranslate2", "transformers"]
-RUNTIMES: tuple[Runtime, ...] = ("ctranslate2", "transformers")
+"""The local engines, named here only: configs, the CLI's ``--llm-runtime`` and TOML read this type."""
+RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
 DEFAULT_RUNTIME: Runtime = "ctranslate2"
 """The pipeline's: its LLM stages generate, and CTranslate2 decodes ~2.6x faster on a CPU."""
 REFERENCE_RUNTIME: Runtime = "transformers"

@@ -25,9 +25,18 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
-from personamem.llm.base import Generations, LLMError, Prompt, Scores, Usage, cut_at_stop
+from personamem.llm.base import (
+    Generations,
+    LLMError,
+    Prompt,
+    Sampling,
+    SamplingOptions,
+    Scores,
+    Usage,
+    cut_at_stop,
+)
 from personamem.llm.tokens import render_prompt
 
 __all__ = ["OpenAICompatibleLLM"]
@@ -165,17 +174,7 @@ class OpenAICompatibleLLM:
             usage=sum((usage for _, usage in results), Usage()),
         )
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        n: int = 1,
-        max_tokens: int = 128,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-    ) -> Generations:
+    def generate(self, prompts: Sequence[Prompt], **options: Unpack[SamplingOptions]) -> Generations:
         """``n`` completions per prompt: strings via the completions endpoint, chats via chat completions.
 
         Stop strings are sent and also applied to the answers, as some servers ignore them.
@@ -184,30 +183,30 @@ class OpenAICompatibleLLM:
             ValueError: ``n`` or ``max_tokens`` is below 1.
             LLMError: the server failed or returned a different number of completions than ``n``.
         """
-        if n < 1 or max_tokens < 1:
-            raise ValueError("n and max_tokens must be at least 1")
-        options: dict[str, Any] = {
+        sampling = Sampling(**options)
+        n, stop = sampling.n, sampling.stop
+        request: dict[str, Any] = {
             "model": self._model,
             "n": n,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
         }
-        if seed is not None:
-            options["seed"] = seed
+        if sampling.seed is not None:
+            request["seed"] = sampling.seed
         if stop:
-            options["stop"] = list(stop)
+            request["stop"] = list(stop)
         deadline = self._deadline()
 
         def sample(prompt: Prompt) -> tuple[list[str], Usage]:
             if isinstance(prompt, str):
-                completion = self._call(self._client.completions.create, deadline, prompt=prompt, **options)
+                completion = self._call(self._client.completions.create, deadline, prompt=prompt, **request)
                 texts = [c.text for c in sorted(completion.choices, key=lambda c: c.index)]
                 usage = completion.usage
             else:
                 messages = [dict(m) for m in prompt]
                 chat = self._call(
-                    self._client.chat.completions.create, deadline, messages=messages, **options
+                    self._client.chat.completions.create, deadline, messages=messages, **request
                 )
                 texts = [c.message.content or "" for c in sorted(chat.choices, key=lambda c: c.index)]
                 usage = chat.usage

@@ -7,9 +7,9 @@ tokens are exactly those :func:`~personamem.llm.tokens.encode_pair` chose, as in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
-from personamem.llm.base import Generations, Prompt, Scores, Usage, cut_at_stop
+from personamem.llm.base import Generations, Prompt, Sampling, SamplingOptions, Scores, Usage, cut_at_stop
 from personamem.llm.tokens import encode_pair, render_prompt
 
 __all__ = ["VLLMBackend"]
@@ -68,32 +68,23 @@ class VLLMBackend:
             usage=Usage(prompt_tokens=sum(len(c) + len(t) for c, t in pairs)),
         )
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        n: int = 1,
-        max_tokens: int = 128,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-    ) -> Generations:
+    def generate(self, prompts: Sequence[Prompt], **options: Unpack[SamplingOptions]) -> Generations:
         """``n`` completions per prompt with vLLM's sampler."""
         from vllm import SamplingParams
 
+        sampling = Sampling(**options)
         params = SamplingParams(
-            n=n,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            stop=list(stop) or None,
+            n=sampling.n,
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+            stop=list(sampling.stop) or None,
         )
         outputs = self._engine.generate(
             [render_prompt(self.tokenizer, p) for p in prompts], params, use_tqdm=False
         )
-        texts = [[cut_at_stop(c.text, stop) for c in out.outputs] for out in outputs]
+        texts = [[cut_at_stop(c.text, sampling.stop) for c in out.outputs] for out in outputs]
         usage = Usage(
             prompt_tokens=sum(len(out.prompt_token_ids or []) for out in outputs),
             completion_tokens=sum(len(c.token_ids) for out in outputs for c in out.outputs),

@@ -12,11 +12,14 @@ computed once per revision of the user's records.
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
 
 from personamem.store import Store
+
+if TYPE_CHECKING:  # scipy loads where a graph is built: importing it costs a search 0.1 s
+    from scipy import sparse
 
 __all__ = ["PAnchor", "anchor_graph", "anchor_vector", "pagerank"]
 
@@ -77,6 +80,8 @@ def anchor_graph(
     Raises:
         ValueError: on a parameter out of range or ``vectors`` that is not 2-D.
     """
+    from scipy import sparse
+
     _check_theta(theta, low=-1.0)
     _check_k2(k2)
     matrix = _as_matrix(vectors)
@@ -150,6 +155,8 @@ def pagerank(
     Raises:
         ValueError: on a non-square, empty or negatively weighted graph, or α out of range.
     """
+    from scipy import sparse
+
     _check_alpha(alpha)
     graph = sparse.csr_matrix(adjacency, dtype=np.float64)
     n = graph.shape[0]

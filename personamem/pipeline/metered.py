@@ -15,10 +15,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from typing import TypeVar
+from typing import TypeVar, Unpack
 
 from personamem.errors import LLMError
-from personamem.llm.base import FrozenLLM, Generations, Prompt, Scores, Usage
+from personamem.llm.base import FrozenLLM, Generations, Prompt, SamplingOptions, Scores, Usage
 
 __all__ = ["MeteredLLM", "metering"]
 
@@ -65,29 +65,9 @@ class MeteredLLM:
         """The wrapped model's scores, within the deadline."""
         return self._call(lambda: self.llm.loglikelihood(requests))
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        n: int = 1,
-        max_tokens: int = 128,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-    ) -> Generations:
+    def generate(self, prompts: Sequence[Prompt], **options: Unpack[SamplingOptions]) -> Generations:
         """The wrapped model's generations, within the deadline."""
-        return self._call(
-            lambda: self.llm.generate(
-                prompts,
-                n=n,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                seed=seed,
-                stop=stop,
-            )
-        )
+        return self._call(lambda: self.llm.generate(prompts, **options))
 
     def _call(self, call: Callable[[], _R]) -> _R:
         deadline = _deadline.get()

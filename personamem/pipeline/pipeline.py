@@ -28,11 +28,12 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from personamem.contract import Context, Hits
 from personamem.encoder import Encoder
 from personamem.errors import (
     InvalidInputError,
@@ -68,72 +69,6 @@ MEMORY_HEADER = "Preferences:"
 """The line before the preference memory in a context."""
 RECORDS_HEADER = "Records:"
 """The line before the records in a context that has a preference memory."""
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the LLM should see for one query, and what it cost to find.
-
-    Attributes:
-        text: the rendered context, within budget: the preference memory under ``Preferences:``,
-            then the records under ``Records:``; the record lines alone without a memory.
-        hits: the records in ``text``, in order, with the score of the stage that placed them.
-        dropped: profile records left out because they did not fit the budget.
-        tokens: tokens ``text`` takes.
-        budget_tokens: the budget it was fitted to.
-        usage: LLM tokens this call cost (outputs served from the cache cost none).
-        timings_ms: milliseconds per stage.
-        warnings: LLM stages that fell back to the stage without them (a stale memory among
-            them), and why; a memory cut to fit the budget is noted here too.
-        memory: the preference memory as ``text`` shows it (``""``: empty, or no room); None when
-            the pipeline has none.
-        interaction_id: the logged call's id, for :meth:`PersonaMem.feedback
-            <personamem.memory.PersonaMem.feedback>` (None: logging is off, or the user is unknown).
-        first_stage: which first stage served the call (``first_stage``, ``query_encoder``,
-            ``dense_weight`` and ``rrf_k`` where hybrid fused) and why (``chosen_by``: what
-            ``personamem improve`` fitted it on, or ``default``).
-    """
-
-    text: str
-    hits: list[Hit]
-    dropped: list[Hit]
-    tokens: int
-    budget_tokens: int
-    usage: Usage = field(default_factory=Usage)
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    memory: str | None = None
-    interaction_id: str | None = None
-    first_stage: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (records as id, score, rank and text)."""
-        return {
-            "text": self.text,
-            "records": [_hit_json(h) for h in self.hits],
-            "dropped": [_hit_json(h) for h in self.dropped],
-            "tokens": self.tokens,
-            "budget_tokens": self.budget_tokens,
-            "usage": {
-                "prompt_tokens": self.usage.prompt_tokens,
-                "completion_tokens": self.usage.completion_tokens,
-            },
-            "timings_ms": self.timings_ms,
-            "interaction_id": self.interaction_id,
-            "warnings": self.warnings,
-            "memory": self.memory,
-            "first_stage": self.first_stage,
-        }
-
-
-def _hit_json(hit: Hit) -> dict[str, Any]:
-    return {"id": hit.record.id, "score": hit.score, "rank": hit.rank, "text": hit.record.text}
-
-
-class Hits(list[Hit]):
-    """A search's hits, best first, with the logged call's id (None: logging is off or the user unknown)."""
-
-    interaction_id: str | None = None
 
 
 class Pipeline:

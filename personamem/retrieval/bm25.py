@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-
-import bm25s
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.store import Store
 
+if TYPE_CHECKING:
+    import bm25s
+
 __all__ = ["BM25Retriever"]
 
-# bm25s pins its logger to DEBUG on import, so once anything installs a root handler (absl does, via
-# rouge-score) every index build prints a line; the application's logging config decides instead.
-logging.getLogger("bm25s").setLevel(logging.NOTSET)
+
+def _bm25s() -> ModuleType:
+    """bm25s, imported on first use: it loads numba and scipy (0.15 s), which a dense search never needs."""
+    import bm25s
+
+    # bm25s pins its logger to DEBUG on import, so once anything installs a root handler (absl does, via
+    # rouge-score) every index build prints a line; the application's logging config decides instead.
+    logging.getLogger("bm25s").setLevel(logging.NOTSET)
+    return bm25s
 
 
 def _tokenize(texts: list[str]) -> list[list[str]]:
-    return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)  # type: ignore[return-value]
+    return _bm25s().tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class BM25Retriever:
         tokens = _tokenize([r.text for r in records])
         if not any(tokens):  # e.g. only "ok" or "1": BM25's length normalisation would divide by zero
             return _UserIndex(records, None)
-        bm25 = bm25s.BM25()
+        bm25 = _bm25s().BM25()
         bm25.index(tokens, show_progress=False)
         return _UserIndex(records, bm25)
 

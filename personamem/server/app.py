@@ -4,6 +4,8 @@ Every route but health and metrics takes ``Authorization: Bearer <key>`` (or ``X
 names a tenant and the route works on ``mem.tenant(tenant)``, so isolation is the store's, not the
 route's. Errors are JSON ``{"error": {"type", "message"}}`` with a 4xx status for anything the
 request got wrong; a 500 says only that the server failed (the traceback goes to the server's log).
+Answers are :mod:`personamem.contract`'s models, dumped once by pydantic, so each has the JSON
+shape the SDK's ``to_json``, the CLI and the MCP tools give it and the clients read back.
 Handlers are plain functions: FastAPI runs them in its thread pool, and ``PersonaMem`` is
 thread-safe. (No ``from __future__ import annotations`` here: FastAPI reads the handlers'
 annotations at definition time, and they name a dependency made inside :func:`create_app`.)
@@ -22,12 +24,29 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from pydantic import BaseModel
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
+from personamem.contract import (
+    Built,
+    Context,
+    Count,
+    Deleted,
+    FeedbackResult,
+    Forgotten,
+    Purged,
+    RecordBatch,
+    RecordPage,
+    Reranked,
+    SearchResult,
+    Ttl,
+    Users,
+    record_json,
+)
 from personamem.errors import (
     CheckpointError,
     ConfigError,
@@ -42,6 +61,7 @@ from personamem.errors import (
     StoreError,
     collect_fallbacks,
 )
+from personamem.interactions import FeedbackReport
 from personamem.memory import PersonaMem, open_memory
 from personamem.portability import Imported, export_lines
 from personamem.records import check_user_id
@@ -50,15 +70,11 @@ from personamem.server.schemas import (
     BatchIn,
     ContextIn,
     DeleteIn,
-    FeedbackIn,
     RefreshIn,
     RerankIn,
     SearchIn,
     SupersedeIn,
     TtlIn,
-    context_json,
-    hit_json,
-    record_json,
 )
 from personamem.server.ui import install_ui
 
@@ -81,6 +97,11 @@ _STATUS: list[tuple[type[PersonaMemError], int]] = [  # most specific first
     (StoreError, 503),
     (PersonaMemError, 400),
 ]
+
+
+def _answer(result: BaseModel, status: int = 200) -> Response:
+    """``result`` as its contract model dumps it (pydantic serializes once; no second validation)."""
+    return Response(result.model_dump_json(), status, media_type="application/json")
 
 
 def _error(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
@@ -194,57 +215,56 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/records", status_code=201, tags=["records"])
-    def add(body: dict[str, Any], tenant: Tenant) -> dict[str, Any]:
+    def add(body: dict[str, Any], tenant: Tenant) -> JSONResponse:
         """Add one record: ``user_id`` and Record fields (text, id, kind, category, timestamp...)."""
         fields = dict(body)
         user_id = fields.pop("user_id", None)
         if not isinstance(user_id, str):
             raise InvalidRecordError(f"user_id must be a non-empty string, got {user_id!r}")
         fields.pop("duplicate_of", None)  # a report of a response, sent back by a client: not stored
-        return record_json(tenant.add(user_id, **fields))
+        return JSONResponse(record_json(tenant.add(user_id, **fields)), 201)
 
     @app.post("/v1/records/supersede", status_code=201, tags=["records"])
-    def supersede(body: SupersedeIn, tenant: Tenant) -> dict[str, Any]:
+    def supersede(body: SupersedeIn, tenant: Tenant) -> JSONResponse:
         """Store a record that replaces ``old_id`` as the current fact; the old one stays in history."""
         fields = {k: v for k, v in body.record.items() if k not in ("user_id", "duplicate_of")}
-        return record_json(tenant.supersede(body.user_id, body.old_id, **fields))
+        return JSONResponse(record_json(tenant.supersede(body.user_id, body.old_id, **fields)), 201)
 
-    @app.get("/v1/ttl", tags=["records"])
-    def ttl(tenant: Tenant) -> dict[str, Any]:
+    @app.get("/v1/ttl", tags=["records"], response_model=Ttl)
+    def ttl(tenant: Tenant) -> Response:
         """The tenant's default time-to-live of new records in seconds (null: records do not expire)."""
         found = tenant.ttl()
-        return {"seconds": None if found is None else found.total_seconds()}
+        return _answer(Ttl(seconds=None if found is None else found.total_seconds()))
 
-    @app.put("/v1/ttl", tags=["records"])
-    def set_ttl(body: TtlIn, tenant: Tenant) -> dict[str, Any]:
+    @app.put("/v1/ttl", tags=["records"], response_model=Ttl)
+    def set_ttl(body: TtlIn, tenant: Tenant) -> Response:
         """Set the tenant's default time-to-live of new records (null: none)."""
         tenant.set_ttl(body.seconds)
-        return {"seconds": body.seconds}
+        return _answer(Ttl(seconds=body.seconds))
 
-    @app.post("/v1/purge", tags=["records"])
-    def purge(tenant: Tenant) -> dict[str, Any]:
+    @app.post("/v1/purge", tags=["records"], response_model=Purged)
+    def purge(tenant: Tenant) -> Response:
         """Erase the tenant's expired records now (a background sweep does it every minute too)."""
-        return {"purged": tenant.purge()}
+        return _answer(Purged(purged=tenant.purge()))
 
-    @app.post("/v1/records/batch", status_code=201, tags=["records"])
-    def add_many(body: BatchIn, tenant: Tenant) -> dict[str, Any]:
+    @app.post("/v1/records/batch", status_code=201, tags=["records"], response_model=RecordBatch)
+    def add_many(body: BatchIn, tenant: Tenant) -> Response:
         """Add many records in one transaction: after any failure, all of them or none are stored."""
         records = tenant.add_many(body.records, user_id=body.user_id, batch_size=len(body.records))
-        return {"records": [r.model_dump(mode="json") for r in records]}
+        return _answer(RecordBatch(records=records), 201)
 
-    @app.post("/v1/records/delete", tags=["records"])
-    def delete(body: DeleteIn, tenant: Tenant) -> dict[str, Any]:
+    @app.post("/v1/records/delete", tags=["records"], response_model=Deleted)
+    def delete(body: DeleteIn, tenant: Tenant) -> Response:
         """Delete records by id (ids the user does not have are skipped); returns the ids deleted."""
-        return {"deleted": tenant.delete(body.user_id, body.ids)}
+        return _answer(Deleted(deleted=tenant.delete(body.user_id, body.ids)))
 
-    @app.get("/v1/records", tags=["records"])
-    def memory(user_id: str, tenant: Tenant, offset: int = 0, limit: int = 1000) -> dict[str, Any]:
+    @app.get("/v1/records", tags=["records"], response_model=RecordPage)
+    def memory(user_id: str, tenant: Tenant, offset: int = 0, limit: int = 1000) -> Response:
         """The user's memory: their records in insertion order, a page at a time."""
         if offset < 0 or not 1 <= limit <= MAX_BATCH:
             raise InvalidInputError(f"need offset >= 0 and 1 <= limit <= {MAX_BATCH}, got {offset}, {limit}")
         records = tenant.records(user_id)
-        page = records[offset : offset + limit]
-        return {"count": len(records), "records": [r.model_dump(mode="json") for r in page]}
+        return _answer(RecordPage(count=len(records), records=records[offset : offset + limit]))
 
     @app.get("/v1/export", tags=["records"], response_class=StreamingResponse)
     def export(user_id: str, tenant: Tenant, interactions: bool = False) -> StreamingResponse:
@@ -261,30 +281,30 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
 
     # a record id is the rest of the path, so ids with "/" work; user ids travel in queries and bodies
     @app.get("/v1/records/{record_id:path}", tags=["records"])
-    def get(record_id: str, user_id: str, tenant: Tenant) -> dict[str, Any]:
+    def get(record_id: str, user_id: str, tenant: Tenant) -> JSONResponse:
         """One record; 404 when the user has no record with this id."""
         record = tenant.get(user_id, record_id)
         if record is None:
             raise HTTPException(404, f"user {user_id!r} has no record {record_id!r}")
-        return record_json(record)
+        return JSONResponse(record_json(record))
 
     @app.patch("/v1/records/{record_id:path}", tags=["records"])
-    def update(record_id: str, user_id: str, body: dict[str, Any], tenant: Tenant) -> dict[str, Any]:
+    def update(record_id: str, user_id: str, body: dict[str, Any], tenant: Tenant) -> JSONResponse:
         """Replace fields of one record (not its id or user); it is re-indexed."""
         if {"id", "user_id", "record_id"} & body.keys():
             raise InvalidInputError("update cannot change a record's id or user; delete it and add a new one")
-        return record_json(tenant.update(user_id, record_id, **body))
+        return JSONResponse(record_json(tenant.update(user_id, record_id, **body)))
 
-    @app.delete("/v1/records/{record_id:path}", tags=["records"])
-    def delete_one(record_id: str, user_id: str, tenant: Tenant) -> dict[str, Any]:
+    @app.delete("/v1/records/{record_id:path}", tags=["records"], response_model=Deleted)
+    def delete_one(record_id: str, user_id: str, tenant: Tenant) -> Response:
         """Delete one record, leaving no trace of it; 404 when there is no such record."""
         deleted = tenant.delete(user_id, [record_id])
         if not deleted:
             raise HTTPException(404, f"user {user_id!r} has no record {record_id!r}")
-        return {"deleted": deleted}
+        return _answer(Deleted(deleted=deleted))
 
-    @app.post("/v1/search", tags=["retrieval"])
-    def search(body: SearchIn, tenant: Tenant) -> dict[str, Any]:
+    @app.post("/v1/search", tags=["retrieval"], response_model=SearchResult)
+    def search(body: SearchIn, tenant: Tenant) -> Response:
         """The user's top k records by any method name; LLM stages that fell back are listed."""
         with collect_fallbacks() as notes:
             hits = tenant.search(
@@ -295,33 +315,26 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
                 as_of=body.as_of,
                 include_superseded=body.include_superseded,
             )
-        return {
-            "hits": [hit_json(h) for h in hits],
-            "interaction_id": hits.interaction_id,
-            "warnings": notes,
-            "degraded": bool(notes),
-        }
+        return _answer(SearchResult.of(hits, notes))
 
-    @app.post("/v1/feedback", tags=["retrieval"])
-    def feedback(body: FeedbackIn, tenant: Tenant) -> dict[str, Any]:
-        """Report the accepted answer, a rating or the records used for a logged call (400 if unknown)."""
-        tenant.feedback(
-            body.interaction_id, answer=body.answer, rating=body.rating, used_record_ids=body.used_record_ids
-        )
-        return {"interaction_id": body.interaction_id}
+    @app.post("/v1/feedback", tags=["retrieval"], response_model=FeedbackResult)
+    def feedback(body: FeedbackReport, tenant: Tenant) -> Response:
+        """Report the accepted answer, a rating or the records used for a logged call (422 if unknown)."""
+        tenant.feedback(**body.model_dump())
+        return _answer(FeedbackResult(interaction_id=body.interaction_id))
 
-    @app.post("/v1/context", tags=["retrieval"])
-    def context(body: ContextIn, tenant: Tenant) -> dict[str, Any]:
+    @app.post("/v1/context", tags=["retrieval"], response_model=Context)
+    def context(body: ContextIn, tenant: Tenant) -> Response:
         """What to paste into the LLM's prompt for the query, within the token budget."""
         result = tenant.context(
             body.user_id,
             body.query,
             budget_tokens=body.budget_tokens,
-            pipeline=body.pipeline,
+            method=body.method,
             as_of=body.as_of,
             include_superseded=body.include_superseded,
         )
-        return {**context_json(result), "degraded": bool(result.warnings)}
+        return _answer(result)
 
     @app.get("/v1/memory", tags=["memory"])
     def preference_memory(user_id: str, tenant: Tenant) -> dict[str, Any]:
@@ -333,35 +346,35 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
             memory = tenant.memory(user_id)
         return {**memory.to_json(), "warnings": notes}
 
-    @app.post("/v1/memory/refresh", tags=["memory"])
-    def refresh_memories(body: RefreshIn, tenant: Tenant) -> dict[str, Any]:
+    @app.post("/v1/memory/refresh", tags=["memory"], response_model=Built)
+    def refresh_memories(body: RefreshIn, tenant: Tenant) -> Response:
         """Build the missing or stale memories of the users named (or all); returns how many were built."""
         users = None if body.all else body.user_ids
-        return {"built": tenant.refresh_memories(users, batch_size=body.batch_size)}
+        return _answer(Built(built=tenant.refresh_memories(users, batch_size=body.batch_size)))
 
-    @app.post("/v1/rerank", tags=["memory"])
-    def rerank(body: RerankIn, tenant: Tenant) -> dict[str, Any]:
+    @app.post("/v1/rerank", tags=["memory"], response_model=Reranked)
+    def rerank(body: RerankIn, tenant: Tenant) -> Response:
         """Candidate indices, best first, by the setwise LLM reranker given the user's memory."""
         with collect_fallbacks() as notes:
             order = tenant.rerank(body.user_id, body.query, body.candidates, k=body.k)
-        return {"order": order, "warnings": notes, "degraded": bool(notes)}
+        return _answer(Reranked(order=order, warnings=notes))
 
-    @app.get("/v1/users", tags=["users"])
-    def users(tenant: Tenant) -> dict[str, Any]:
+    @app.get("/v1/users", tags=["users"], response_model=Users)
+    def users(tenant: Tenant) -> Response:
         """The tenant's users with at least one record, sorted."""
-        return {"users": tenant.users()}
+        return _answer(Users(users=tenant.users()))
 
-    @app.delete("/v1/users", tags=["users"])
-    def forget(user_id: str, tenant: Tenant) -> dict[str, Any]:
+    @app.delete("/v1/users", tags=["users"], response_model=Forgotten)
+    def forget(user_id: str, tenant: Tenant) -> Response:
         """Erase the user: records, vectors, cached derived data."""
-        return {"forgotten": tenant.forget(user_id)}
+        return _answer(Forgotten(forgotten=tenant.forget(user_id)))
 
     install_ui(app, _tenant_of(mem))
 
-    @app.get("/v1/count", tags=["users"])
-    def count(tenant: Tenant, user_id: str | None = None) -> dict[str, Any]:
+    @app.get("/v1/count", tags=["users"], response_model=Count)
+    def count(tenant: Tenant, user_id: str | None = None) -> Response:
         """Records of one user (0 for an unknown user), or of all the tenant's users."""
-        return {"count": tenant.count(user_id)}
+        return _answer(Count(count=tenant.count(user_id)))
 
     return app
 

@@ -1,7 +1,9 @@
-"""The JSON bodies of the REST API (v1): what a request may hold and what a response holds.
+"""The JSON bodies of the REST API (v1) that only the server reads: what a request may hold.
 
-Records travel as :class:`~personamem.records.Record` fields (``model_dump(mode="json")``), so the
-server validates them with the same rules as the SDK and a client rebuilds the same objects.
+What a response holds is :mod:`personamem.contract`'s (one shape for the SDK, the CLI, MCP and the
+clients), and the feedback body is :class:`~personamem.interactions.FeedbackReport`. Records travel
+as :class:`~personamem.records.Record` fields, so the server validates them with the same rules as
+the SDK and a client rebuilds the same objects.
 """
 
 from __future__ import annotations
@@ -10,10 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from personamem.pipeline import Context
-from personamem.records import Record
-from personamem.retrieval import Hit
 
 __all__ = [
     "MAX_BATCH",
@@ -27,9 +25,6 @@ __all__ = [
     "SearchIn",
     "SupersedeIn",
     "TtlIn",
-    "context_json",
-    "hit_json",
-    "record_json",
 ]
 
 MAX_K = 1000
@@ -67,14 +62,31 @@ class SearchIn(_Body):
 
 
 class ContextIn(_Body):
-    """``POST /v1/context``; ``pipeline`` names a method run over the server's config."""
+    """``POST /v1/context``; ``method`` names a method run over the server's config.
+
+    ``pipeline`` is still read as ``method``'s deprecated name (the SDK's rule: ``pipeline``
+    configures a memory, ``method`` picks what one call runs).
+    """
 
     user_id: str
     query: str = Field(min_length=1, max_length=MAX_QUERY)
     budget_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
-    pipeline: str | None = None
+    method: str | None = None
     as_of: datetime | None = None
     include_superseded: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_name(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "pipeline" not in data:
+            return data
+        data = dict(data)
+        old = data.pop("pipeline")
+        if old is not None and data.get("method") is not None:
+            raise ValueError("give method only: pipeline is its deprecated name, not a second choice")
+        if old is not None:
+            data["method"] = old
+        return data
 
 
 class SupersedeIn(_Body):
@@ -126,30 +138,3 @@ class RerankIn(_Body):
     query: str = Field(max_length=MAX_QUERY)
     candidates: list[str] = Field(max_length=MAX_CANDIDATES)
     k: int | None = Field(default=None, ge=1)
-
-
-class FeedbackIn(_Body):
-    """``POST /v1/feedback``: what happened after a logged search or context call."""
-
-    interaction_id: str = Field(min_length=1, max_length=64)
-    answer: str | None = Field(default=None, max_length=MAX_QUERY * 4)
-    rating: float | None = None
-    used_record_ids: list[str] | None = Field(default=None, max_length=MAX_K)
-
-
-def record_json(record: Record) -> dict[str, Any]:
-    """A record as JSON, with the near-duplicate ``add`` reported (not a stored field)."""
-    return {**record.model_dump(mode="json"), "duplicate_of": record.duplicate_of}
-
-
-def hit_json(hit: Hit) -> dict[str, Any]:
-    """A hit as JSON: its rank, score and the whole record."""
-    return {"rank": hit.rank, "score": hit.score, "record": hit.record.model_dump(mode="json")}
-
-
-def context_json(context: Context) -> dict[str, Any]:
-    """A context as JSON, with whole records (``Context.to_json`` keeps only id and text)."""
-    body = context.to_json()
-    body["records"] = [hit_json(h) for h in context.hits]
-    body["dropped"] = [hit_json(h) for h in context.dropped]
-    return body

@@ -19,11 +19,12 @@ from fastapi import Depends, FastAPI, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
+from personamem.contract import hit_json, record_json
 from personamem.errors import InvalidInputError
 from personamem.memory import PersonaMem
 from personamem.pipeline.config import PipelineConfig
 from personamem.records import check_user_id
-from personamem.server.schemas import MAX_K, MAX_QUERY, hit_json, record_json
+from personamem.server.schemas import MAX_K, MAX_QUERY
 from personamem.store.timeline import is_current
 
 __all__ = ["REPORTS_ENV", "install_ui"]

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from personamem.errors import InvalidInputError
-from personamem.interactions import Call, Feedback, Interaction, LoggedResult
+from personamem.interactions import Call, Feedback, FeedbackReport, Interaction, LoggedResult
 from personamem.store.sql import InteractionRow, SqlCatalog
 from personamem.store.tenants import Scope
 
@@ -65,40 +65,25 @@ class InteractionLog:
                 out.append({**item.model_dump(mode="json"), "trace": row.trace})
         return out
 
-    def feedback(
-        self,
-        interaction_id: str,
-        *,
-        answer: str | None = None,
-        rating: float | None = None,
-        used_record_ids: Sequence[str] | None = None,
-    ) -> None:
+    def feedback(self, report: FeedbackReport) -> None:
         """Attach what happened after the call; fields left None keep what was reported before.
 
+        The report was validated when it was made (:meth:`FeedbackReport.of`); here it only has to
+        name an interaction this view sees.
+
         Raises:
-            InvalidInputError: no such interaction in this view, nothing to report, or a field of the
-                wrong type.
+            InvalidInputError: no such interaction in this view.
         """
-        if not isinstance(interaction_id, str) or not interaction_id:
-            raise InvalidInputError(f"interaction_id must be a non-empty string, got {interaction_id!r}")
-        if answer is None and rating is None and used_record_ids is None:
-            raise InvalidInputError("feedback needs at least one of answer, rating or used_record_ids")
-        if answer is not None and not isinstance(answer, str):
-            raise InvalidInputError(f"answer must be a string, got {type(answer).__name__}")
-        if rating is not None and (isinstance(rating, bool) or not isinstance(rating, int | float)):
-            raise InvalidInputError(f"rating must be a number, got {rating!r}")
         changes: dict[str, Any] = {"feedback_time": datetime.now(UTC).isoformat()}
-        if answer is not None:
-            changes["answer"] = answer
-        if rating is not None:
-            changes["rating"] = float(rating)
-        if used_record_ids is not None:
-            if isinstance(used_record_ids, str) or not all(isinstance(r, str) and r for r in used_record_ids):
-                raise InvalidInputError("used_record_ids must be a list of record ids")
-            changes["used"] = list(dict.fromkeys(used_record_ids))
-        if not self._catalog.feedback(interaction_id, self._owns, changes):
+        if report.answer is not None:
+            changes["answer"] = report.answer
+        if report.rating is not None:
+            changes["rating"] = report.rating
+        if report.used_record_ids is not None:
+            changes["used"] = report.used_record_ids
+        if not self._catalog.feedback(report.interaction_id, self._owns, changes):
             raise InvalidInputError(
-                f"no interaction {interaction_id!r} (logging off, or the user was forgotten?)"
+                f"no interaction {report.interaction_id!r} (logging off, or the user was forgotten?)"
             )
 
     def export(self, user_ids: Sequence[str] | None = None) -> list[Interaction]:

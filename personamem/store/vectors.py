@@ -42,8 +42,8 @@ from urllib.parse import urlparse
 import numpy as np
 from filelock import FileLock
 
+from personamem.store.engine import vacuum_sqlite
 from personamem.store.pseudonyms import COLLECTION_PREFIX
-from personamem.store.sql import vacuum_sqlite
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
-from personamem.errors import InvalidInputError, InvalidRecordError, MethodError
+from personamem.contract import Context, MemoryApi, RecordPage, SearchResult, record_json
+from personamem.errors import InvalidInputError, InvalidRecordError, MethodError, PersonaMemDeprecationWarning
 from personamem.memory import PersonaMem
 from personamem.pipeline.config import FIRST_STAGES
 from personamem.records import Record, RecordKind
 
-__all__ = ["MemoryContract"]
+__all__ = ["CONTEXT_KEYS", "HIT_KEYS", "RECORD_KEYS", "MemoryContract"]
+
+RECORD_KEYS = frozenset({*Record.model_fields})
+"""A record's JSON keys: every field, ``duplicate_of`` (never stored) included."""
+HIT_KEYS = frozenset({"rank", "score", "id", "text", "record"})
+"""A hit's JSON keys."""
+CONTEXT_KEYS = frozenset(
+    {"text", "records", "dropped", "tokens", "budget_tokens", "usage", "timings_ms", "warnings"}
+    | {"memory", "interaction_id", "first_stage", "degraded"}
+)
+"""A context's JSON keys, wherever it comes from (SDK, REST, CLI)."""
 
 _ALICE = [
     "I'm vegetarian and allergic to peanuts.",
@@ -27,29 +39,36 @@ _BOB = [
 
 
 class MemoryContract:
-    """Contract tests; subclasses provide a ``mem`` fixture yielding an empty PersonaMem.
+    """Contract tests; subclasses provide a ``mem`` fixture yielding an empty memory.
 
-    ``mem`` may be anything with PersonaMem's methods (``personamem.client.Client`` runs them over
-    HTTP); such a subclass overrides :meth:`consistent` to check the store behind it.
+    ``mem`` may be anything with :class:`~personamem.contract.MemoryApi`'s operations
+    (``personamem.client.Client`` runs them over HTTP); such a subclass overrides :meth:`consistent`
+    to check the store behind it, and :meth:`served` to hand back the server's raw JSON, which the
+    shape tests compare with the SDK's own (``to_json`` and the contract's models).
     """
 
-    def consistent(self, mem: PersonaMem) -> bool:
+    def consistent(self, mem: Any) -> bool:
         """Whether the store's SQL rows and vectors agree (``Store.check``)."""
+        assert isinstance(mem, PersonaMem)
         return mem.store.check().ok
 
+    def served(self, mem: Any, method: str, path: str, **options: Any) -> Any | None:
+        """The server's JSON answer to this request on ``mem``'s tenant; None for a memory in process."""
+        return None
+
     @pytest.fixture
-    def two_users(self, mem: PersonaMem) -> PersonaMem:
+    def two_users(self, mem: MemoryApi) -> MemoryApi:
         mem.add_many([{"text": t} for t in _ALICE], user_id="alice")
         mem.add_many([{"text": t} for t in _BOB], user_id="bob")
         return mem
 
-    def test_add_and_get(self, mem: PersonaMem) -> None:
+    def test_add_and_get(self, mem: MemoryApi) -> None:
         record = mem.add("alice", "I'm vegetarian.", kind="knowledge", metadata={"source": "chat"})
         assert record.kind is RecordKind.KNOWLEDGE
         assert mem.get("alice", record.id) == record
         assert mem.get("bob", record.id) is None
 
-    def test_fields_round_trip(self, mem: PersonaMem) -> None:
+    def test_fields_round_trip(self, mem: MemoryApi) -> None:
         naive = mem.add(
             "alice", "Bought running shoes.", kind="purchase", timestamp=datetime(2024, 10, 14, 16, 10)
         )
@@ -65,18 +84,18 @@ class MemoryContract:
         for record in (naive, aware, pair):
             assert mem.get("alice", record.id) == record
 
-    def test_counts_and_users(self, two_users: PersonaMem) -> None:
+    def test_counts_and_users(self, two_users: MemoryApi) -> None:
         assert two_users.users() == ["alice", "bob"]
         assert two_users.count() == 6
         assert two_users.count("alice") == 3
         assert [r.text for r in two_users.records("alice")] == _ALICE  # insertion order
 
-    def test_adding_again_is_idempotent(self, two_users: PersonaMem) -> None:
+    def test_adding_again_is_idempotent(self, two_users: MemoryApi) -> None:
         two_users.add_many([{"text": t} for t in _ALICE], user_id="alice")
         assert two_users.count("alice") == 3
         assert self.consistent(two_users)
 
-    def test_same_id_new_content_replaces(self, mem: PersonaMem) -> None:
+    def test_same_id_new_content_replaces(self, mem: MemoryApi) -> None:
         mem.add("alice", "I live in Paris.", id="home")
         mem.add("alice", "I moved to Oslo.", id="home")
         assert mem.count("alice") == 1
@@ -98,17 +117,17 @@ class MemoryContract:
         assert hits
         assert {h.record.user_id for h in hits} == {"bob"}
 
-    def test_ids_may_collide_across_users(self, mem: PersonaMem) -> None:
+    def test_ids_may_collide_across_users(self, mem: MemoryApi) -> None:
         mem.add("alice", "Alice's first note", id="1")
         mem.add("bob", "Bob's first note", id="1")
         assert mem.get("alice", "1").text == "Alice's first note"  # type: ignore[union-attr]
         assert [h.record.text for h in mem.search("bob", "first note", k=5)] == ["Bob's first note"]
 
-    def test_unknown_user_searches_empty(self, two_users: PersonaMem) -> None:
+    def test_unknown_user_searches_empty(self, two_users: MemoryApi) -> None:
         for method in FIRST_STAGES:
             assert two_users.search("carol", "anything", k=3, method=method) == []
 
-    def test_forget_removes_rows_vectors_and_cache(self, two_users: PersonaMem) -> None:
+    def test_forget_removes_rows_vectors_and_cache(self, two_users: MemoryApi) -> None:
         assert two_users.search("alice", "cello", k=1, method="bm25")  # warms alice's BM25 cache
         assert two_users.forget("alice")
         assert two_users.users() == ["bob"]
@@ -118,14 +137,14 @@ class MemoryContract:
         assert self.consistent(two_users)
         assert not two_users.forget("alice")
 
-    def test_forgotten_user_can_return(self, two_users: PersonaMem) -> None:
+    def test_forgotten_user_can_return(self, two_users: MemoryApi) -> None:
         two_users.search("alice", "cello", k=1, method="bm25")
         two_users.forget("alice")
         two_users.add("alice", "I started learning the violin.")
         hits = two_users.search("alice", "cello violin", k=5, method="bm25")
         assert [h.record.text for h in hits] == ["I started learning the violin."]
 
-    def test_delete_and_update_one_record(self, two_users: PersonaMem) -> None:
+    def test_delete_and_update_one_record(self, two_users: MemoryApi) -> None:
         cello = two_users.records("alice")[1]
         assert two_users.search("alice", "cello", k=1, method="bm25")  # warms alice's BM25 cache
         assert two_users.delete("alice", [cello.id]) == [cello.id]
@@ -139,17 +158,17 @@ class MemoryContract:
         assert two_users.search("alice", "Porto", k=1, method="bm25")[0].record.id == lisbon.id
         assert two_users.count("bob") == 3 and self.consistent(two_users)
 
-    def test_invalid_batch_stores_nothing(self, two_users: PersonaMem) -> None:
+    def test_invalid_batch_stores_nothing(self, two_users: MemoryApi) -> None:
         with pytest.raises(InvalidRecordError, match="record 1"):
             two_users.add_many([{"text": "fine"}, {"text": "   "}], user_id="alice")
         assert two_users.count("alice") == 3
 
-    def test_record_for_another_user_is_refused(self, mem: PersonaMem) -> None:
+    def test_record_for_another_user_is_refused(self, mem: MemoryApi) -> None:
         with pytest.raises(InvalidRecordError, match="bob"):
             mem.add_many([Record(user_id="bob", text="x")], user_id="alice")
         assert mem.count() == 0
 
-    def test_bad_search_arguments(self, two_users: PersonaMem) -> None:
+    def test_bad_search_arguments(self, two_users: MemoryApi) -> None:
         with pytest.raises(MethodError, match="unknown method 'magic'; choose from: dense, bm25, hybrid"):
             two_users.search("alice", "x", method="magic")
         with pytest.raises(ValueError, match="k must be"):
@@ -157,7 +176,7 @@ class MemoryContract:
 
     # -- facts that change, expiry, near-duplicates ------------------------------------------------
 
-    def test_supersede_keeps_history_and_shows_current_facts(self, mem: PersonaMem) -> None:
+    def test_supersede_keeps_history_and_shows_current_facts(self, mem: MemoryApi) -> None:
         alice = mem.add("u", "My name is Alice.", kind="knowledge", valid_from=datetime(2024, 1, 1))
         mem.add("u", "I live in Lisbon.", kind="knowledge")
         bob = mem.supersede(
@@ -183,7 +202,7 @@ class MemoryContract:
             mem.search("u", "name", as_of="yesterday")
         assert self.consistent(mem)
 
-    def test_expired_records_are_hidden_then_purged(self, mem: PersonaMem) -> None:
+    def test_expired_records_are_hidden_then_purged(self, mem: MemoryApi) -> None:
         past = datetime.now(UTC) - timedelta(seconds=1)
         gone = mem.add("u", "My locker code is 4417.", expires_at=past)
         kept = mem.add("u", "My locker is on floor two.", expires_at=datetime.now(UTC) + timedelta(days=1))
@@ -193,7 +212,7 @@ class MemoryContract:
             assert gone.id not in {h.record.id for h in hits}, method
         assert mem.purge() == 1 and mem.count("u") == 1 and self.consistent(mem)
 
-    def test_default_time_to_live(self, mem: PersonaMem) -> None:
+    def test_default_time_to_live(self, mem: MemoryApi) -> None:
         assert mem.ttl() is None
         mem.set_ttl(timedelta(hours=1))
         try:
@@ -212,7 +231,7 @@ class MemoryContract:
             mem.set_ttl(None)
         assert mem.ttl() is None
 
-    def test_near_duplicates_follow_the_policy(self, mem: PersonaMem) -> None:
+    def test_near_duplicates_follow_the_policy(self, mem: MemoryApi) -> None:
         first = mem.add("u", "I play the cello in a community orchestra.", metadata={"source": "chat"})
         assert first.duplicate_of is None
         kept = mem.add("u", "I play cello in a community orchestra.")
@@ -233,3 +252,53 @@ class MemoryContract:
         with pytest.raises(InvalidInputError, match="duplicates must be one of"):
             mem.add("u", "x", duplicates="drop")
         assert self.consistent(mem)
+
+    # -- one JSON shape per result, in process and over HTTP ----------------------------------------
+
+    def test_context_has_one_json_shape(self, two_users: MemoryApi) -> None:
+        context = two_users.context("alice", "what instrument do I play?", budget_tokens=24)
+        body = context.to_json()
+        assert set(body) == CONTEXT_KEYS and body["records"] and body["dropped"]
+        for hit in body["records"] + body["dropped"]:
+            assert set(hit) == HIT_KEYS and set(hit["record"]) == RECORD_KEYS
+            assert (hit["id"], hit["text"]) == (hit["record"]["id"], hit["record"]["text"])
+        assert Context.model_validate(body) == context  # what a client reads back is the same object
+        request = {"user_id": "alice", "query": "what instrument do I play?", "budget_tokens": 24}
+        served = self.served(two_users, "POST", "/v1/context", json=request)
+        if served is not None:
+            assert _untimed(served) == _untimed(body)
+
+    def test_search_and_records_have_one_json_shape(self, two_users: MemoryApi) -> None:
+        hits = two_users.search("alice", "cello orchestra", k=2, method="bm25")
+        body = SearchResult.of(hits).model_dump(mode="json")
+        assert set(body) == {"hits", "interaction_id", "warnings", "degraded"}
+        assert all(set(hit) == HIT_KEYS for hit in body["hits"])
+        assert SearchResult.model_validate(body).to_hits() == hits
+        query = {"user_id": "alice", "query": "cello orchestra", "k": 2, "method": "bm25"}
+        assert self.served(two_users, "POST", "/v1/search", json=query) in (None, body)
+
+        records = two_users.records("alice")
+        page = RecordPage(count=len(records), records=records[:2]).model_dump(mode="json")
+        assert all(set(r) == RECORD_KEYS for r in page["records"])
+        params = {"user_id": "alice", "offset": 0, "limit": 2}
+        assert self.served(two_users, "GET", "/v1/records", params=params) in (None, page)
+        one = records[0]
+        assert set(record_json(one)) == RECORD_KEYS and Record.model_validate(record_json(one)) == one
+        served = self.served(two_users, "GET", f"/v1/records/{one.id}", params={"user_id": "alice"})
+        assert served in (None, record_json(one))
+
+    def test_context_method_and_its_deprecated_name(self, two_users: MemoryApi) -> None:
+        by_method = two_users.context("alice", "cello", method="bm25")
+        with pytest.warns(PersonaMemDeprecationWarning, match="method="):
+            by_old_name = two_users.context("alice", "cello", pipeline="bm25")  # type: ignore[call-arg]
+        assert by_old_name.text == by_method.text and by_method.first_stage["first_stage"] == "bm25"
+        with pytest.raises(InvalidInputError, match="method= only"):
+            two_users.context("alice", "cello", method="bm25", pipeline="dense")  # type: ignore[call-arg]
+        old_body = {"user_id": "alice", "query": "cello", "pipeline": "bm25"}
+        served = self.served(two_users, "POST", "/v1/context", json=old_body)  # an old client's body
+        assert served is None or served["text"] == by_method.text
+
+
+def _untimed(body: dict[str, Any]) -> dict[str, Any]:
+    """A context's JSON without its timings' values (two calls never take the same time)."""
+    return {**body, "timings_ms": sorted(body["timings_ms"])}

@@ -9,10 +9,21 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Sequence
+from typing import Unpack
 
 import pytest
 
-from personamem.llm.base import FrozenLLM, Generations, LLMError, Prompt, Scores, Usage, cut_at_stop
+from personamem.llm.base import (
+    FrozenLLM,
+    Generations,
+    LLMError,
+    Prompt,
+    Sampling,
+    SamplingOptions,
+    Scores,
+    Usage,
+    cut_at_stop,
+)
 
 __all__ = ["FakeLLM", "FrozenLLMContract"]
 
@@ -60,25 +71,18 @@ class FakeLLM:
         prompt_tokens = sum(self.count_tokens(_flat(p)) + self.count_tokens(t) for p, t in requests)
         return Scores([sum(v) for v in token_logprobs], token_logprobs, Usage(prompt_tokens=prompt_tokens))
 
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        n: int = 1,
-        max_tokens: int = 128,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-    ) -> Generations:
+    def generate(self, prompts: Sequence[Prompt], **options: Unpack[SamplingOptions]) -> Generations:
         """The scripted response, with a seeded numeric suffix when sampling so samples differ."""
+        sampling = Sampling(**options)
         self._call()
-        rng = random.Random(seed)
+        rng = random.Random(sampling.seed)
         texts = []
         for prompt in prompts:
             base = self._responses(_flat(prompt))
-            group = [base if temperature == 0 else f"{base} {rng.randrange(10**6)}" for _ in range(n)]
-            texts.append([cut_at_stop(" ".join(t.split()[:max_tokens]), stop) for t in group])
+            group = [base if sampling.greedy else f"{base} {rng.randrange(10**6)}" for _ in range(sampling.n)]
+            texts.append(
+                [cut_at_stop(" ".join(t.split()[: sampling.max_tokens]), sampling.stop) for t in group]
+            )
         completion = sum(self.count_tokens(t) for group in texts for t in group)
         return Generations(texts, Usage(sum(self.count_tokens(_flat(p)) for p in prompts), completion))
 
@@ -117,6 +121,12 @@ class FrozenLLMContract:
         )
         sampled = llm.generate(["The sky is"], n=2, max_tokens=6, temperature=0.8, seed=5)
         assert sampled.texts == llm.generate(["The sky is"], n=2, max_tokens=6, temperature=0.8, seed=5).texts
+
+    def test_bad_sampling_is_refused(self, llm: FrozenLLM) -> None:
+        refused: tuple[SamplingOptions, ...] = ({"n": 0}, {"max_tokens": 0})
+        for options in refused:
+            with pytest.raises(ValueError, match="at least 1"):
+                llm.generate(["The sky is"], **options)
 
     def test_stop_is_honoured(self, llm: FrozenLLM) -> None:
         for text in llm.generate(["Count: 1, 2, 3,"], max_tokens=12, stop=[","])[0]:

@@ -11,10 +11,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from personamem.eval.evaluate import BENCHMARK_FOLDERS, BenchmarkName
-from personamem.trainers.traffic import TrafficSource
+from personamem.datasets import BenchmarkName, TrafficSource, dataset
+from personamem.trainers.run import TrainerRun
 
-__all__ = ["AdapterDataConfig", "AdapterTrainConfig", "ImproveConfig"]
+__all__ = ["AdapterDataConfig", "AdapterRunConfig", "AdapterTrainConfig", "ImproveConfig"]
 
 
 class AdapterDataConfig(TrafficSource):
@@ -27,7 +27,7 @@ class AdapterDataConfig(TrafficSource):
     every one's held-out users are named in split.json)."""
     data_root: Path | None = None
     """The folder holding the benchmarks in the shared data's layout (locomo/, personabench/,
-    trec_ikat/, prefeval/)."""
+    trec_ikat/, prefeval/: each one's folder in the dataset table)."""
     test_share: float = Field(default=0.4, gt=0, lt=1)
     """Share of each benchmark's users held out for testing (never trained on)."""
     validation_share: float = Field(default=0.15, ge=0, lt=1)
@@ -49,7 +49,7 @@ class AdapterDataConfig(TrafficSource):
     def folder(self, benchmark: BenchmarkName) -> Path:
         """Where ``benchmark``'s data lies."""
         assert self.data_root is not None
-        return self.data_root / BENCHMARK_FOLDERS[benchmark]
+        return self.data_root / str(dataset(benchmark).folder)
 
 
 class AdapterTrainConfig(BaseModel):
@@ -76,6 +76,15 @@ class AdapterTrainConfig(BaseModel):
     """Validation scores recall@k."""
     seed: int = 0
     """Seeds the batch draws."""
+
+
+class AdapterRunConfig(TrainerRun):
+    """A ``personamem train adapter`` run."""
+
+    data: AdapterDataConfig
+    train: AdapterTrainConfig = AdapterTrainConfig()
+    out_dir: Path = Field(default=Path("runs/adapter"), alias="out")
+    """The adapter folder (adapter.npy, adapter.json, split-*.json)."""
 
 
 class ImproveConfig(BaseModel):

@@ -4,12 +4,11 @@ Every source, a benchmark's gold labels, a store's synthetic queries or its logg
 the same :class:`QuerySet`: base query vectors, the user each was asked by, and the rows of that
 user's records that answer it. Training scores a query against all of its own user's records
 (the in-user softmax), which is exactly the choice retrieval makes. Users, never questions, are
-split: held-out users are never trained on.
+split (:meth:`~personamem.datasets.UserSplit.by_share`): held-out users are never trained on.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,48 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from personamem.datasets.benchmark import Benchmark
+from personamem.datasets.vectors import corpus_vectors
 from personamem.encoder import Encoder
-from personamem.eval.benchmark import Benchmark
-from personamem.eval.vectors import corpus_vectors
 
-__all__ = ["QuerySet", "UserSplit", "query_set_from_benchmark", "split_users"]
-
-
-@dataclass(frozen=True)
-class UserSplit:
-    """Which users train, which choose the checkpoint, which are only ever tested on."""
-
-    train: list[str]
-    validation: list[str]
-    test: list[str]
-
-    def to_json(self) -> dict[str, list[str]]:
-        """``split.json``'s shape (``test_users`` is what ``personamem eval --held-out`` reads)."""
-        return {"train_users": self.train, "validation_users": self.validation, "test_users": self.test}
-
-
-def split_users(
-    users: Sequence[str], *, test_share: float = 0.4, validation_share: float = 0.15, seed: int = 0
-) -> UserSplit:
-    """Users drawn into train / validation / test by ``seed`` (keep it fixed to compare training seeds).
-
-    At least one user is tested and one trains; validation may be empty for tiny benchmarks (four
-    PersonaBench users give two for training, two for testing).
-
-    Raises:
-        ValueError: fewer than two users.
-    """
-    users = sorted(set(users))
-    if len(users) < 2:
-        raise ValueError(f"{len(users)} user(s) cannot give a training and a test user")
-    random.Random(seed).shuffle(users)
-    test = max(1, round(test_share * len(users)))
-    validation = min(int(validation_share * len(users)), len(users) - test - 1)
-    return UserSplit(
-        train=sorted(users[test + validation :]),
-        validation=sorted(users[test : test + validation]),
-        test=sorted(users[:test]),
-    )
+__all__ = ["QuerySet", "query_set_from_benchmark"]
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
+from personamem.datasets.traffic import accepted
 from personamem.errors import ConfigError, InsufficientDataError
 from personamem.llm.base import FrozenLLM
 from personamem.memory import PersonaMem
@@ -39,7 +40,6 @@ from personamem.trainers.adapter.config import AdapterTrainConfig, ImproveConfig
 from personamem.trainers.adapter.data import QuerySet
 from personamem.trainers.adapter.run import store_query_sets
 from personamem.trainers.adapter.trainer import fit_adapter
-from personamem.trainers.traffic import accepted
 
 __all__ = ["ImproveConfig", "ImproveResult", "improve", "rollback"]
 

@@ -11,21 +11,26 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import Progress
 
+from personamem.datasets import DataSource, UserSplit
+from personamem.datasets.vectors import build_store
 from personamem.encoder import Encoder
 from personamem.errors import InsufficientDataError
 from personamem.llm.base import FrozenLLM
 from personamem.retrieval.query_adapter import QueryAdapter, save_query_adapter
 from personamem.store import Store
-from personamem.trainers.adapter.config import AdapterDataConfig, AdapterTrainConfig
-from personamem.trainers.adapter.data import QuerySet, query_set_from_benchmark, split_users
+from personamem.trainers.adapter.config import AdapterDataConfig, AdapterRunConfig, AdapterTrainConfig
+from personamem.trainers.adapter.data import QuerySet, query_set_from_benchmark
 from personamem.trainers.adapter.synthetic import synthetic_queries
-from personamem.trainers.adapter.trainer import AdapterFit, fit_adapter
+from personamem.trainers.run import TrainSummary
 
-__all__ = ["AdapterRun", "store_query_sets", "train_adapter"]
+if TYPE_CHECKING:
+    from personamem.trainers.adapter.trainer import AdapterFit
+
+__all__ = ["AdapterRun", "run", "store_query_sets", "train_adapter"]
 
 MIN_TRAIN_QUERIES = 32
 """Fewer training questions than this fit noise: the run refuses with the counts."""
@@ -39,6 +44,55 @@ class AdapterRun:
     fit: AdapterFit
     sources: list[dict[str, Any]]
     sha256: str
+
+
+def run(config: AdapterRunConfig, *, progress: Progress | None = None) -> TrainSummary:
+    """Query adapter: a small map on the query vector, fitted on benchmarks' training users or a store.
+
+    From benchmarks it learns from gold labels (or, with --labels synthetic, from questions the LLM
+    writes); from --from-store it learns label-free from the store's own records. Records keep their
+    vectors: nothing is re-indexed.
+
+    Raises:
+        InsufficientDataError: too few training questions.
+    """
+    from personamem.datasets.vectors import default_vector_cache
+    from personamem.encoder import default_encoder
+    from personamem.llm.load import load_llm
+
+    data, train = config.data, config.train
+    needs_llm = data.from_store is not None or data.labels == "synthetic"
+    result = train_adapter(
+        data,
+        train,
+        config.out_dir,
+        encoder=default_encoder(),
+        llm=load_llm(data.llm) if needs_llm else None,
+        cache_dir=default_vector_cache(),
+        resume=config.resume,
+        progress=progress,
+    )
+    rows = [
+        (
+            f"{source['source']}: questions (users) train / validation",
+            f"{source['queries']} ({source['users']}) / "
+            f"{source['validation_queries']} ({source['validation_users']})",
+        )
+        for source in result.sources
+    ]
+    fit = result.fit
+    if fit.best_validation is not None and fit.start_validation is not None:
+        rows.append(
+            (
+                f"validation recall@{train.k}: start → best (step)",
+                f"{fit.start_validation:.3f} → {fit.best_validation:.3f} ({fit.best_step})",
+            )
+        )
+    rows += [
+        ("wall-clock seconds", f"{fit.seconds:.0f}"),
+        ("adapter (sha256)", f"{result.folder} ({result.sha256[:16]})"),
+    ]
+    return TrainSummary("Query adapter training", rows, f'query_encoder = "adapter:{result.folder}"')
 
 
 def train_adapter(
@@ -69,7 +123,7 @@ def train_adapter(
         store = Store.open(data.from_store, encoder=encoder)
         try:
             # a store has no test users (its test is the next traffic): the held-out share validates
-            split = split_users(
+            split = UserSplit.by_share(
                 store.users(),
                 test_share=data.validation_share or 0.15,
                 validation_share=0,
@@ -85,10 +139,8 @@ def train_adapter(
         # counts, not ids: the adapter folder lives outside the store, where forget would not reach an id
         splits["store"] = {"train_users": len(split.train), "validation_users": len(split.test)}
     for benchmark in data.benchmark:
-        from personamem.eval.evaluate import EvalConfig, load_benchmark
-
-        loaded = load_benchmark(EvalConfig(benchmark=benchmark, data=data.folder(benchmark)))
-        split = split_users(
+        loaded = DataSource(benchmark=benchmark, data=data.folder(benchmark)).questions()
+        split = UserSplit.by_share(
             loaded.users(),
             test_share=data.test_share,
             validation_share=data.validation_share,
@@ -103,8 +155,6 @@ def train_adapter(
             train.append(queries.only(split.train))
             validation.append(queries.only(split.validation))
             continue
-        from personamem.eval.runner import build_store
-
         writer = _require_llm(llm)
         # beside the runs, so the questions cached in it serve every seed and a resumed run
         store = build_store(
@@ -126,6 +176,8 @@ def train_adapter(
             f"too few training questions to fit an adapter: {found} ({counts}); need at least "
             f"{MIN_TRAIN_QUERIES}. Add users or records (or raise --synthetic-per-user)."
         )
+    from personamem.trainers.adapter.trainer import fit_adapter  # torch, loaded when training
+
     init = QueryAdapter.load(config.init, encoder).weight if config.init else None
     fit = fit_adapter(train, validation, config, init=init, out_dir=out_dir, resume=resume, progress=progress)
     sources = [

@@ -1,7 +1,7 @@
 """MemRerank training: GRPO on the preference-memory extractor, rewarded by a frozen setwise reranker.
 
 The inference half (extractor, memory, reranker, checkpoint loading) lives in
-:mod:`personamem.preference`; everything here is offline and may use the evaluation harness. The
+:mod:`personamem.preference`; everything here is offline and may use the harness's metrics. The
 config imports without TRL (the command line builds its options from it); the trainer's names load
 it on first access.
 """

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from personamem.datasets import TrafficSource
 from personamem.preference.extractor import ExtractorStyle
-from personamem.trainers.traffic import TrafficSource
+from personamem.trainers.run import TrainerRun
 
-__all__ = ["MemRerankConfig", "MemRerankDataConfig"]
+__all__ = ["MemRerankConfig", "MemRerankDataConfig", "MemRerankRunConfig"]
 
 
 class MemRerankDataConfig(TrafficSource):
@@ -97,3 +98,12 @@ class MemRerankConfig(BaseModel):
     seed: int = 0
     """Seeds the user sample, the LoRA initialization, the prompt order, the sampling and the
     candidate orders."""
+
+
+class MemRerankRunConfig(TrainerRun):
+    """A ``personamem train memrerank`` run."""
+
+    data: MemRerankDataConfig
+    train: MemRerankConfig = MemRerankConfig()
+    out_dir: Path = Field(default=Path("runs/memrerank"), alias="out")
+    """The checkpoint (extractor.json, adapter/), rewards.jsonl, trainer/."""

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from personamem.eval.choice import ChoiceInstance, split_users
+from personamem.datasets.choice import ChoiceInstance, split_users
+from personamem.datasets.traffic import Traffic, accepted
 from personamem.preference.extractor import ExtractionPrompt, PromptedExtractor
-from personamem.trainers.traffic import Traffic, accepted
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -58,7 +58,7 @@ def training_instances(
 ) -> list[ChoiceInstance]:
     """The instances on the training side of the fixed split, optionally a seeded sample of users.
 
-    The split is :func:`~personamem.eval.choice.split_users`'s, the one ``personamem eval-memory``
+    The split is :func:`~personamem.datasets.choice.split_users`'s, the one ``personamem eval-memory``
     holds out, so no test user is ever trained on.
     """
     train, _ = split_users([i.group for i in instances])

@@ -31,8 +31,8 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import get_last_checkpoint
 
+from personamem.datasets.choice import ChoiceInstance
 from personamem.errors import MissingExtraError
-from personamem.eval.choice import ChoiceInstance
 from personamem.llm.load import load_llm
 from personamem.preference.checkpoint import ADAPTER, CONFIG, write_extractor_config
 from personamem.preference.extractor import PromptedExtractor
@@ -135,7 +135,7 @@ def train_memrerank(
     """Train on the training side of ``instances``, checkpointing into ``out_dir``.
 
     Only instances whose group is on the training side of
-    :func:`~personamem.eval.choice.split_users` are used, whatever is passed. ``extra_rewards``
+    :func:`~personamem.datasets.choice.split_users` are used, whatever is passed. ``extra_rewards``
     are (callable, weight) pairs added to utility + λ · quality (say, a length penalty); each is
     called as TRL calls rewards, with the ``instance_id`` column, and logged under its name.
     ``info`` (the data source...) is recorded in the checkpoint's ``extractor.json``.

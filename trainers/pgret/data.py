@@ -8,7 +8,6 @@ samples pairs without searching again. Splits are by user: test users are never 
 
 from __future__ import annotations
 
-import random
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,10 +16,10 @@ from pathlib import Path
 import numpy as np
 from rich.progress import Progress
 
+from personamem.datasets.benchmark import Benchmark
+from personamem.datasets.traffic import Traffic, accepted
+from personamem.datasets.vectors import corpus_vectors
 from personamem.encoder import Encoder
-from personamem.eval.benchmark import Benchmark
-from personamem.eval.vectors import corpus_vectors
-from personamem.trainers.traffic import Traffic, accepted
 
 __all__ = [
     "LoggedQuery",
@@ -28,7 +27,6 @@ __all__ = [
     "UserCorpus",
     "data_from_benchmark",
     "data_from_traffic",
-    "split_users",
 ]
 
 
@@ -97,7 +95,7 @@ def data_from_benchmark(
     Both rankings come from a temporary store holding the benchmark's corpus, searched as an
     application would search it.
     """
-    from personamem.eval.runner import build_store
+    from personamem.datasets.vectors import build_store
     from personamem.retrieval import BM25Retriever, DenseRetriever
 
     corpora: dict[str, UserCorpus] = {}
@@ -188,25 +186,4 @@ def data_from_traffic(
             progress.advance(task)
     return PGRetData(
         tuple(queries), {u: c for u, c in corpora.items() if any(q.user_id == u for q in queries)}
-    )
-
-
-def split_users(
-    users: Sequence[str], *, validation: int = 1, test: int = 2, seed: int = 0
-) -> tuple[list[str], list[str], list[str]]:
-    """(train, validation, test) users, drawn by ``seed`` (keep it fixed to compare training seeds).
-
-    Raises:
-        ValueError: fewer than ``validation + test + 1`` users.
-    """
-    users = sorted(users)
-    if len(users) < validation + test + 1:
-        raise ValueError(
-            f"{len(users)} users cannot give {validation} validation, {test} test and a training user"
-        )
-    random.Random(seed).shuffle(users)
-    return (
-        sorted(users[validation + test :]),
-        sorted(users[:validation]),
-        sorted(users[validation : validation + test]),
     )

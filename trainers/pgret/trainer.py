@@ -18,7 +18,6 @@ single-process loop did.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from personamem.encoder import Encoder
 from personamem.eval.judge import JudgeCalibration, RelevanceJudge, labelled_pairs
 from personamem.retrieval.query_tower import save_query_tower
 from personamem.trainers.engine import accelerator_for, process_mean
+from personamem.trainers.loop import LoopState, train_loop
 from personamem.trainers.pgret.config import VARIANT_REWARDS, PGRetTrainConfig
 from personamem.trainers.pgret.data import LoggedQuery, PGRetData
 from personamem.trainers.pgret.policy import binary_policy_loss, query_logits
@@ -155,31 +155,28 @@ def train_pgret(
     device = accelerator.device
     torch.manual_seed(config.seed)
     last = out_dir / "last"
-    state: dict[str, Any] = {}
+    resumed: dict[str, Any] = {}
     if resume and (last / _STATE).is_file():
-        state = torch.load(last / _STATE, weights_only=False)
-    model = SentenceTransformer(str(last if state else base_model_path), device=str(device))
+        resumed = torch.load(last / _STATE, weights_only=False)
+    model = SentenceTransformer(str(last if resumed else base_model_path), device=str(device))
     policy = QueryPolicy(model).to(device)
     _freeze_unused(policy)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr)
-    if state:
-        optimizer.load_state_dict(state["optimizer"])
+    if resumed:
+        optimizer.load_state_dict(resumed["optimizer"])
     wrapped, optimizer = accelerator.prepare(policy, optimizer)
-    step: int = state.get("step", 0)
-    best_step: int = state.get("best_step", -1)
-    best_value: float = state.get("best_validation", -math.inf)
-    history: list[dict[str, float]] = state.get("history", [])
+    loop = LoopState.restore(resumed) if resumed else LoopState()
     rng = random.Random(config.seed)
-    if "rng" in state:
-        rng.setstate(state["rng"])
-    sampler = torch.Generator().manual_seed(config.seed + step + 7919 * accelerator.process_index)
+    if "rng" in resumed:
+        rng.setstate(resumed["rng"])
+    sampler = torch.Generator().manual_seed(config.seed + loop.step + 7919 * accelerator.process_index)
     vectors = {
         u: torch.from_numpy(c.vectors).to(device) for u, c in {**train.corpora, **validation.corpora}.items()
     }
     info = {**(info or {}), "judge_calibration": calibration.to_json()}
     judged_before = judge.scored + judge.hits
 
-    def checkpoint(folder: Path) -> None:
+    def save_tower(folder: Path) -> None:
         if not main:
             return
         save_query_tower(
@@ -190,59 +187,52 @@ def train_pgret(
                 **info,
                 "variant": config.variant,
                 "seed": config.seed,
-                "step": step,
-                "best_step": best_step,
-                "best_validation": best_value,
+                "step": loop.step,
+                "best_step": loop.best_step,
+                "best_validation": loop.best_value,
                 "config": config.model_dump(mode="json"),
             },
         )
 
-    if best_step < 0:  # the base tower is the bar to beat
-        best_value = validate(policy, validation, vectors, judge, calibration, config, accelerator)
-        best_step = 0
-        history.append({"step": 0, "validation": best_value})
-        checkpoint(out_dir / "best")
-    task = progress.add_task("training PG-Ret", total=config.steps, completed=step) if progress else None
-    while step < config.steps:
+    def checkpoint(state: LoopState, improved: bool) -> None:
+        if improved:
+            save_tower(out_dir / "best")
+        save_tower(last)
+        if main:
+            saved = {**state.to_json(), "optimizer": optimizer.state_dict(), "rng": rng.getstate()}
+            torch.save(saved, last / _STATE)
+
+    def step() -> dict[str, float]:
         batch = rng.sample(list(train.queries), min(config.batch_size, len(train.queries)))
-        row = _step(
+        return _step(
             accelerator, wrapped, optimizer, batch, train, vectors, judge, calibration, config, rng, sampler
         )
-        step += 1
-        history.append({"step": step, **row})
-        if step % config.validate_every == 0 or step == config.steps:
-            value = validate(policy, validation, vectors, judge, calibration, config, accelerator)
-            history.append({"step": step, "validation": value})
-            if value > best_value:
-                best_step, best_value = step, value
-                checkpoint(out_dir / "best")
-            checkpoint(last)
-            if main:
-                torch.save(
-                    {
-                        "step": step,
-                        "best_step": best_step,
-                        "best_validation": best_value,
-                        "optimizer": optimizer.state_dict(),
-                        "rng": rng.getstate(),
-                        "history": history,
-                    },
-                    last / _STATE,
-                )
-            accelerator.wait_for_everyone()
-        if progress is not None and task is not None:
-            progress.update(
-                task,
-                advance=1,
-                description=f"training PG-Ret ({config.variant}): reward {row['reward']:.2f}, "
-                f"best validation {best_value:.3f}",
-            )
+
+    if loop.best_step < 0:  # the base tower is the bar to beat
+        loop.best_value = validate(policy, validation, vectors, judge, calibration, config, accelerator)
+        loop.best_step = 0
+        loop.history.append({"step": 0, "validation": loop.best_value})
+        save_tower(out_dir / "best")
+    train_loop(
+        loop,
+        config,
+        step=step,
+        validate=lambda: validate(policy, validation, vectors, judge, calibration, config, accelerator),
+        checkpoint=checkpoint,
+        describe=lambda row, state: (
+            f"training PG-Ret ({config.variant}): reward {row['reward']:.2f}, "
+            f"best validation {state.best_value:.3f}"
+        ),
+        accelerator=accelerator,
+        progress=progress,
+        title="training PG-Ret",
+    )
     accelerator.end_training()
     return PGRetResult(
         out_dir / "best",
-        best_step,
-        best_value,
-        history,
+        loop.best_step,
+        loop.best_value,
+        loop.history,
         judge.scored + judge.hits - judged_before,
         time.perf_counter() - started,
     )

@@ -1,7 +1,7 @@
 """PURPLE training: examples from a benchmark, the frozen LLM's reward, and the REINFORCE trainer.
 
 The inference half (scorer, policy, checkpoints, selector) lives in :mod:`personamem.profile.purple`;
-everything here is offline and may use the evaluation harness. The configs import without torch
+everything here is offline and may use the harness's metrics. The configs import without torch
 (the command line builds its options from them); the trainer's names load it on first access.
 """
 

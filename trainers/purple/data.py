@@ -2,32 +2,29 @@
 
 Candidates are the user's top records from a first-stage retriever (the harness found hybrid best on
 LoCoMo: R@100 0.87 against dense's 0.80), so the policy chooses among records that plausibly matter.
-Splits are by user (a LoCoMo conversation, a PersonaBench person), so test users are never seen in
-training.
+Splits are by user (a LoCoMo conversation, a PersonaBench person; :class:`~personamem.datasets.DataSource`
+draws them), so test users are never seen in training.
 """
 
 from __future__ import annotations
 
-import random
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.progress import Progress
 
+from personamem.datasets.benchmark import Benchmark
+from personamem.datasets.traffic import Traffic, accepted
 from personamem.encoder import Encoder
-from personamem.eval.benchmark import Benchmark
 from personamem.records import Record
 from personamem.retrieval.base import Retriever
-from personamem.trainers.traffic import Traffic, accepted
 
 __all__ = [
     "ProfileExample",
     "build_examples",
     "examples_from_benchmark",
     "examples_from_traffic",
-    "split_by_user",
 ]
 
 
@@ -80,7 +77,7 @@ def examples_from_benchmark(
     Raises:
         ValueError: an unknown first stage.
     """
-    from personamem.eval.runner import build_store
+    from personamem.datasets.vectors import build_store
     from personamem.methods import method_named
     from personamem.pipeline.config import FIRST_STAGES
 
@@ -125,26 +122,3 @@ def examples_from_traffic(
         if progress is not None and task is not None:
             progress.advance(task)
     return examples
-
-
-def split_by_user(
-    examples: Sequence[ProfileExample], *, validation: int = 1, test: int = 1, seed: int = 0
-) -> tuple[list[ProfileExample], list[ProfileExample], list[ProfileExample]]:
-    """(train, validation, test), with ``validation`` and ``test`` whole users each, drawn by seed.
-
-    Raises:
-        ValueError: fewer than ``validation + test + 1`` users.
-    """
-    users = sorted({e.user_id for e in examples})
-    if len(users) < validation + test + 1:
-        raise ValueError(
-            f"{len(users)} users cannot give {validation} validation, {test} test and a training user"
-        )
-    random.Random(seed).shuffle(users)
-    held_val, held_test = set(users[:validation]), set(users[validation : validation + test])
-    train = [e for e in examples if e.user_id not in held_val | held_test]
-    return (
-        train,
-        [e for e in examples if e.user_id in held_val],
-        [e for e in examples if e.user_id in held_test],
-    )

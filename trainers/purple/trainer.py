@@ -4,7 +4,8 @@ Each step takes B training examples, samples M profiles of K records per example
 Plackett–Luce policy, rewards each profile with the frozen LLM's log-likelihood of the true answer
 (:class:`~personamem.trainers.purple.reward.LLMReward`, or any function of the same shape), turns rewards into
 advantages per example and ascends Σ advantage · log π(profile). Every ``validate_every`` steps the
-greedy policy (top K by propensity) is scored on the validation users, and the best checkpoint is kept.
+greedy policy (top K by propensity) is scored on the validation users, and the best checkpoint is kept
+(the loop, validation schedule and checkpoints are :func:`~personamem.trainers.loop.train_loop`'s).
 
 The loop is data-parallel through ``accelerate``: launched with N processes (``accelerate launch
 --multi_gpu --num_processes N``, GPUs or, on a machine without one, CPU processes over gloo), every
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +50,7 @@ from personamem.profile.purple.policy import plackett_luce_log_prob, plackett_lu
 from personamem.profile.purple.states import RecordStateCache
 from personamem.records import Record
 from personamem.trainers.engine import accelerator_for, process_mean
+from personamem.trainers.loop import LoopState, train_loop
 from personamem.trainers.purple.config import Advantage, PurpleTrainConfig
 from personamem.trainers.purple.data import ProfileExample
 
@@ -136,63 +137,66 @@ def train_purple(
     scorer = RecordScorer(config.model)
     optimizer = torch.optim.Adam(scorer.parameters(), lr=config.lr)
     model, optimizer = accelerator.prepare(scorer, optimizer)
-    step, best_step, best_value, history = 0, -1, -math.inf, []
+    state = LoopState()
     if resume and (out_dir / "last" / ENGINE_STATE).is_dir():
         _, done = load_checkpoint(out_dir / "last", encoder=encoder.name)
-        step, best_step, best_value = done["step"], done["best_step"], done["best_validation"]
-        history = done.get("history", [])
+        state = LoopState.restore(done)
         accelerator.load_state(str(out_dir / "last" / ENGINE_STATE))
     order = random.Random(config.seed)
-    for _ in range(step):  # the example order continues where the resumed run left it
+    for _ in range(state.step):  # the example order continues where the resumed run left it
         order.sample(range(len(train)), min(config.batch_size, len(train)))
-    sampler = torch.Generator().manual_seed(config.seed + 7919 * step + rank)
+    sampler = torch.Generator().manual_seed(config.seed + 7919 * state.step + rank)
     rewarded = 0
-    task = progress.add_task("training PURPLE", total=config.steps, completed=step) if progress else None
-    while step < config.steps:
+
+    def step() -> dict[str, float]:
+        nonlocal rewarded
         batch = [train[i] for i in order.sample(range(len(train)), min(config.batch_size, len(train)))]
         share = batch[rank::world]
-        row = _step(accelerator, model, optimizer, share, len(batch), states, reward, config, sampler)
         rewarded += len(share) * config.samples
-        step += 1
-        history.append({"step": step, **row})
-        if step % config.validate_every == 0 or step == config.steps:
-            value = validate(accelerator.unwrap_model(model), mine, states, reward, config.k, accelerator)
-            history.append({"step": step, "validation": value})
-            digests = _replica_digests(accelerator, model)
-            improved = value > best_value
-            if improved:
-                best_step, best_value = step, value
-            summary = {**_summary(step, best_step, best_value, config), "processes": world, **(info or {})}
-            if improved and main:
-                save_checkpoint(
-                    out_dir / "best",
-                    accelerator.unwrap_model(model),
-                    encoder=encoder.name,
-                    training={**summary, "replica_digests": digests},
-                )
-            if main:
-                save_checkpoint(
-                    out_dir / "last",
-                    accelerator.unwrap_model(model),
-                    encoder=encoder.name,
-                    training={**summary, "replica_digests": digests, "history": history},
-                )
-            accelerator.save_state(str(out_dir / "last" / ENGINE_STATE))
-            accelerator.wait_for_everyone()
-        if progress is not None and task is not None:
-            progress.update(
-                task,
-                advance=1,
-                description=f"training PURPLE: reward {row['reward_mean']:.2f} "
-                f"(max {row['reward_max']:.2f}), best validation {best_value:.2f}",
+        return _step(accelerator, model, optimizer, share, len(batch), states, reward, config, sampler)
+
+    def checkpoint(state: LoopState, improved: bool) -> None:
+        digests = _replica_digests(accelerator, model)
+        summary = {**_summary(state, config), "processes": world, **(info or {})}
+        if improved and main:
+            save_checkpoint(
+                out_dir / "best",
+                accelerator.unwrap_model(model),
+                encoder=encoder.name,
+                training={**summary, "replica_digests": digests},
             )
+        if main:
+            save_checkpoint(
+                out_dir / "last",
+                accelerator.unwrap_model(model),
+                encoder=encoder.name,
+                training={**summary, "replica_digests": digests, "history": state.history},
+            )
+        accelerator.save_state(str(out_dir / "last" / ENGINE_STATE))
+
+    state = train_loop(
+        state,
+        config,
+        step=step,
+        validate=lambda: validate(
+            accelerator.unwrap_model(model), mine, states, reward, config.k, accelerator
+        ),
+        checkpoint=checkpoint,
+        describe=lambda row, state: (
+            f"training PURPLE: reward {row['reward_mean']:.2f} "
+            f"(max {row['reward_max']:.2f}), best validation {state.best_value:.2f}"
+        ),
+        accelerator=accelerator,
+        progress=progress,
+        title="training PURPLE",
+    )
     trained = accelerator.unwrap_model(model)
     accelerator.end_training()
     return TrainResult(
         out_dir / "best",
-        best_step,
-        best_value,
-        history,
+        state.best_step,
+        state.best_value,
+        state.history,
         rewarded,
         time.perf_counter() - started,
         trained,
@@ -338,10 +342,10 @@ def _encode(
     return states
 
 
-def _summary(step: int, best_step: int, best_value: float, config: PurpleTrainConfig) -> dict[str, Any]:
+def _summary(state: LoopState, config: PurpleTrainConfig) -> dict[str, Any]:
     return {
-        "step": step,
-        "best_step": best_step,
-        "best_validation": best_value,
+        "step": state.step,
+        "best_step": state.best_step,
+        "best_validation": state.best_value,
         "config": config.model_dump(),
     }

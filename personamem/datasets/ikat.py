@@ -1,9 +1,14 @@
-"""TREC iKAT 2023/2024 as a benchmark: PTKB statement selection for each turn of each topic.
+"""TREC iKAT 2023/2024: each topic's PTKB statements, and PTKB statement selection for each turn.
 
-Each topic is one simulated user with a PTKB (personal statements) and a conversation; each turn is a
-question whose gold is its ``ptkb_provenance``, the PTKB keys relevant to it. Most turns need no
-statement (empty provenance) and are skipped, counted with their reason. The passage qrels cannot be
-scored without ClueWeb22, so they only mark which turns the organizers judged.
+Records: each topic is one simulated user whose PTKB (personal text knowledge base) lists short
+statements about them ("I'm vegetarian."). One statement becomes one
+:attr:`~personamem.records.RecordKind.KNOWLEDGE` record whose id is its PTKB key (``"1"``, ``"2"``, ...),
+because each turn's ``ptkb_provenance`` names the relevant statements by those keys: kept unchanged,
+they are the gold labels for statement selection.
+
+Questions: each turn of a topic's conversation is a question whose gold is its ``ptkb_provenance``.
+Most turns need no statement (empty provenance) and are skipped, counted with their reason. The
+passage qrels cannot be scored without ClueWeb22, so they only mark which turns the organizers judged.
 """
 
 from __future__ import annotations
@@ -12,13 +17,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from personamem.errors import IngestError
-from personamem.eval.benchmark import Benchmark, Question, Skip
-from personamem.ingest._json import JsonFile
-from personamem.ingest.ikat import load_ikat
-from personamem.records import JsonScalar
+from pydantic import BaseModel, ConfigDict
 
-__all__ = ["load_ikat_benchmark", "load_ikat_qrels"]
+from personamem.datasets.benchmark import Benchmark, Question, Skip
+from personamem.errors import IngestError
+from personamem.jsonfile import JsonFile
+from personamem.records import JsonScalar, Record, RecordKind
+
+__all__ = ["IkatOptions", "load_ikat", "load_ikat_benchmark", "load_ikat_qrels"]
+
+
+class IkatOptions(BaseModel):
+    """How iKAT is read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    split: str = "2023_test"
+    """iKAT: topics file <split>_topics.json of the data folder."""
+    user_prefix: str | None = None
+    """iKAT: prefix of user ids, since topic numbers repeat across years [default: ikat<year>- for a
+    folder's split, none for a single topics file]."""
+
 
 NO_PROVENANCE = "no PTKB statement is relevant (empty ptkb_provenance)"
 NO_VALID_PROVENANCE = "no ptkb_provenance key names a statement of the topic's PTKB"
@@ -27,7 +46,11 @@ _QRELS_FORMAT = "'<query id> <iteration> <document id> <grade>'"
 
 
 def load_ikat_benchmark(
-    data_dir: str | Path, *, split: str = "2023_test", include_unlabelled: bool = False
+    data_dir: str | Path,
+    *,
+    split: str = "2023_test",
+    user_prefix: str | None = None,
+    include_unlabelled: bool = False,
 ) -> Benchmark:
     """Load one split's PTKB statements and turns.
 
@@ -35,22 +58,23 @@ def load_ikat_benchmark(
         data_dir: the folder holding the ``<split>_topics.json`` files (and ``<year>-qrels.all-turns.txt``
             where the year has public qrels).
         split: which topics file, e.g. ``"2023_train"``, ``"2023_test"``, ``"2024_test"``.
+        user_prefix: prepended to topic numbers to form user ids (None: ``"ikat<year>-"``).
         include_unlabelled: keep turns whose provenance names no statement, with empty ``relevant``,
             instead of skipping them. Query rewriting needs every turn (selecting nothing is the right
             answer there); retrieval metrics cannot score such turns.
 
     Returns:
-        A benchmark named ``"ikat-<split>"``. Users are ``"ikat<year>-<topic number>"``, since topic
-        numbers repeat across years. Questions have id ``"<number>_<turn_id>"`` (the qrels' query id),
-        the earlier utterances as context, and ``resolved_utterance``, ``title``, ``topic``, ``turn_id``
-        (and ``judged`` where the year has qrels) in ``attributes``.
+        A benchmark named ``"ikat-<split>"``. Users are ``"ikat<year>-<topic number>"`` by default,
+        since topic numbers repeat across years. Questions have id ``"<number>_<turn_id>"`` (the
+        qrels' query id), the earlier utterances as context, and ``resolved_utterance``, ``title``,
+        ``topic``, ``turn_id`` (and ``judged`` where the year has qrels) in ``attributes``.
 
     Raises:
         IngestError: ``data_dir`` is not a folder, the split has no topics file, or a file is malformed.
     """
     path = _topics_file(Path(data_dir), split)
     year = split.partition("_")[0]
-    prefix = f"ikat{year}-"
+    prefix = _prefix(split) if user_prefix is None else user_prefix
     records = load_ikat(path, user_prefix=prefix)
     statements: dict[str, set[str]] = {}
     for record in records:
@@ -74,6 +98,56 @@ def load_ikat_benchmark(
             continue
         questions.append(_question(src, turn, prefix, relevant, judged))
     return Benchmark(name=f"ikat-{split}", records=records, questions=questions, skipped=skipped, notes=notes)
+
+
+def load_ikat(path: str | Path, *, split: str = "2023_test", user_prefix: str | None = None) -> list[Record]:
+    """Load every topic's PTKB statements from an iKAT topics file, one record per statement.
+
+    Args:
+        path: a ``*_topics.json`` file (a list of topics with ``number``, ``title`` and ``ptkb``), or
+            the folder holding ``<split>_topics.json``.
+        split: which topics file of a folder, e.g. ``"2023_train"``, ``"2023_test"``, ``"2024_test"``.
+        user_prefix: prepended to the topic number to form the user id. Topic numbers repeat across
+            years (2024 numbers topics 0, 1, ...), so a prefix such as ``"ikat24-"`` keeps users
+            from different files apart in one store. None: ``"ikat<year>-"`` for a folder's split
+            (the users :func:`load_ikat_benchmark` asks about), none for a file.
+
+    Returns:
+        The records, topic by topic in file order; user id is ``user_prefix + str(number)`` and
+        metadata holds the topic ``title``.
+
+    Raises:
+        IngestError: the file is missing, not JSON, not a list of topics, or a topic lacks a field
+            or has a blank statement or key.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = _topics_file(path, split)
+        user_prefix = _prefix(split) if user_prefix is None else user_prefix
+    src = JsonFile(path)
+    user_prefix = user_prefix or ""
+    records: list[Record] = []
+    for i, topic in enumerate(src.expect(src.load(), list, "top level")):
+        topic = src.expect(topic, dict, f"topic {i}")
+        number = src.field(topic, "number", object, f"topic {i}")
+        if isinstance(number, bool) or not isinstance(number, str | int) or not str(number).strip():
+            raise src.error(f"topic {i}: field 'number' must be a non-blank string or an integer")
+        where = f"topic {number!r}"
+        title = src.field(topic, "title", str, where)
+        ptkb = src.field(topic, "ptkb", dict, where)
+        for key in ptkb:
+            if not key.strip():
+                raise src.error(f"{where}, field 'ptkb': blank statement key")
+            records.append(
+                Record(
+                    user_id=f"{user_prefix}{number}",
+                    text=src.text(ptkb, key, f"{where}, field 'ptkb'"),
+                    id=key,
+                    kind=RecordKind.KNOWLEDGE,
+                    metadata={"title": title},
+                )
+            )
+    return records
 
 
 def load_ikat_qrels(path: str | Path) -> dict[str, dict[str, int]]:
@@ -114,6 +188,11 @@ def load_ikat_qrels(path: str | Path) -> dict[str, dict[str, int]]:
                 f"{qid} {doc} graded {grade} here but {qrels[qid][doc]} earlier", path=str(path), line=line_no
             )
     return qrels
+
+
+def _prefix(split: str) -> str:
+    """The default user prefix of a split's topics: ``"ikat2023-"`` for ``"2023_test"``."""
+    return f"ikat{split.partition('_')[0]}-"
 
 
 def _topics_file(root: Path, split: str) -> Path:

@@ -4,6 +4,8 @@ Encoding dominates the cost of evaluating a non-LLM method (LoCoMo's 4,124 turns
 than to search 1,347 times), and the corpus does not change between seeds, methods or runs. The cache
 key is the encoder's name plus the hash of each distinct text, so identical texts (PrefEval's shared
 distractor turns) are embedded once and a renamed or re-rendered corpus never reuses stale vectors.
+:func:`build_store` puts a benchmark's corpus in a real store through that cache, for the harness and
+the trainers alike.
 """
 
 from __future__ import annotations
@@ -11,12 +13,19 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from personamem.datasets.benchmark import Benchmark
 from personamem.encoder import Encoder
 
-__all__ = ["corpus_vectors", "default_vector_cache"]
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from personamem.store import Store
+
+__all__ = ["build_store", "corpus_vectors", "default_vector_cache"]
 
 
 def default_vector_cache() -> Path:
@@ -50,3 +59,25 @@ def corpus_vectors(encoder: Encoder, texts: Sequence[str], cache_dir: Path | Non
             partial.replace(path)  # a crash mid-write must not leave a truncated cache entry
     row = {text: i for i, text in enumerate(distinct)}
     return unique[[row[text] for text in texts]]
+
+
+def build_store(
+    benchmark: Benchmark,
+    path: Path,
+    encoder: Encoder,
+    *,
+    cache_dir: Path | None = None,
+    progress: Progress | None = None,
+) -> Store:
+    """A store at ``path`` holding the benchmark's records, embedded through the vector cache."""
+    from personamem.store import Store
+
+    store = Store.open(path, encoder=encoder)
+    vectors = corpus_vectors(encoder, [record.text for record in benchmark.records], cache_dir)
+    task = progress.add_task("ingest", total=len(benchmark.records)) if progress else None
+    store.add_many(
+        benchmark.records,
+        vectors=vectors,
+        progress=(lambda n: progress.advance(task, n)) if progress and task is not None else None,
+    )
+    return store

@@ -1,14 +1,27 @@
-"""JSON Lines ingest: one record per line, validated whole before anything is stored."""
+"""The application's own format, JSON Lines: one record per line, all validated before anything is stored."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from personamem.errors import InvalidRecordError
-from personamem.ingest._json import JsonFile
+from personamem.jsonfile import JsonFile
 from personamem.records import Record, parse_record
 
-__all__ = ["read_jsonl"]
+__all__ = ["JsonlOptions", "read_jsonl"]
+
+
+class JsonlOptions(BaseModel):
+    """How a JSON Lines file is read."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", use_attribute_docstrings=True, validate_by_name=True
+    )
+
+    user_id: str | None = Field(default=None, alias="user")
+    """Owner of JSONL lines that name no user_id."""
 
 
 def read_jsonl(path: str | Path, *, user_id: str | None = None) -> list[Record]:

@@ -4,7 +4,8 @@ Upstream states a preference early in a conversation, inserts unrelated "inter-t
 a question whose good answer must respect the preference; its RAG baseline retrieves messages of that
 history. Here each item becomes one user whose records are the messages in which the preference was
 expressed plus shared distractor messages, and whose question's gold is the preference messages. The
-4 MCQ options (preference-consistent one first) ride along as choices for the classification task.
+4 MCQ options (preference-consistent one first) ride along as choices for the classification task:
+:func:`prefeval_choices` makes them MemRerank's instances, the topic being the category and the group.
 Every record carries ``metadata["role"]`` (``"user"`` or ``"assistant"``) so it can be rendered the
 way upstream's RAG prompt shows retrieved messages ("user: ...").
 """
@@ -14,14 +15,35 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from personamem.datasets.benchmark import Benchmark, Question, Skip
+from personamem.datasets.choice import ChoiceInstance, ChoiceNeeds
 from personamem.errors import IngestError
-from personamem.eval.benchmark import Benchmark, Question, Skip
-from personamem.ingest._json import JsonFile
+from personamem.jsonfile import JsonFile
 from personamem.records import JsonScalar, Record, RecordKind
 
-__all__ = ["PrefEvalForm", "load_prefeval_benchmark"]
+__all__ = [
+    "PrefEvalForm",
+    "PrefEvalOptions",
+    "load_prefeval_benchmark",
+    "load_prefeval_choices",
+    "prefeval_choices",
+]
 
 PrefEvalForm = Literal["explicit", "choice", "persona"]
+
+
+class PrefEvalOptions(BaseModel):
+    """How PrefEval is read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    form: PrefEvalForm = "explicit"
+    """PrefEval: the preference form."""
+    inter_turns: int = Field(default=20, ge=0)
+    """PrefEval: distractor user turns per user."""
+
 
 _FORM_DIRS: dict[str, tuple[str, ...]] = {
     "explicit": ("explicit_preference",),
@@ -206,3 +228,32 @@ def _attributes(src: JsonFile, item: dict[str, Any], where: str, form: str) -> d
         "form": form,
         "preference": src.field(item, "preference", str, where),  # what upstream's LLM judge checks against
     }
+
+
+def load_prefeval_choices(
+    data_dir: str | Path, needs: ChoiceNeeds, *, form: PrefEvalForm = "explicit", inter_turns: int = 20
+) -> list[ChoiceInstance]:
+    """:func:`prefeval_choices` of one form's benchmark (``needs`` is not needed: options are given)."""
+    return prefeval_choices(load_prefeval_benchmark(data_dir, form=form, inter_turns=inter_turns))
+
+
+def prefeval_choices(benchmark: Benchmark) -> list[ChoiceInstance]:
+    """PrefEval's questions as choices among their options; the topic is the category and the group."""
+    by_user: dict[str, list[Record]] = {}
+    for record in benchmark.records:
+        by_user.setdefault(record.user_id, []).append(record)
+    return [
+        ChoiceInstance(
+            id=question.id,
+            user_id=question.user_id,
+            history=tuple(
+                r.model_copy(update={"category": question.category}) for r in by_user[question.user_id]
+            ),
+            query=question.text,
+            candidates=question.choices,
+            category=question.category,
+            group=question.category,
+        )
+        for question in benchmark.questions
+        if question.choices
+    ]

@@ -1,4 +1,4 @@
-"""Training data from an application's own traffic: logged interactions with feedback, over its store.
+"""Data from an application's own traffic: logged interactions with feedback, over its store.
 
 A deployment logs its calls (``log_interactions = true``) and reports what happened next with
 ``PersonaMem.feedback``. Each trainer reads what it needs from that log:
@@ -21,14 +21,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from personamem.errors import InsufficientDataError
 from personamem.interactions import Interaction, read_interactions
-from personamem.memory import PersonaMem, open_memory
 from personamem.records import Record
+
+if TYPE_CHECKING:
+    from personamem.memory import PersonaMem
 
 __all__ = [
     "Traffic",
@@ -114,6 +116,8 @@ def open_traffic(source: TrafficSource) -> Traffic:
         ValueError: no --from-store, or a store folder that does not exist.
         IngestError: a bad line in the --from-log file (its number is in the message).
     """
+    from personamem.memory import open_memory
+
     if source.from_store is None:
         raise ValueError("no traffic source: give --from-store (and optionally --from-log)")
     if not source.from_store.is_dir():

@@ -1,8 +1,8 @@
-"""Reading benchmark JSON files with errors that say which file, where in it, and what is wrong.
+"""Reading JSON files with errors that say which file, where in it, and what is wrong.
 
-The importers share this so that every malformed input fails the same way: one
-:class:`~personamem.errors.IngestError` naming the file (and the line, for syntax errors), never a bare
-``KeyError`` or ``TypeError`` from deep inside a loader.
+The benchmark readers (:mod:`personamem.datasets`), exports and interaction logs share this so that
+every malformed input fails the same way: one :class:`~personamem.errors.IngestError` naming the file
+(and the line, for syntax errors), never a bare ``KeyError`` or ``TypeError`` from deep inside a loader.
 """
 
 from __future__ import annotations

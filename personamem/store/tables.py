@@ -1,0 +1,275 @@
+"""The store's SQL schema: one SQLModel class per table, and how a record maps to its row.
+
+Any table with a ``user_id`` column is per-user data and is wiped by
+:meth:`~personamem.store.sql.SqlCatalog.finish_forget`, so caches added later (PBR outputs,
+preference memories) are forgotten without having to register anywhere. That relies on every table
+being defined when the catalog opens: keep tables here (or in a module the catalog imports).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint, bindparam
+from sqlmodel import Field, SQLModel, col, select
+
+from personamem.records import Record, RecordKind
+from personamem.store.pseudonyms import Pseudonyms
+
+__all__ = [
+    "ADDED_COLUMNS",
+    "RECORD_COLUMNS",
+    "TIMES",
+    "USER_STATUS",
+    "DerivedRow",
+    "InteractionRow",
+    "RecordRow",
+    "RecordStatus",
+    "StoreInfo",
+    "UserRow",
+    "UserStatus",
+    "content_hash",
+    "is_bounded",
+    "record_from_columns",
+    "row_values",
+    "vector_blob",
+]
+
+
+class RecordStatus(StrEnum):
+    """Where a record is in the write protocol: pending → (vector upserted) → indexed."""
+
+    PENDING = "pending"
+    INDEXED = "indexed"
+
+
+class UserStatus(StrEnum):
+    """A user being forgotten keeps this mark until rows and vectors are both gone."""
+
+    ACTIVE = "active"
+    FORGETTING = "forgetting"
+
+
+class UserRow(SQLModel, table=True):
+    """One row per user; ``revision`` is a fresh token on every write, keying per-user caches.
+
+    A random token rather than a counter: a counter restarts when a forgotten user comes back, and a
+    cache built before the forget could then pass for current. ``index_token`` changes only when the
+    set of the user's *indexed* vectors changes (marked indexed, or put back to pending): it keys
+    each process's view of the vector index, which a staged record (served from SQL) leaves valid.
+    """
+
+    __tablename__ = "users"
+
+    user_id: str = Field(primary_key=True)
+    revision: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    status: str = UserStatus.ACTIVE.value
+    index_token: str | None = None
+    # NULL while the user has no bounded record (validity, expiry): reads then skip the timeline;
+    # otherwise changes whenever a write may have changed the user's bounds (keys ``Timeline``)
+    bounds_token: str | None = None
+
+
+class RecordRow(SQLModel, table=True):
+    """A stored record; ``pk`` gives insertion order, ``(user_id, record_id)`` is the identity."""
+
+    __tablename__ = "records"
+    __table_args__ = (
+        UniqueConstraint("user_id", "record_id"),
+        # search hits come back as vector ids: without this SQLite scans all of the user's rows
+        UniqueConstraint("user_id", "vector_id"),
+        Index("ix_records_user_bounded", "user_id", "bounded"),  # a user's timeline, without a scan
+    )
+
+    pk: int | None = Field(default=None, primary_key=True)
+    user_id: str = Field(index=True)
+    record_id: str
+    vector_id: str
+    text: str
+    kind: str
+    category: str | None = None
+    timestamp: str | None = None  # ISO 8601 as given: keeps naive and aware times exactly
+    meta: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    input: str | None = None
+    output: str | None = None
+    content_hash: str
+    status: str = Field(default=RecordStatus.PENDING.value, index=True)
+    # the vector of a pending record written by ``Store.add`` (float32 bytes), cleared once indexed:
+    # searches score it from here until the vector index has it, and repair needs no re-encoding
+    pending_vector: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    # validity and expiry as epoch seconds (UTC): compared in SQL by the sweep, in Python by reads
+    valid_from: float | None = None
+    valid_until: float | None = None
+    supersedes: str | None = None
+    expires_at: float | None = Field(default=None, index=True)  # the sweep's query
+    bounded: bool = False  # any of the three times set: the user's timeline holds this record
+
+    def to_record(self) -> Record:
+        """The public, immutable form."""
+        stored = (self.user_id, self.record_id, self.text, self.kind, self.category, self.timestamp)
+        times = (self.valid_from, self.valid_until, self.supersedes, self.expires_at)
+        return record_from_columns(*stored, self.meta, self.input, self.output, *times)
+
+
+class StoreInfo(SQLModel, table=True):
+    """Key/value facts about the store, e.g. which encoder its vectors came from."""
+
+    __tablename__ = "store_info"
+
+    key: str = Field(primary_key=True)
+    value: str
+
+
+class DerivedRow(SQLModel, table=True):
+    """A value derived from a user's data by an expensive step (an LLM's pseudo utterances...).
+
+    Keyed by (user, namespace, key) where the caller's key covers every input of the step (query,
+    model, seed, the records shown), so a hit is always valid; the ``user_id`` column makes
+    ``forget`` erase it with the user's records.
+    """
+
+    __tablename__ = "derived"
+    __table_args__ = (UniqueConstraint("user_id", "namespace", "key"),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    user_id: str = Field(index=True)
+    namespace: str
+    key: str
+    value: Any = Field(sa_column=Column(JSON, nullable=False))
+
+
+class InteractionRow(SQLModel, table=True):
+    """One logged ``search``/``context`` call and what the application reported after it.
+
+    Per-user data like the records: the ``user_id`` column makes ``forget`` erase it, and
+    :meth:`~personamem.store.sql.SqlCatalog.delete_records` takes deleted records out of ``results``
+    and ``used``.
+    """
+
+    __tablename__ = "interactions"
+
+    pk: int | None = Field(default=None, primary_key=True)
+    interaction_id: str = Field(unique=True)
+    user_id: str = Field(index=True)
+    call: str  # "search" or "context"
+    method: str
+    query: str
+    results: list[Any] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))  # [id, score]
+    time: str  # ISO 8601, UTC
+    answer: str | None = None
+    rating: float | None = None
+    used: list[Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    feedback_time: str | None = None
+    # what a context call showed the LLM (text, timings, warnings, usage) for the inspector; dropped
+    # when a record it may quote is deleted
+    trace: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+TIMES = ("valid_from", "valid_until", "supersedes", "expires_at")
+
+ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("records", "pending_vector"),
+    ("users", "index_token"),
+    ("users", "bounds_token"),
+    ("interactions", "trace"),
+    *(("records", name) for name in (*TIMES, "bounded")),
+)
+"""(table, column) added since the table was first created: opening an older store adds them."""
+
+# read on every write and logged call: built once (see ``personamem.store.sql``'s statements)
+USER_STATUS = select(UserRow.status).where(col(UserRow.user_id) == bindparam("user_id"))
+
+RECORD_COLUMNS = (
+    "user_id, record_id, text, kind, category, timestamp, meta, input, output, "
+    "valid_from, valid_until, supersedes, expires_at"
+)
+"""The columns :func:`record_from_columns` takes, in its order, for raw SQL reads."""
+
+
+def content_hash(record: Record) -> str:
+    """What decides whether a re-added record changed (its id and user excluded)."""
+    payload = record.model_dump(mode="json", exclude={"user_id", "id"})
+    for name in TIMES:  # unset, they leave the hash as it was before they existed
+        if payload.get(name) is None:
+            payload.pop(name, None)
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def row_values(record: Record, names: Pseudonyms) -> dict[str, Any]:
+    """The record's ``records`` row as a pending write, its vector id keyed by ``names``."""
+    return {
+        "user_id": record.user_id,
+        "record_id": record.id,
+        "vector_id": names.vector_id(record.user_id, record.id),
+        "text": record.text,
+        "kind": record.kind.value,
+        "category": record.category,
+        "timestamp": record.timestamp.isoformat() if record.timestamp else None,
+        "meta": dict(record.metadata),
+        "input": record.input,
+        "output": record.output,
+        "content_hash": content_hash(record),
+        "status": RecordStatus.PENDING.value,
+        "valid_from": _seconds(record.valid_from),
+        "valid_until": _seconds(record.valid_until),
+        "supersedes": record.supersedes,
+        "expires_at": _seconds(record.expires_at),
+        "bounded": is_bounded(record),
+    }
+
+
+def is_bounded(record: Record) -> bool:
+    """Whether the record has a validity bound or an expiry (it then joins the user's timeline)."""
+    return bool(record.valid_from or record.valid_until or record.expires_at)
+
+
+def _seconds(moment: datetime | None) -> float | None:
+    return None if moment is None else moment.timestamp()
+
+
+def _moment(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+def record_from_columns(
+    user_id: str,
+    record_id: str,
+    text_: str,
+    kind: str,
+    category: str | None,
+    timestamp: str | None,
+    meta: dict[str, Any],
+    input_: str | None,
+    output: str | None,
+    valid_from: float | None = None,
+    valid_until: float | None = None,
+    supersedes: str | None = None,
+    expires_at: float | None = None,
+) -> Record:
+    """A record from its stored columns (:data:`RECORD_COLUMNS`, with ``meta`` decoded)."""
+    return Record(
+        user_id=user_id,
+        id=record_id,
+        text=text_,
+        kind=RecordKind(kind),
+        category=category,
+        timestamp=datetime.fromisoformat(timestamp) if timestamp else None,
+        metadata=meta,
+        input=input_,
+        output=output,
+        valid_from=_moment(valid_from),
+        valid_until=_moment(valid_until),
+        supersedes=supersedes,
+        expires_at=_moment(expires_at),
+    )
+
+
+def vector_blob(vector: np.ndarray) -> bytes:
+    """A vector as ``pending_vector`` stores it: little-endian float32 bytes."""
+    return np.asarray(vector, dtype="<f4").tobytes()

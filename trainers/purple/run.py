@@ -1,0 +1,138 @@
+"""``personamem train purple`` as a function: examples, their user split, training, the summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from personamem.trainers.purple.config import PurpleDataConfig, PurpleRunConfig, PurpleTrainConfig
+from personamem.trainers.run import TrainSummary
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from personamem.encoder import SentenceEncoder
+    from personamem.trainers.purple.data import ProfileExample
+
+__all__ = ["examples", "run"]
+
+
+def run(config: PurpleRunConfig, *, progress: Progress | None = None) -> TrainSummary | None:
+    """PURPLE: learn which K records (and in which order) make the LLM likeliest to give the true answer.
+
+    Data-parallel under 'accelerate launch --multi_gpu --num_processes N -m personamem train purple ...'
+    (GPUs, or CPU processes where there are none); the checkpoint is the same.
+
+    Returns:
+        The summary in the main process, None in the others.
+
+    Raises:
+        ValueError: too few users or examples for the split (InsufficientDataError for traffic).
+    """
+    from accelerate import PartialState
+
+    from personamem.datasets import write_split
+    from personamem.encoder import default_encoder
+    from personamem.llm.load import load_llm
+    from personamem.trainers.engine import on_cpu
+    from personamem.trainers.purple.reward import LLMReward
+    from personamem.trainers.purple.trainer import train_purple
+
+    data, train_config, out_dir = config.data, config.train, config.out_dir
+    main = PartialState(cpu=on_cpu(train_config.device)).is_main_process
+    progress = progress if main else None
+    encoder = default_encoder()
+    train, validation, test, split = examples(data, train_config, encoder, progress)
+    if main:
+        write_split(out_dir, split)
+    info = {
+        "data_source": split["source"],
+        "validation_users": split["validation_users"],
+        "train_users": len(split["train_users"]),
+    }
+    reward = LLMReward(load_llm(data.llm, runtime=data.llm_runtime))
+    result = train_purple(
+        train,
+        validation,
+        encoder,
+        reward,
+        train_config,
+        out_dir,
+        resume=config.resume,
+        progress=progress,
+        info=info,
+    )
+    if not main:
+        return None
+    size = sum(f.stat().st_size for f in result.best.iterdir() if f.is_file())
+    return TrainSummary(
+        "PURPLE training",
+        [
+            ("examples train / validation / test", f"{len(train)} / {len(validation)} / {len(test)}"),
+            ("best step, validation reward (nats)", f"{result.best_step}, {result.best_validation:.3f}"),
+            (
+                "profiles rewarded by this process (LLM-scored, cache hits)",
+                f"{result.profiles_rewarded} ({reward.scored}, {reward.hits})",
+            ),
+            ("processes", str(result.processes)),
+            ("wall-clock seconds", f"{result.seconds:.0f}"),
+            ("best checkpoint", f"{result.best} ({size / 2**20:.1f} MiB)"),
+        ],
+        f'selector = "purple:{result.best}"',
+    )
+
+
+def examples(
+    data: PurpleDataConfig, config: PurpleTrainConfig, encoder: SentenceEncoder, progress: Progress | None
+) -> tuple[list[ProfileExample], list[ProfileExample], list[ProfileExample], dict[str, Any]]:
+    """(train, validation, test, split.json) from the data source, split by user.
+
+    ``max_train`` and ``max_validation`` take seeded samples; split.json names the users sampled.
+    """
+    from personamem.datasets.vectors import default_vector_cache
+    from personamem.trainers.purple.data import examples_from_benchmark, examples_from_traffic
+
+    found, origin = data.read(
+        lambda bench: examples_from_benchmark(
+            bench,
+            encoder,
+            first_stage=data.first_stage,
+            candidates=data.candidates,
+            cache_dir=default_vector_cache(),
+            progress=progress,
+        ),
+        lambda traffic: examples_from_traffic(
+            traffic,
+            first_stage=data.first_stage,
+            candidates=data.candidates,
+            min_rating=data.min_rating,
+            progress=progress,
+        ),
+    )
+    split = data.split(
+        Counter(e.user_id for e in found),
+        what="PURPLE",
+        need_train=config.batch_size,
+        hint="Log context() calls (log_interactions = true) and report each accepted answer with "
+        "PersonaMem.feedback(interaction_id, answer=...).",
+    )
+    picker = random.Random(config.seed)
+    train = [e for e in found if e.user_id in split.train]
+    validation = [e for e in found if e.user_id in split.validation]
+    test = [e for e in found if e.user_id in split.test]
+    if data.max_train and data.max_train < len(train):
+        train = picker.sample(train, data.max_train)
+    validation = picker.sample(validation, min(data.max_validation, len(validation)))
+    sampled = dataclasses.replace(
+        split, train=sorted({e.user_id for e in train}), validation=sorted({e.user_id for e in validation})
+    )
+    payload = data.split_json(
+        sampled,
+        origin,
+        first_stage=data.first_stage,
+        candidates=data.candidates,
+        test_examples=[e.id for e in test],
+    )
+    return train, validation, test, payload
