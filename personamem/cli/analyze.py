@@ -9,9 +9,10 @@ from typing import Annotated
 
 import typer
 
-from personamem.cli.options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
+from personamem.cli.options import runtime_option
 from personamem.console import out, progress_bar
 from personamem.datasets.table import BenchmarkName
+from personamem.llm.load import REFERENCE_RUNTIME, Runtime
 
 __all__ = ["analyze_app"]
 
@@ -34,7 +35,7 @@ def utility(
     llm: Annotated[
         str, typer.Option(help="smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a model folder.")
     ] = "smollm2-135m",
-    llm_runtime: Annotated[LLMRuntime, runtime_option()] = REFERENCE_LLM_RUNTIME,
+    llm_runtime: Annotated[Runtime, runtime_option()] = REFERENCE_RUNTIME,
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for utility.json and utility.png.")] = Path(
         "personamem-analysis"
     ),
@@ -119,7 +120,7 @@ def judge(
     llm: Annotated[
         str, typer.Option(help="smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a model folder.")
     ] = "smollm2-135m",
-    llm_runtime: Annotated[LLMRuntime, runtime_option()] = REFERENCE_LLM_RUNTIME,
+    llm_runtime: Annotated[Runtime, runtime_option()] = REFERENCE_RUNTIME,
     seed: Annotated[int, typer.Option(help="Seeds which questions and random negatives are drawn.")] = 0,
 ) -> None:
     """How well the LLM relevance judge (PG-Ret's reward) agrees with a benchmark's gold records.

@@ -13,14 +13,13 @@ from rich import box
 from rich.table import Table
 
 from personamem.cli.options import (
-    REFERENCE_LLM_RUNTIME,
-    LLMRuntime,
     command_line,
     config_options,
     runtime_option,
 )
 from personamem.console import out, progress_bar
 from personamem.eval.evaluate import EvalConfig
+from personamem.llm.load import REFERENCE_RUNTIME, Runtime
 
 
 class RewriteStrategy(StrEnum):
@@ -114,7 +113,7 @@ def eval_rewriting(
         "personamem-eval/ikat-rewriting"
     ),
     llm: Annotated[str, typer.Option(help=_LLM_HELP)] = "smollm2-135m",
-    llm_runtime: Annotated[LLMRuntime, runtime_option()] = REFERENCE_LLM_RUNTIME,
+    llm_runtime: Annotated[Runtime, runtime_option()] = REFERENCE_RUNTIME,
 ) -> None:
     """Score query rewriting with the user's PTKB (None/All/STR/SAR) on iKAT: mean ± std over seeds."""
     import shlex

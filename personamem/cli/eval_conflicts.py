@@ -10,8 +10,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from personamem.cli.options import LLMRuntime, runtime_option
+from personamem.cli.options import runtime_option
 from personamem.console import out
+from personamem.llm.load import Runtime
 
 __all__ = ["eval_conflicts"]
 
@@ -21,7 +22,7 @@ def eval_conflicts(
     llm: Annotated[
         str, typer.Option(help="The frozen LLM (packaged name or folder).")
     ] = "qwen2.5-coder-0.5b",
-    llm_runtime: Annotated[LLMRuntime | None, runtime_option()] = None,
+    llm_runtime: Annotated[Runtime | None, runtime_option()] = None,
     margin: Annotated[
         float, typer.Option(help="log P(Yes) - log P(No) above which a pair is a conflict.")
     ] = 0.0,

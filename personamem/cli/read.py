@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from personamem.cli.options import LLMRuntime, config_options, runtime_option
+from personamem.cli.options import config_options, runtime_option
 from personamem.console import err, out
 from personamem.contract import hit_json
+from personamem.llm.load import Runtime
 from personamem.methods import method_help
 from personamem.pipeline import PipelineConfig
 
@@ -27,7 +28,7 @@ def search(
     llm: Annotated[
         str | None, typer.Option(help="The frozen LLM for LLM methods (see 'eval --help').")
     ] = None,
-    llm_runtime: Annotated[LLMRuntime | None, runtime_option()] = None,
+    llm_runtime: Annotated[Runtime | None, runtime_option()] = None,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="Print one JSON line per hit (the REST shape) instead of a table."),
