@@ -6,8 +6,9 @@ label log-likelihood, heap sort) ranks the top 10; the listwise reranker
 (:class:`~personamem.profile.listwise.ListwiseSelector`, one greedy generation over the numbered
 list) orders the same 20. Both run ``--iters`` times alternately, a different request each time.
 The setwise side costs several short scoring calls (at most ``ceil((N-1)/4) + 3 + k * ceil(log4 N)``
-choices, each one forward pass thanks to the backend's shared-prompt scoring, over only the tokens
-after the system prompt, memory and request, whose key/value states the backend keeps); the listwise
+choices, each one forward pass thanks to the backend's shared-prompt scoring, over only the items,
+since the backend keeps the key/value states of the prompt before them; and over only the items no
+earlier choice of the ranking showed to lose, :class:`~personamem.preference.setwise.Outcomes`); the listwise
 side one long decode, and its answer is often unusable on a small model (it then keeps the input order).
 
 Also timed in the same alternation, and only printed: setwise with a 120-word memory (the prompted

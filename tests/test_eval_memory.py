@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from personamem import SentenceEncoder
+from personamem import Record, SentenceEncoder
 from personamem.cli import main
 from personamem.datasets.amazon_beauty import load_amazon_choices
-from personamem.datasets.choice import ChoiceNeeds, split_users
+from personamem.datasets.choice import ChoiceInstance, ChoiceNeeds, split_users
 from personamem.datasets.personabench import load_personabench_benchmark, personabench_choices
 from personamem.datasets.prefeval import load_prefeval_benchmark, prefeval_choices
+from personamem.eval.memory_eval import build_memories
+from personamem.llm.hf import TransformersLLM
 from tests.conftest import DATA, need_data
 
 
@@ -58,19 +60,46 @@ def test_prefeval_and_personabench_instances_have_the_aligned_answer_first(encod
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")
-def test_eval_memory_writes_a_report_with_every_method_and_resumes_from_its_memories(tmp_path: Path) -> None:
+def test_eval_memory_writes_a_report_with_every_method_and_resumes_from_its_memories_and_choices(
+    tmp_path: Path,
+) -> None:
     data = need_data(DATA / "prefeval")
     args = ["eval-memory", "--data", str(data), "--benchmark", "prefeval-explicit", "--instances", "2"]
     args += ["--seeds", "2", "--shifts", "1", "--method", "none", "--method", "raw", "--method", "dense-top5"]
-    args += ["--inter-turns", "3", "--out", str(tmp_path)]
+    args += ["--method", "raw-matched:dense-top5", "--inter-turns", "8", "--out", str(tmp_path)]
     assert main(args) == 0
     report = json.loads((tmp_path / "report.json").read_text())
     rows = {row["method"]: row for row in report["methods"]}
-    assert set(rows) == {"none", "raw", "dense-top5"}
+    assert set(rows) == {"none", "raw", "dense-top5", "raw-matched:dense-top5"}
     assert rows["none"]["words"] == 0 and rows["raw"]["words"] > 0
+    # raw history cut to the dense memory's tokens: shorter than the 512-token raw, about as long as dense
+    assert 0 < rows["raw-matched:dense-top5"]["words"] <= rows["dense-top5"]["words"] * 1.5
+    assert rows["raw-matched:dense-top5"]["words"] < rows["raw"]["words"]
+    assert "vs_raw_matched" in rows["dense-top5"]["accuracy"]
+    assert "vs_raw_matched" not in rows["raw"]["accuracy"]
     assert rows["raw"]["accuracy"]["instances"] == 2 and rows["raw"]["accuracy"]["seeds"] == 2
     assert 0.0 <= rows["raw"]["accuracy"]["mean"] <= 1.0 and "vs_none" in rows["raw"]["accuracy"]
     assert "--benchmark prefeval-explicit" in report["command"]
     cached = (tmp_path / "memories.jsonl").read_text().splitlines()
+    choices = (tmp_path / "choices.jsonl").read_text().splitlines()
+    assert len(choices) == 4 * 2 * 2  # methods x instances x seeds
     assert main(args) == 0
     assert (tmp_path / "memories.jsonl").read_text().splitlines() == cached  # nothing rebuilt
+    assert (tmp_path / "choices.jsonl").read_text().splitlines() == choices  # nothing rescored
+    assert json.loads((tmp_path / "report.json").read_text())["methods"] == report["methods"]
+
+
+def test_raw_history_at_a_budget_shorter_than_one_record_shows_the_newest_records_first_words(
+    llm: TransformersLLM,
+) -> None:
+    session = " ".join(f"word{i}" for i in range(300))  # one long session, as PersonaBench's are
+    history = (
+        Record(user_id="u", id="old", text="an older record"),
+        Record(user_id="u", id="new", text=session),
+    )
+    instance = ChoiceInstance("i", "u", history, "", ("a", "b"), "", "u")
+    memories = build_memories("raw", [instance], llm=llm, encoder=None, raw_tokens=12)  # type: ignore[arg-type]
+    text = memories["i"].text
+    assert text.startswith("- word0 word1") and 0 < llm.count_tokens(text) <= 12
+    roomy = build_memories("raw", [instance], llm=llm, encoder=None, raw_tokens=2000)  # type: ignore[arg-type]
+    assert roomy["i"].text == f"- {session}\n- an older record"  # whole records, newest first

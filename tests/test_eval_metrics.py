@@ -81,6 +81,9 @@ def test_paired_t_test_matches_scipy_and_reports_identical_runs() -> None:
     assert result.t == pytest.approx(expected.statistic) and result.p == pytest.approx(expected.pvalue)
     assert result.difference == pytest.approx(0.25) and result.questions == 4
     assert math.isnan(compare(base, base, "recall@5").p)
+    shifted = _run("shifted", {q: [v[0] + 0.1] for q, v in base.scores["recall@5"].items()})
+    same_gap = compare(shifted, base, "recall@5")  # every question 0.1 apart: no variance, no t-test
+    assert same_gap.difference == pytest.approx(0.1) and math.isnan(same_gap.p)
 
 
 def test_metric_labels() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import random
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -19,7 +21,7 @@ from personamem.preference import (
     memory_quality,
     parse_memory,
 )
-from personamem.preference.setwise import setwise_prompt, shuffled
+from personamem.preference.setwise import Outcomes, setwise_prompt, shuffled
 from personamem.records import Record
 
 IDS = ["r-a", "r-b", "r-c"]
@@ -77,6 +79,7 @@ def test_the_llm_sees_the_memory_without_evidence_and_the_audit_form_keeps_it() 
     memory = PreferenceMemory("u", within=parsed.within, cross=parsed.cross, revision="r1", extractor="x")
     assert memory.text() == "WITHIN shoes:\n- wide fit\nWITHIN books:\n- sci-fi\nCROSS:\n- gifts"
     assert memory.text("Books", cross=False) == "WITHIN books:\n- sci-fi"
+    assert memory.text("") == memory.text()  # an item of no known category sees every section
     assert "(evidence: r-a)" in memory.audit_text()
     assert memory.evidence_ids == ["r-a", "r-b", "r-c"] and memory.words == 4
     assert PreferenceMemory.from_json(memory.to_json()) == memory
@@ -157,6 +160,87 @@ def test_the_heap_of_five_way_choices_equals_a_full_sort_for_a_consistent_compar
     assert top == sorted(range(n), key=lambda i: -values[i])[:k]
     depth = math.ceil(math.log(n, 4)) if n > 1 else 0
     assert calls <= max(n - 1, 0) + min(k, n) * depth  # the bound the module states
+
+
+class _Judge:
+    """A scripted judge for the ranking's control flow: each letter's log-likelihood is the hidden value
+    of the item it labels (items are "item <index>"), so the judge is consistent, or noisy with ``noise``.
+    """
+
+    name, context_window = "judge", 4096
+
+    def __init__(self, values: Sequence[float], noise: float = 0.0, seed: int = 0) -> None:  # log-odds
+        self.values, self.noise, self.rng = values, noise, random.Random(seed)
+        self.items_shown = 0
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def loglikelihood(self, requests: Sequence[tuple[Prompt, str]]) -> Scores:
+        shown = re.findall(r"^([A-E])\. item (\d+)$", str(requests[0][0][-1]["content"]), re.M)
+        self.items_shown += len(shown)
+        value = {letter: self.values[int(i)] + self.rng.gauss(0, self.noise) for letter, i in shown}
+        scores = [value[target] for _, target in requests]
+        return Scores(scores, [[s] for s in scores])
+
+    def generate(self, prompts: Sequence[Prompt], **options: object) -> Generations:
+        raise AssertionError("likelihood mode never generates")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-40, 40), min_size=1, max_size=30, unique=True), st.integers(1, 30))
+def test_ranking_with_the_orders_choices_showed_equals_a_full_sort_and_shows_fewer_items(
+    values: list[int], k: int
+) -> None:
+    judge = _Judge(values)
+    items = [f"item {i}" for i in range(len(values))]
+    top = SetwiseReranker(judge).rank("q", "", items, k=k)  # type: ignore[arg-type]
+    assert top == sorted(range(len(values)), key=lambda i: -values[i])[:k]
+    plain = _Judge(values)  # the same heap asking about every item of every group
+    reranker = SetwiseReranker(plain)  # type: ignore[arg-type]
+    heap_top_k(len(items), k, lambda g: g[reranker.best_of("q", "", [items[i] for i in g])])
+    assert judge.items_shown <= plain.items_shown
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(2, 30), st.integers(0, 1000))
+def test_a_noisy_judge_still_gets_a_full_ranking_and_the_known_orders_stay_acyclic(n: int, seed: int) -> None:
+    judge = _Judge([float(i) for i in range(n)], noise=10.0, seed=seed)
+    seen: list[Outcomes] = []
+    original = Outcomes.record
+
+    def record(self: Outcomes, group: Sequence[int], probabilities: Sequence[float]) -> int:
+        seen.append(self)
+        return original(self, group, probabilities)
+
+    Outcomes.record = record  # type: ignore[method-assign]
+    try:
+        order = SetwiseReranker(judge).rank("q", "", [f"item {i}" for i in range(n)])  # type: ignore[arg-type]
+    finally:
+        Outcomes.record = original  # type: ignore[method-assign]
+    assert sorted(order) == list(range(n))
+    outcomes = seen[-1]  # the ranking's one record of what its choices showed
+    assert all(item not in _reachable(outcomes, item) for item in range(n))  # nothing beats itself
+
+
+def _reachable(outcomes: Outcomes, start: int) -> set[int]:
+    found: set[int] = set()
+    stack = [start]
+    while stack:
+        for loser in outcomes.beats.get(stack.pop(), ()):
+            if loser not in found:
+                found.add(loser)
+                stack.append(loser)
+    return found
+
+
+def test_contenders_drop_what_an_earlier_choice_settled() -> None:
+    outcomes = Outcomes()
+    assert outcomes.record([3, 1, 4], [0.2, 0.5, 0.3]) == 1  # 1 > 4 > 3
+    assert outcomes.contenders([3, 4, 7]) == [4, 7]  # 3 lost to 4; 7 is unknown
+    assert outcomes.contenders([3, 4]) == [4]  # settled: no choice needed
+    assert outcomes.record([0, 2], [0.5, 0.5]) == 0  # a tie decides the choice but says nothing more
+    assert outcomes.contenders([0, 2]) == [0, 2]
 
 
 def test_shuffled_is_a_seeded_permutation_with_the_map_back() -> None:

@@ -114,6 +114,7 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path: Path, encoder: Sent
     )
     steps = [row["step"] for row in result.history if "loss" in row]
     assert steps == [1, 2, 3, 4] and result.profiles_rewarded == 2 * 4 * 16  # only the new steps
+    assert all(row["seconds"] > 0 for row in result.history if "loss" in row)  # wall time per step, kept
 
 
 def test_checkpoint_for_another_encoder_is_refused(tmp_path: Path, encoder: SentenceEncoder) -> None:

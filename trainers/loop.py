@@ -11,6 +11,7 @@ optimization side); a trainer whose default differs names it with :func:`default
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -124,7 +125,8 @@ def train_loop(
     Args:
         state: where the run starts (a fresh one, or a resumed checkpoint's).
         config: the steps and the validation interval.
-        step: one optimizer step (it draws its own batch); returns the step's history row.
+        step: one optimizer step (it draws its own batch); returns the step's history row (the loop
+            adds its wall-clock ``seconds``).
         validate: the validation value (higher is better), the same in every process.
         checkpoint: writes the checkpoints after a validation, given the state and whether it was
             the best so far (then ``best/`` too); called in every process.
@@ -135,9 +137,10 @@ def train_loop(
     """
     task = progress.add_task(title, total=config.steps, completed=state.step) if progress else None
     while state.step < config.steps:
+        started = time.perf_counter()
         row = step()
         state.step += 1
-        state.history.append({"step": state.step, **row})
+        state.history.append({"step": state.step, **row, "seconds": time.perf_counter() - started})
         if state.step % config.validate_every == 0 or state.step == config.steps:
             value = validate()
             state.history.append({"step": state.step, "validation": value})

@@ -55,7 +55,8 @@ def eval_memory(
     method: Annotated[
         list[str] | None,
         typer.Option(
-            help="none, raw, dense-top5, prompted, atomic or memrerank:<folder>; repeat. [default: all]"
+            help="none, raw, dense-top5, prompted, atomic, memrerank:<folder> or raw-matched:<method> "
+            "(raw history as long as that memory); repeat. [default: all]"
         ),
     ] = None,
     seeds: Annotated[int, typer.Option(min=1, help="Candidate orders per instance, seeds 0..N-1.")] = 5,
@@ -72,7 +73,8 @@ def eval_memory(
     item_chars: Annotated[int, typer.Option(min=20, help="Characters of each candidate shown.")] = 240,
     options: BenchmarkOptions,
     out_dir: Annotated[
-        Path, typer.Option("--out", help="Folder for report.json, report.md, memories.jsonl.")
+        Path,
+        typer.Option("--out", help="Folder for report.json, report.md, memories.jsonl and choices.jsonl."),
     ] = Path("personamem-eval/memory"),
     llm: Annotated[
         str, typer.Option(help="The reranker's model (packaged name or folder).")
@@ -81,11 +83,21 @@ def eval_memory(
         str | None, typer.Option(help="The untrained extractors' model. [default: --llm]")
     ] = None,
     llm_runtime: Annotated[Runtime, runtime_option()] = REFERENCE_RUNTIME,
+    extractor_runtime: Annotated[
+        Runtime | None,
+        typer.Option(help="The extractors' engine (ctranslate2: int8 generation). [default: --llm-runtime]"),
+    ] = None,
 ) -> None:
     """Accuracy and MRR of the user's item among five, per kind of memory, on held-out users or topics."""
     from personamem.datasets.benchmark import evenly_spaced
     from personamem.encoder import default_encoder
-    from personamem.eval.memory_eval import MEMORY_METHODS, MemoryEvalReport, build_memories, evaluate_choices
+    from personamem.eval.memory_eval import (
+        MEMORY_METHODS,
+        MemoryEvalReport,
+        build_memories,
+        evaluate_choices,
+        memory_key,
+    )
     from personamem.llm.load import load_llm
     from personamem.preference.setwise import SetwiseReranker
 
@@ -95,7 +107,9 @@ def eval_memory(
     asked = any(i.query for i in held_out)  # without a written request, dense-top5 has nothing to search
     methods = method or [m for m in MEMORY_METHODS if asked or m != "dense-top5"]
     reranker_llm = load_llm(llm, runtime=llm_runtime)
-    writer = load_llm(extractor_llm, runtime=llm_runtime) if extractor_llm else None
+    writer_runtime = extractor_runtime or llm_runtime
+    separate = extractor_llm is not None or writer_runtime != llm_runtime
+    writer = load_llm(extractor_llm or llm, runtime=writer_runtime) if separate else None
     reranker = SetwiseReranker(reranker_llm, shifts=shifts, calibrate=calibrate, item_chars=item_chars)
     runs, memories = [], {}
     with progress_bar() as progress:
@@ -120,6 +134,8 @@ def eval_memory(
                     reranker,
                     seeds=range(seeds),
                     progress=_advance(progress, task),
+                    cache=out_dir / "choices.jsonl",
+                    memory_key=memory_key(name, writer or reranker_llm),
                 )
             )
     command = ["personamem", "eval-memory", "--data", str(data), "--benchmark", benchmark.value]
@@ -134,6 +150,7 @@ def eval_memory(
     ]
     command += ["--instances", str(instances)] if instances else []
     command += ["--extractor-llm", extractor_llm] if extractor_llm else []
+    command += ["--extractor-runtime", extractor_runtime] if extractor_runtime else []
     command += [*command_line(options), "--llm-runtime", llm_runtime]
     report = MemoryEvalReport(benchmark.value, runs, memories, shlex.join(command), notes)
     written = report.write(out_dir)

@@ -10,15 +10,19 @@ changes:
 * ``dense-top5``: the five records closest to the request by cosine (needs a request).
 * ``prompted`` / ``atomic``: the untrained extractor's sectioned memory / one fact per line.
 * ``memrerank:<folder>``: a trained extractor checkpoint.
+* ``raw-matched:<method>``: the raw history cut, per user, to as many tokens as ``<method>``'s memory
+  (the memory exists to save tokens, so it should beat raw history of its own length).
 
 A memory is built once per user and method (greedy decoding, so seeds do not change it) and kept in
-``memories.jsonl`` beside the report, so a rerun resumes. Seeds change the order the candidates are
+``memories.jsonl`` beside the report, and each instance's choices in ``choices.jsonl``, so a rerun
+resumes. Seeds change the order the candidates are
 shown in, which the small models are sensitive to (they favour the first letter): mean ± std over
 seeds, paired t-tests over instances against ``none``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Callable, Sequence
@@ -37,10 +41,19 @@ from personamem.llm.budget import fit_to_budget
 from personamem.preference.extractor import PromptedExtractor
 from personamem.preference.setwise import SetwiseReranker, shuffled
 
-__all__ = ["MEMORY_METHODS", "MemoryEvalReport", "MemoryText", "build_memories", "evaluate_choices"]
+__all__ = [
+    "MEMORY_METHODS",
+    "MemoryEvalReport",
+    "MemoryText",
+    "build_memories",
+    "evaluate_choices",
+    "memory_key",
+]
 
 MEMORY_METHODS = ("none", "raw", "dense-top5", "prompted", "atomic")
-"""Methods by name; ``memrerank:<folder>`` names a trained extractor besides these."""
+"""Methods by name; ``memrerank:<folder>`` names a trained extractor and ``raw-matched:<method>`` the
+raw history cut to that method's memory length, per user, besides these."""
+RAW_MATCHED = "raw-matched:"
 METRICS = ("accuracy", "mrr", "p_positive")
 
 
@@ -72,17 +85,35 @@ def build_memories(
     ``llm`` is the reranker's (its tokenizer counts the raw history); ``extractor_llm`` writes the
     prompted and atomic memories (default: ``llm``).
     """
-    writer = extractor_llm or llm
-    key = f"{method}@{writer.name}" if method in ("prompted", "atomic") else method
+    key = memory_key(method, extractor_llm or llm)
     done = _read_cache(cache, key)
     todo = [i for i in instances if i.id not in done]
     if method == "none":
         done.update({i.id: MemoryText("", 0, 0.0) for i in todo})
     elif method == "raw":
         for instance in todo:
-            lines = [f"- {r.text}" for r in reversed(instance.history)]
-            text = fit_to_budget(lines, raw_tokens, llm.count_tokens, render=lambda t: t).text
+            text = _raw_history(instance, raw_tokens, llm)
             done[instance.id] = MemoryText(text, len(text.split()), 0.0)
+    elif method.startswith(RAW_MATCHED):
+        # derived from the other method's (cached) memories, so never cached itself
+        other = build_memories(
+            method.removeprefix(RAW_MATCHED),
+            instances,
+            llm=llm,
+            encoder=encoder,
+            extractor_llm=extractor_llm,
+            raw_tokens=raw_tokens,
+            cache=cache,
+            batch_size=batch_size,
+        )
+        matched = {}
+        for instance in instances:
+            tokens = llm.count_tokens(other[instance.id].text)
+            text = _raw_history(instance, tokens, llm) if tokens else ""
+            matched[instance.id] = MemoryText(text, len(text.split()), 0.0)
+        if progress is not None:
+            progress(len(instances))
+        return matched
     elif method == "dense-top5":
         for instance in todo:
             if not instance.query:
@@ -92,7 +123,7 @@ def build_memories(
             text = "\n".join(f"- {instance.history[int(j)].text}" for j in best)
             done[instance.id] = MemoryText(text, len(text.split()), 0.0)
     else:
-        extractor = _extractor(method, writer)
+        extractor = _extractor(method, extractor_llm or llm)
         # one extraction per history: PersonaBench asks each of its 4 users about 10 questions
         histories: dict[tuple[str, tuple[str, ...]], list[ChoiceInstance]] = {}
         for instance in todo:
@@ -120,6 +151,33 @@ def build_memories(
     return done
 
 
+def memory_key(method: str, writer: FrozenLLM) -> str:
+    """What names a method's memories in the caches: the extractor's model too, where one writes them."""
+    extracted = method.removeprefix(RAW_MATCHED) in ("prompted", "atomic")
+    return f"{method}@{writer.name}" if extracted else method
+
+
+def _raw_history(instance: ChoiceInstance, tokens: int, llm: FrozenLLM) -> str:
+    """The user's newest records as lines, fit to ``tokens`` of ``llm``'s tokenizer.
+
+    Whole lines, newest first; when not even the newest fits (a PersonaBench session against a
+    40-token memory), its first words that do, so a budget is never answered with nothing.
+    """
+    lines = [f"- {r.text}" for r in reversed(instance.history)]
+    fitted = fit_to_budget(lines, tokens, llm.count_tokens, render=lambda t: t)
+    if fitted.kept or not lines:
+        return fitted.text
+    words = lines[0].split()
+    low, high = 0, len(words)  # the longest word prefix within the budget, by bisection
+    while low < high:
+        middle = (low + high + 1) // 2
+        if llm.count_tokens(" ".join(words[:middle])) <= tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return " ".join(words[:low])
+
+
 def _extractor(method: str, llm: FrozenLLM) -> PromptedExtractor:
     if method in ("prompted", "atomic"):
         return PromptedExtractor(llm, style="sections" if method == "prompted" else "atomic")
@@ -140,23 +198,61 @@ def evaluate_choices(
     *,
     seeds: Sequence[int],
     progress: Callable[[int], None] | None = None,
+    cache: Path | None = None,
+    memory_key: str | None = None,
 ) -> MethodRun:
-    """Accuracy, MRR and the positive's probability per instance and seed."""
+    """Accuracy, MRR and the positive's probability per instance and seed.
+
+    Each (instance, seed)'s scores are appended to ``cache`` under a key naming the memory
+    (``memory_key``, default ``method``) and the reranker's settings, with a digest of the memory's
+    text, so a rerun resumes and a memory that changed is scored again.
+    """
+    settings = f"shifts={reranker.shifts}|calibrate={reranker.calibrate}|item_chars={reranker.item_chars}"
+    key = f"{memory_key or method}|{reranker.llm.name}|{settings}"
+    done = _read_choices(cache, key)
     run = MethodRun(method=method, seeds=list(seeds), stochastic=True)
     scores: dict[str, dict[str, list[float]]] = {m: {} for m in METRICS}
     for instance in instances:
+        memory = memories[instance.id].text
+        digest = hashlib.sha256(memory.encode()).hexdigest()[:16]
         for seed in seeds:
-            shown, order = shuffled(list(instance.candidates), _seed(seed, instance.id))
-            probabilities = reranker.choice_probabilities(instance.query, memories[instance.id].text, shown)
-            positive = order.index(0)
-            rank = 1 + sum(1 for p in probabilities if p > probabilities[positive])
-            scores["accuracy"].setdefault(instance.id, []).append(float(rank == 1))
-            scores["mrr"].setdefault(instance.id, []).append(1.0 / rank)
-            scores["p_positive"].setdefault(instance.id, []).append(probabilities[positive])
+            if (found := done.get((instance.id, seed, digest))) is None:
+                found = _score_choice(instance, memory, reranker, seed)
+                _append_choice(cache, key, (instance.id, seed, digest), found)
+            for metric in METRICS:
+                scores[metric].setdefault(instance.id, []).append(found[metric])
         if progress is not None:
             progress(1)
     run.scores = scores
     return run
+
+
+def _score_choice(
+    instance: ChoiceInstance, memory: str, reranker: SetwiseReranker, seed: int
+) -> dict[str, float]:
+    """One seed's candidate order through the reranker: the positive's rank-1 hit, reciprocal rank, P."""
+    shown, order = shuffled(list(instance.candidates), _seed(seed, instance.id))
+    probabilities = reranker.choice_probabilities(instance.query, memory, shown)
+    positive = order.index(0)
+    rank = 1 + sum(1 for p in probabilities if p > probabilities[positive])
+    return {"accuracy": float(rank == 1), "mrr": 1.0 / rank, "p_positive": probabilities[positive]}
+
+
+def _read_choices(cache: Path | None, key: str) -> dict[tuple[str, int, str], dict[str, float]]:
+    if cache is None or not cache.is_file():
+        return {}
+    entries = (json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines())
+    return {(e["id"], e["seed"], e.get("memory", "")): e["scores"] for e in entries if e["key"] == key}
+
+
+def _append_choice(cache: Path | None, key: str, at: tuple[str, int, str], scores: dict[str, float]) -> None:
+    if cache is None:
+        return
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    instance_id, seed, memory = at
+    entry = {"key": key, "id": instance_id, "seed": seed, "memory": memory, "scores": scores}
+    with cache.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry) + "\n")
 
 
 def _seed(seed: int, instance_id: str) -> int:
@@ -175,7 +271,8 @@ class MemoryEvalReport:
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per method (the JSON report's ``methods``)."""
-        baseline = next((r for r in self.runs if r.method == "none"), None)
+        by_method = {r.method: r for r in self.runs}
+        baseline = by_method.get("none")
         rows = []
         for run in self.runs:
             texts = list(self.memories[run.method].values())
@@ -187,6 +284,10 @@ class MemoryEvalReport:
                 for metric in ("accuracy", "mrr"):
                     c = compare(run, baseline, metric)
                     row[metric]["vs_none"] = {"difference": c.difference, "p": c.p}
+            if (matched := by_method.get(RAW_MATCHED + run.method)) is not None:
+                for metric in ("accuracy", "mrr"):
+                    c = compare(run, matched, metric)
+                    row[metric]["vs_raw_matched"] = {"difference": c.difference, "p": c.p}
             row["words"] = float(np.mean([t.words for t in texts])) if texts else 0.0
             row["extraction_s_per_user"] = float(np.mean([t.seconds for t in texts])) if texts else 0.0
             row["rejected"] = sum(1 for t in texts if any(n.startswith("rejected") for n in t.notes))
@@ -198,16 +299,16 @@ class MemoryEvalReport:
         lines = [
             f"### {self.benchmark}",
             "",
-            "| memory | accuracy | MRR | P(positive) | Δacc vs none (p) | words | extraction s/user "
-            "| rejected |",
-            "|---|---|---|---|---|---|---|---|",
+            "| memory | accuracy | MRR | P(positive) | Δacc vs none (p) | Δacc vs raw, same tokens (p) "
+            "| words | extraction s/user | rejected |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for row in self.rows():
-            vs = row["accuracy"].get("vs_none")
-            delta = f"{vs['difference']:+.3f} ({vs['p']:.2g})" if vs else "—"
+            accuracy = row["accuracy"]
             lines.append(
-                f"| {row['method']} | {_ms(row['accuracy'])} | {_ms(row['mrr'])} | {_ms(row['p_positive'])} "
-                f"| {delta} | {row['words']:.0f} | {row['extraction_s_per_user']:.1f} | {row['rejected']} |"
+                f"| {row['method']} | {_ms(accuracy)} | {_ms(row['mrr'])} | {_ms(row['p_positive'])} "
+                f"| {_delta(accuracy.get('vs_none'))} | {_delta(accuracy.get('vs_raw_matched'))} "
+                f"| {row['words']:.0f} | {row['extraction_s_per_user']:.1f} | {row['rejected']} |"
             )
         n = self.runs[0].scores["accuracy"] if self.runs else {}
         lines += ["", f"{len(n)} held-out instances × {len(self.runs[0].seeds) if self.runs else 0} seeds."]
@@ -228,6 +329,10 @@ class MemoryEvalReport:
         (folder / "report.json").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
         (folder / "report.md").write_text(self.to_markdown() + "\n", encoding="utf-8")
         return folder / "report.json"
+
+
+def _delta(comparison: dict[str, float] | None) -> str:
+    return f"{comparison['difference']:+.3f} ({comparison['p']:.2g})" if comparison else "—"
 
 
 def _ms(summary: dict[str, Any]) -> str:

@@ -66,7 +66,8 @@ def compare(run: MethodRun, baseline: MethodRun, metric: str) -> Comparison:
     ours = np.array([np.mean(run.scores[metric][qid]) for qid in ids])
     theirs = np.array([np.mean(baseline.scores[metric][qid]) for qid in ids])
     difference = float((ours - theirs).mean()) if ids else math.nan
-    if len(ids) < 2 or np.allclose(ours, theirs):
+    # the t statistic is undefined when every question differs by the same amount (zero variance)
+    if len(ids) < 2 or np.allclose(ours - theirs, (ours - theirs)[0]):
         return Comparison(run.method, baseline.method, metric, difference, math.nan, math.nan, len(ids))
     result = ttest_rel(ours, theirs)
     return Comparison(

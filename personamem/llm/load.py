@@ -32,6 +32,7 @@ def load_llm(
     url: str | None = None,
     threads: int | None = None,
     cache_dir: Path | None = None,
+    device: str = "cpu",
 ) -> FrozenLLM:
     """The frozen LLM ``name`` names, on ``runtime`` (or served at ``url``).
 
@@ -42,6 +43,8 @@ def load_llm(
         cache_dir: where converted copies are kept (default: the user cache).
         threads: CPU threads for the CTranslate2 runtime (default
             :func:`~personamem.llm.ct2.default_threads`); the transformers runtime uses torch's setting.
+        device: where the transformers runtime puts the model (``cpu``, ``cuda``, ``cuda:1``); the
+            CTranslate2 runtime runs on the CPU.
 
     Raises:
         LLMError: an unknown name, a model that is not installed or fails its checksum.
@@ -57,5 +60,5 @@ def load_llm(
     if runtime == "transformers":
         from personamem.llm.hf import TransformersLLM
 
-        return TransformersLLM.local(name, cache_dir=cache_dir)
+        return TransformersLLM.local(name, cache_dir=cache_dir, device=device)
     raise ValueError(f"unknown LLM runtime {runtime!r}; choose from {', '.join(RUNTIMES)}")

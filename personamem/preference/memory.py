@@ -222,10 +222,11 @@ class PreferenceMemory:
     def text(self, category: str | None = None, *, cross: bool = True) -> str:
         """What an LLM is shown: evidence stripped; only ``category``'s within section when given.
 
-        ``cross=False`` is the paper's within-only memory (M_W); the default is M_WC.
+        An empty ``category`` (an item of no known category, as PersonaBench's are) shows every
+        section. ``cross=False`` is the paper's within-only memory (M_W); the default is M_WC.
         """
         within = self.within
-        if category is not None:
+        if category:
             within = {c: s for c, s in within.items() if c == category.lower() or c == ""}
         return render_sections(within, self.cross if cross else [], evidence=False)
 

@@ -41,7 +41,8 @@ def run(config: PurpleRunConfig, *, progress: Progress | None = None) -> TrainSu
     from personamem.trainers.purple.trainer import train_purple
 
     data, train_config, out_dir = config.data, config.train, config.out_dir
-    main = PartialState(cpu=on_cpu(train_config.device)).is_main_process
+    state = PartialState(cpu=on_cpu(train_config.device))
+    main = state.is_main_process
     progress = progress if main else None
     encoder = default_encoder()
     train, validation, test, split = examples(data, train_config, encoder, progress)
@@ -52,7 +53,8 @@ def run(config: PurpleRunConfig, *, progress: Progress | None = None) -> TrainSu
         "validation_users": split["validation_users"],
         "train_users": len(split["train_users"]),
     }
-    reward = LLMReward(load_llm(data.llm, runtime=data.llm_runtime))
+    # the reward's LLM sits on this process's device: on a GPU it is most of a step (bench/gpu_reward.py)
+    reward = LLMReward(load_llm(data.llm, runtime=data.llm_runtime, device=str(state.device)))
     result = train_purple(
         train,
         validation,
@@ -77,7 +79,7 @@ def run(config: PurpleRunConfig, *, progress: Progress | None = None) -> TrainSu
                 f"{result.profiles_rewarded} ({reward.scored}, {reward.hits})",
             ),
             ("processes", str(result.processes)),
-            ("wall-clock seconds", f"{result.seconds:.0f}"),
+            ("wall-clock seconds (median step)", f"{result.seconds:.0f} ({_median_step(result.history)})"),
             ("best checkpoint", f"{result.best} ({size / 2**20:.1f} MiB)"),
         ],
         f'selector = "purple:{result.best}"',
@@ -136,3 +138,9 @@ def examples(
         test_examples=[e.id for e in test],
     )
     return train, validation, test, payload
+
+
+def _median_step(history: list[dict[str, Any]]) -> str:
+    """The median step's wall-clock seconds, validations excluded ("-" for a run resumed at its end)."""
+    seconds = sorted(row["seconds"] for row in history if "seconds" in row)
+    return f"{seconds[len(seconds) // 2]:.1f} s" if seconds else "-"
