@@ -239,20 +239,14 @@ def _score_choice(
 
 
 def _read_choices(cache: Path | None, key: str) -> dict[tuple[str, int, str], dict[str, float]]:
-    if cache is None or not cache.is_file():
-        return {}
-    entries = (json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines())
-    return {(e["id"], e["seed"], e.get("memory", "")): e["scores"] for e in entries if e["key"] == key}
+    return {
+        (e["id"], e["seed"], e.get("memory", "")): e["scores"] for e in _entries(cache) if e["key"] == key
+    }
 
 
 def _append_choice(cache: Path | None, key: str, at: tuple[str, int, str], scores: dict[str, float]) -> None:
-    if cache is None:
-        return
-    cache.parent.mkdir(parents=True, exist_ok=True)
     instance_id, seed, memory = at
-    entry = {"key": key, "id": instance_id, "seed": seed, "memory": memory, "scores": scores}
-    with cache.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(entry) + "\n")
+    _append(cache, {"key": key, "id": instance_id, "seed": seed, "memory": memory, "scores": scores})
 
 
 def _seed(seed: int, instance_id: str) -> int:
@@ -280,14 +274,12 @@ class MemoryEvalReport:
             for metric in METRICS:
                 s = summarize(run, metric)
                 row[metric] = {"mean": s.mean, "std": s.std, "instances": s.questions, "seeds": s.seeds}
-            if baseline is not None and run is not baseline:
+            against = {"vs_none": baseline, "vs_raw_matched": by_method.get(RAW_MATCHED + run.method)}
+            for name, other in against.items():
                 for metric in ("accuracy", "mrr"):
-                    c = compare(run, baseline, metric)
-                    row[metric]["vs_none"] = {"difference": c.difference, "p": c.p}
-            if (matched := by_method.get(RAW_MATCHED + run.method)) is not None:
-                for metric in ("accuracy", "mrr"):
-                    c = compare(run, matched, metric)
-                    row[metric]["vs_raw_matched"] = {"difference": c.difference, "p": c.p}
+                    if other is not None and other is not run:
+                        c = compare(run, other, metric)
+                        row[metric][name] = {"difference": c.difference, "p": c.p}
             row["words"] = float(np.mean([t.words for t in texts])) if texts else 0.0
             row["extraction_s_per_user"] = float(np.mean([t.seconds for t in texts])) if texts else 0.0
             row["rejected"] = sum(1 for t in texts if any(n.startswith("rejected") for n in t.notes))
@@ -340,22 +332,28 @@ def _ms(summary: dict[str, Any]) -> str:
 
 
 def _read_cache(cache: Path | None, method: str) -> dict[str, MemoryText]:
-    found: dict[str, MemoryText] = {}
-    if cache is None or not cache.is_file():
-        return found
-    for line in cache.read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        if entry["method"] == method:
-            found[entry["id"]] = MemoryText(
-                entry["text"], entry["words"], entry["seconds"], entry.get("audit", ""), tuple(entry["notes"])
-            )
-    return found
+    return {
+        e["id"]: MemoryText(e["text"], e["words"], e["seconds"], e.get("audit", ""), tuple(e["notes"]))
+        for e in _entries(cache)
+        if e["method"] == method
+    }
 
 
 def _append_cache(cache: Path | None, method: str, instance_id: str, memory: MemoryText) -> None:
+    _append(cache, {"method": method, "id": instance_id, **memory.__dict__, "notes": list(memory.notes)})
+
+
+def _entries(cache: Path | None) -> list[dict[str, Any]]:
+    """Every entry of a JSON Lines cache (none when there is no cache or no file yet)."""
+    if cache is None or not cache.is_file():
+        return []
+    return [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
+
+
+def _append(cache: Path | None, entry: dict[str, Any]) -> None:
+    """One entry appended to a JSON Lines cache, as soon as it is known, so a rerun resumes after it."""
     if cache is None:
         return
     cache.parent.mkdir(parents=True, exist_ok=True)
-    entry = {"method": method, "id": instance_id, **memory.__dict__, "notes": list(memory.notes)}
     with cache.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry) + "\n")
