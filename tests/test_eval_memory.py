@@ -103,3 +103,13 @@ def test_raw_history_at_a_budget_shorter_than_one_record_shows_the_newest_record
     assert text.startswith("- word0 word1") and 0 < llm.count_tokens(text) <= 12
     roomy = build_memories("raw", [instance], llm=llm, encoder=None, raw_tokens=2000)  # type: ignore[arg-type]
     assert roomy["i"].text == f"- {session}\n- an older record"  # whole records, newest first
+
+
+@pytest.mark.parametrize("method", ["bogus", "raw-matched:bogus"])
+def test_an_unknown_method_is_refused_before_any_model_loads(
+    method: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["eval-memory", "--data", str(tmp_path), "--benchmark", "amazon", "--method", method]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 2
+    assert "unknown memory method 'bogus'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -95,9 +95,16 @@ def eval_memory(
         MEMORY_METHODS,
         MemoryEvalReport,
         build_memories,
+        check_method,
         evaluate_choices,
         memory_key,
     )
+
+    for name in method or []:
+        try:
+            check_method(name)
+        except ValueError as error:
+            raise typer.BadParameter(str(error), param_hint="--method") from None
     from personamem.llm.load import load_llm
     from personamem.preference.setwise import SetwiseReranker
 

@@ -46,6 +46,7 @@ __all__ = [
     "MemoryEvalReport",
     "MemoryText",
     "build_memories",
+    "check_method",
     "evaluate_choices",
     "memory_key",
 ]
@@ -185,8 +186,24 @@ def _extractor(method: str, llm: FrozenLLM) -> PromptedExtractor:
         from personamem.preference.checkpoint import load_extractor
 
         return load_extractor(method.removeprefix("memrerank:"))
-    raise ValueError(
-        f"unknown memory method {method!r}; choose from {', '.join(MEMORY_METHODS)}, memrerank:<folder>"
+    raise ValueError(_unknown(method))
+
+
+def check_method(method: str) -> None:
+    """Refuse a method name before any model is loaded (the check :func:`build_memories` would reach late).
+
+    Raises:
+        ValueError: naming the method and the choices.
+    """
+    inner = method.removeprefix(RAW_MATCHED)
+    if inner not in MEMORY_METHODS and not inner.startswith("memrerank:"):
+        raise ValueError(_unknown(inner))
+
+
+def _unknown(method: str) -> str:
+    return (
+        f"unknown memory method {method!r}; choose from {', '.join(MEMORY_METHODS)}, memrerank:<folder>, "
+        "raw-matched:<method>"
     )
 
 
