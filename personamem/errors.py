@@ -31,14 +31,17 @@ __all__ = [
     "MissingExtraError",
     "PBRFallbackWarning",
     "PartialWriteError",
+    "PermissionDeniedError",
     "PersonaMemDeprecationWarning",
     "PersonaMemError",
     "PersonaMemWarning",
     "PipelineFallbackWarning",
+    "RateLimitedError",
     "RemoteError",
     "RewriteFallbackWarning",
     "StoreError",
     "TruncationWarning",
+    "UnreadableIndexError",
     "UserBeingForgottenError",
     "collect_fallbacks",
     "warn_fallback",
@@ -72,6 +75,14 @@ class IngestError(PersonaMemError, ValueError):
 
 class StoreError(PersonaMemError):
     """The SQL database or the vector index failed or disagreed in a way repair could not fix."""
+
+
+class UnreadableIndexError(StoreError):
+    """The vector index cannot read a user's vectors back (found after a crash of several writers).
+
+    The store heals it by rebuilding that user's collection from SQL (``Store.rebuild``); it
+    reaches a caller only when the rebuild fails too.
+    """
 
 
 class UserBeingForgottenError(StoreError):
@@ -140,6 +151,28 @@ class RemoteError(PersonaMemError):
 
 class AuthenticationError(RemoteError):
     """The server refused the API key: missing, malformed, unknown or revoked (HTTP 401)."""
+
+
+class PermissionDeniedError(RemoteError):
+    """The API key is valid but its scope does not allow the call (HTTP 403).
+
+    ``needed`` is the scope the call takes and ``scope`` the key's (``read``, ``write``, ``admin``).
+    """
+
+    def __init__(
+        self, message: str, *, needed: str | None = None, scope: str | None = None, status: int | None = 403
+    ) -> None:
+        super().__init__(message, status=status)
+        self.needed = needed
+        self.scope = scope
+
+
+class RateLimitedError(RemoteError):
+    """The API key is over its rate limit (HTTP 429); ``retry_after`` is how many seconds to wait."""
+
+    def __init__(self, message: str, *, retry_after: float, status: int | None = 429) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
 
 
 class PersonaMemWarning(UserWarning):

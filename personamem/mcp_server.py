@@ -9,11 +9,14 @@ is left to the SDK, the CLI and the REST API: an agent should not be one tool ca
 
 Over stdio every call works on the memory the command opened. Over HTTP a gate in front of the
 transport resolves the request's API key to its tenant exactly as the REST routes do (a request
-without a valid key never reaches the transport) and hands the tools that tenant's view, so
-isolation is the store's, as everywhere else. The transport is stateless, so ``serve --workers N``
-needs no session affinity. Answers are :mod:`personamem.contract`'s JSON shapes, the REST API's:
-a record is ``record_json``'s, ``recall`` a ``SearchResult`` (each hit with its rank, score, id,
-text and whole record), ``list_records`` a ``RecordPage``, ``forget_record`` a ``Deleted``. A
+without a valid key, or over its key's rate, never reaches the transport) and hands the tools that
+tenant's view and the key's scope, so isolation is the store's, as everywhere else. A tool that
+changes records (``remember``, ``forget_record``: those without ``read_only_hint``) needs a ``write``
+key; a ``read`` key's call is refused as a tool error naming both scopes. The transport is
+stateless, so ``serve --workers N`` needs no session affinity. Answers are
+:mod:`personamem.contract`'s JSON shapes, the REST API's: a record is ``record_json``'s,
+``recall`` a ``SearchResult`` (each hit with its rank, score, id, text and whole record),
+``list_records`` a ``RecordPage``, ``forget_record`` a ``Deleted``. A
 :class:`~personamem.errors.PersonaMemError` becomes a tool error with its message (what the REST API
 puts in ``error.message``); anything else is logged and reported as a failed call without details,
 and the server keeps serving.
@@ -40,11 +43,12 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from personamem.contract import Deleted, RecordPage, SearchResult, record_json
-from personamem.errors import PersonaMemError
+from personamem.errors import PermissionDeniedError, PersonaMemError
 from personamem.memory import PersonaMem
-from personamem.methods import method_names
+from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
 from personamem.preference import PreferenceMemory
 from personamem.records import JsonScalar, RecordKind, check_user_id
+from personamem.store.keys import KeyScope
 
 __all__ = ["HttpEndpoint", "build_server", "http_endpoint", "run_stdio"]
 
@@ -54,6 +58,8 @@ MAX_PAGE = 1000
 """Most records one ``list_records`` page holds."""
 _SCOPE_KEY = "personamem.memory"
 """Where the HTTP gate leaves the tenant's memory in the request's ASGI scope for the tools."""
+_KEY_SCOPE_KEY = "personamem.key_scope"
+"""Where it leaves the API key's :class:`~personamem.store.keys.KeyScope`."""
 
 INSTRUCTIONS = (
     "Long-term memory of each user, kept by personamem. Before answering a user, call `context` (the text "
@@ -113,6 +119,11 @@ def _build(memory_of: MemoryOf) -> MCPServer:
 
         return register
 
+    def memory_for(ctx: Context, needed: KeyScope) -> PersonaMem:
+        """The memory of this call, once an HTTP request's key is found to have the ``needed`` scope."""
+        _check_scope(ctx, needed)
+        return memory_of(ctx)
+
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
     def remember(
         user_id: UserId,
@@ -152,7 +163,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         the same. Keep the returned id to forget or replace this record later.
         """
         with _tool_errors():
-            mem = memory_of(ctx)
+            mem = memory_for(ctx, KeyScope.WRITE)
             user = check_user_id(user_id)
             if replaces is not None:
                 return record_json(mem.supersede(user, replaces, text, kind=kind, metadata=metadata or {}))
@@ -168,8 +179,9 @@ def _build(memory_of: MemoryOf) -> MCPServer:
             str,
             Field(
                 description="How to rank: 'dense' (by meaning, the default), 'bm25' (by shared words), "
-                "'hybrid' (both), 'default' (the package default) or another method name: "
-                f"{', '.join(method_names())}. Methods that need an LLM fail unless the server has one."
+                "'hybrid' (both), 'default' (the package default) or another method the server serves: "
+                f"{', '.join(SERVED_BY_DEFAULT.names())}, and any its operator added (an unknown name's "
+                "error lists them). Methods that need an LLM fail unless the server has one."
             ),
         ] = "dense",
         as_of: Annotated[
@@ -186,7 +198,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         user has no records (an empty list). Use `context` instead for text to put in a prompt.
         """
         with _tool_errors():
-            mem = memory_of(ctx)
+            mem = memory_for(ctx, KeyScope.READ)
             hits = mem.search(check_user_id(user_id), query, k=k, method=method, as_of=as_of)
         return SearchResult.of(hits).model_dump(mode="json")
 
@@ -209,7 +221,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         keeps them). An empty string means nothing is stored for this user.
         """
         with _tool_errors():
-            mem = memory_of(ctx)
+            mem = memory_for(ctx, KeyScope.READ)
             return mem.context(check_user_id(user_id), query, budget_tokens=budget).text
 
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
@@ -225,7 +237,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         Returns the ids deleted: empty when the user has no record with this id.
         """
         with _tool_errors():
-            mem = memory_of(ctx)
+            mem = memory_for(ctx, KeyScope.WRITE)
             return Deleted(deleted=mem.delete(check_user_id(user_id), [record_id])).model_dump(mode="json")
 
     @tool(ToolAnnotations(read_only_hint=True))
@@ -239,7 +251,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
     ) -> dict[str, Any]:
         """The user's stored records in the order they were added, a page at a time, with the total count."""
         with _tool_errors():
-            mem = memory_of(ctx)
+            mem = memory_for(ctx, KeyScope.READ)
             records = mem.records(check_user_id(user_id))
         page = RecordPage(count=len(records), records=records[offset : offset + limit])
         return page.model_dump(mode="json")
@@ -253,7 +265,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         the server keeps no preference memory.
         """
         with _tool_errors():
-            mem = memory_of(ctx)
+            mem = memory_for(ctx, KeyScope.READ)
             user = check_user_id(user_id)
             memories = mem.pipeline().memories
             if memories is None:
@@ -269,27 +281,51 @@ def _build(memory_of: MemoryOf) -> MCPServer:
     return server
 
 
-def build_server(mem: PersonaMem) -> MCPServer:
-    """The MCP server whose every tool call works on ``mem`` (a local store, or one tenant's view)."""
+def build_server(mem: PersonaMem, *, methods: ServedMethods | None = SERVED_BY_DEFAULT) -> MCPServer:
+    """The MCP server whose every tool call works on ``mem`` (a local store, or one tenant's view).
+
+    ``methods`` become ``mem.served_methods``: the agent picks ``recall``'s method, and an agent can
+    be steered by what it reads, so by default it may name no file or folder
+    (:class:`~personamem.methods.ServedMethods`); None lets it name any.
+    """
+    mem.served_methods = methods
     return _build(lambda _: mem)
 
 
-def run_stdio(mem: PersonaMem) -> None:
+def run_stdio(mem: PersonaMem, *, methods: ServedMethods | None = SERVED_BY_DEFAULT) -> None:
     """Serve ``mem`` over stdin/stdout until the client closes the pipe (what ``personamem mcp`` runs)."""
-    build_server(mem).run("stdio")
+    build_server(mem, methods=methods).run("stdio")
 
 
 class _Gate:
     """ASGI: a request whose key names a tenant goes on with that tenant's memory in its scope."""
 
-    def __init__(self, authenticate: Callable[[Request], PersonaMem], server: MCPServer) -> None:
+    def __init__(
+        self, authenticate: Callable[[Request], tuple[PersonaMem, KeyScope]], server: MCPServer
+    ) -> None:
         self.authenticate = authenticate
         self.server = server
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # the key lookup reads SQL; raising here (a 401) is answered by the host app's error handler
-        mem = await run_in_threadpool(self.authenticate, Request(scope))
-        await self.server.session_manager.handle_request({**scope, _SCOPE_KEY: mem}, receive, send)
+        mem, key_scope = await run_in_threadpool(self.authenticate, Request(scope))
+        passed = {**scope, _SCOPE_KEY: mem, _KEY_SCOPE_KEY: key_scope}
+        await self.server.session_manager.handle_request(passed, receive, send)
+
+
+def _check_scope(ctx: Context, needed: KeyScope) -> None:
+    """Refuse an HTTP call whose key's scope is below ``needed`` (stdio and in-process calls have no key)."""
+    request = ctx.request_context.request
+    if not isinstance(request, Request):
+        return
+    scope = request.scope.get(_KEY_SCOPE_KEY)
+    if not isinstance(scope, KeyScope) or not scope.allows(needed):
+        have = scope.value if isinstance(scope, KeyScope) else None
+        raise PermissionDeniedError(
+            f"this API key's scope is {have!r}; this tool needs {needed.value!r}",
+            needed=needed.value,
+            scope=have,
+        )
 
 
 def _memory_in_request(ctx: Context) -> PersonaMem:
@@ -326,11 +362,12 @@ class HttpEndpoint:
             yield
 
 
-def http_endpoint(authenticate: Callable[[Request], PersonaMem]) -> HttpEndpoint:
+def http_endpoint(authenticate: Callable[[Request], tuple[PersonaMem, KeyScope]]) -> HttpEndpoint:
     """The MCP endpoint whose calls work on the memory ``authenticate`` gives the request.
 
-    ``authenticate`` runs in a worker thread for every request; it returns the key's tenant view or
-    raises (an ``HTTPException(401)`` for a missing or unknown key), and nothing reaches the tools.
+    ``authenticate`` runs in a worker thread for every request; it returns the key's tenant view and
+    the key's scope (which each tool checks), or raises (an ``HTTPException(401)`` for a missing or
+    unknown key, a 429 over the key's rate), and nothing reaches the tools.
     """
     server = _build(_memory_in_request)
     return HttpEndpoint(_Gate(authenticate, server), server)

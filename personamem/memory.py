@@ -28,7 +28,7 @@ from personamem.errors import (
 )
 from personamem.interactions import FeedbackReport, Interaction
 from personamem.llm.base import FrozenLLM
-from personamem.methods import check_llm, method_config
+from personamem.methods import ServedMethods, check_llm, method_config
 from personamem.pipeline import Pipeline, PipelineConfig, load_pipeline
 from personamem.pipeline.config import LLM_MEMORIES, pipeline_config
 from personamem.pipeline.stages import build_extractor
@@ -86,6 +86,7 @@ class PersonaMem(MemoryApi):
         # what add does with a near-duplicate, unless a call says otherwise (see store/duplicates.py)
         self.duplicates = DuplicatePolicy.KEEP
         self.duplicate_threshold = DUPLICATE_THRESHOLD
+        self._served: ServedMethods | None = None
 
     @classmethod
     def open(
@@ -140,8 +141,30 @@ class PersonaMem(MemoryApi):
                 # an LLM or a memory checkpoint named by the config loads once
                 view._llms, view._extractors, view._load_lock = self._llms, self._extractors, self._load_lock
                 view.duplicates, view.duplicate_threshold = self.duplicates, self.duplicate_threshold
+                view.served_methods = self.served_methods
                 self._tenants[name] = view
             return view
+
+    @property
+    def served_methods(self) -> ServedMethods | None:
+        """The method names :meth:`search`, :meth:`context`, :meth:`pipeline` and :meth:`selector` take.
+
+        None (the default, for the SDK and the CLI): any name, a file or folder on this machine
+        included. A server sets a :class:`~personamem.methods.ServedMethods` (``create_app`` and
+        ``personamem mcp`` do), so a request cannot name a path: the name is checked before anything
+        is read. Setting it sets every tenant view's too, so REST, the inspector and MCP share one
+        rule. A :class:`~personamem.pipeline.PipelineConfig` passed in process is the caller's own
+        code and is not checked.
+        """
+        return self._served
+
+    @served_methods.setter
+    def served_methods(self, policy: ServedMethods | None) -> None:
+        with self._views_lock:
+            self._served = policy
+            views = list(self._tenants.values())
+        for view in views:
+            view.served_methods = policy
 
     def __enter__(self) -> PersonaMem:
         return self
@@ -489,14 +512,21 @@ class PersonaMem(MemoryApi):
         return improve(self, Path(config_file), ImproveConfig(**settings))
 
     def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
-        """The pipeline for a method name or config (default: the configured one), built once and kept."""
+        """The pipeline for a method name or config (default: the configured one), built once and kept.
+
+        Raises:
+            MethodError: an unknown name, one :attr:`served_methods` does not serve, or one that
+                needs an LLM when none is configured.
+        """
         if method is None:
             return self._built(self.config, "the configured pipeline")
         if isinstance(method, PipelineConfig):
             return self._built(method, "the pipeline")
-        config = self._methods.get(method)
+        # a served name (an alias's method) is checked as a string, before any file is read
+        run = method if self.served_methods is None else self.served_methods.resolve(method)
+        config = self._methods.get(run)
         if config is None:
-            config = self._methods[method] = method_config(method, self.config)
+            config = self._methods[run] = method_config(run, self.config)
         return self._built(config, f"method {method!r}", method)
 
     def selector(self, name: str) -> ProfileSelector:
@@ -506,11 +536,14 @@ class PersonaMem(MemoryApi):
         postprocessor); built once per name, with the configured LLM where it needs one.
 
         Raises:
-            MethodError: an unknown selector, ``none``, or an LLM selector without an LLM.
+            MethodError: an unknown selector, ``none``, an LLM selector without an LLM, or a
+                ``purple:<folder>`` that :attr:`served_methods` does not serve.
             CheckpointError: a PURPLE checkpoint that cannot be loaded.
         """
         if name == "none":
             raise MethodError("selector 'none' selects nothing: name a selector such as relevance")
+        if self.served_methods is not None:
+            self.served_methods.check_selector(name)
         try:
             config = pipeline_config({**self.config.model_dump(), "selector": name}, source="selector")
         except ConfigError as exc:

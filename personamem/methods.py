@@ -5,16 +5,21 @@ is the PBR personalizer over dense retrieval, ``listwise`` the listwise LLM rera
 top 20, ``purple:<folder>`` a trained PURPLE selector there. The preset sets every stage field;
 the LLM, its deadline, the seed and the token budget come from the pipeline it is applied to. A new
 trained component is one more row (and, if it is a new kind of stage, one more stage name).
+
+A server answers only the names :class:`ServedMethods` allows: a request may not name a file or a
+folder on the server's disk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import functools
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from personamem.errors import ConfigError, MethodError
+from personamem.errors import ConfigError, MethodError, PersonaMemError
 from personamem.llm.base import FrozenLLM
 from personamem.pipeline.config import PERSONALIZERS, PipelineConfig, pipeline_config, read_pipeline_table
 from personamem.pipeline.pipeline import Pipeline
@@ -23,8 +28,10 @@ from personamem.store import Store
 
 __all__ = [
     "METHODS",
+    "SERVED_BY_DEFAULT",
     "Method",
     "MethodSpec",
+    "ServedMethods",
     "check_llm",
     "is_method",
     "method_config",
@@ -57,11 +64,14 @@ class MethodSpec:
         name: the method's name; ``prefix:<argument>`` for a row that takes an argument.
         summary: one line for ``--help`` and error messages.
         preset: the stage fields for this method, given the argument (``""`` for plain names).
+        shipped: for a row that takes an argument, the arguments that ship with the package
+            (``mixed`` for ``adapter:<name>``); a server answers these without being told to.
     """
 
     name: str
     summary: str
     preset: Callable[[str], dict[str, Any]]
+    shipped: Callable[[], Sequence[str]] | None = None
 
     @property
     def prefix(self) -> str | None:
@@ -75,6 +85,13 @@ def _personalized(name: str) -> MethodSpec:
 
 def _selected(name: str, selector: str, summary: str) -> MethodSpec:
     return MethodSpec(name, summary, lambda _: {"selector": selector, **_PROFILE})
+
+
+@functools.cache
+def _shipped_adapters() -> tuple[str, ...]:
+    from personamem.retrieval.query_adapter import shipped_adapters  # package data, listed once
+
+    return tuple(shipped_adapters())
 
 
 METHODS: tuple[MethodSpec, ...] = (
@@ -106,11 +123,13 @@ METHODS: tuple[MethodSpec, ...] = (
         "adapter:<name>",
         "dense search with a query adapter (a folder, or a shipped one by name: adapter:mixed)",
         lambda spec: {"first_stage": "dense", "query_encoder": f"adapter:{spec}"},
+        shipped=_shipped_adapters,
     ),
     MethodSpec(
         "adapter-rrf:<name>",
         "hybrid with a query adapter on its dense side (weighted to dense as the default is)",
         lambda spec: {"first_stage": "hybrid", "query_encoder": f"adapter:{spec}"},
+        shipped=_shipped_adapters,
     ),
     MethodSpec(
         "default",
@@ -166,6 +185,172 @@ def method_config(name: str, base: PipelineConfig | None = None) -> PipelineConf
         return pipeline_config(fields, source=f"method {name!r}")
     except ConfigError as exc:
         raise MethodError(str(exc)) from None
+
+
+_ALIAS = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_ADD_ONE = (
+    "its operator can serve another (a checkpoint or a pipeline file on the server) with "
+    "`personamem serve --allow-method METHOD`, or NAME=METHOD to give it a short name"
+)
+
+
+@dataclass(frozen=True)
+class ServedMethods:
+    """Which method names a server runs for a request; the rest are refused before any file is touched.
+
+    A row that takes an argument names a file or a folder (``pipeline:<file>``, ``purple:<folder>``):
+    from a request, that would make the server read a path of the caller's choosing, and its errors
+    would tell which paths exist. So a server runs every plain row of :data:`METHODS` (``dense``,
+    ``hybrid``, ``listwise``...), the arguments that ship with the package (``adapter:mixed``,
+    ``adapter-rrf:mixed``), and what its operator allowed (``personamem serve --allow-method``): a
+    method as requests must spell it (``purple:/srv/ckpt/v3``), or an alias
+    (``fast=pipeline:/srv/fast.toml``: requests say ``fast``, and the path is never shown). A refusal
+    is string work only, so it reads the same whether the path is a file, a folder or absent.
+
+    :attr:`PersonaMem.served_methods <personamem.memory.PersonaMem.served_methods>` holds the policy
+    (the server's and ``personamem mcp``'s); the SDK and the CLI hold None and take any name, paths
+    included, since their callers own the machine.
+
+    Attributes:
+        allowed: methods with an argument that the operator allowed, exactly as requests write them.
+        aliases: short names the operator gave methods, each with the method it runs.
+
+    Raises:
+        MethodError: an allowed name that is not in the table, or an alias that is not 1-64 letters,
+            digits, ``_ . -``, hides a table name, or runs an unknown method.
+    """
+
+    allowed: frozenset[str] = frozenset()
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in sorted(self.allowed):
+            if _row(name) is None:
+                raise MethodError(
+                    f"allowed method {name!r}: unknown method; choose from: {', '.join(method_names())}"
+                )
+        for alias, method in self.aliases.items():
+            if not _ALIAS.fullmatch(alias):
+                raise MethodError(f"alias {alias!r}: use 1-64 letters, digits, '_', '.' or '-'")
+            if _row(alias) is not None:
+                raise MethodError(f"alias {alias!r} would hide the method of that name: choose another name")
+            if _row(method) is None:
+                raise MethodError(
+                    f"alias {alias!r}: unknown method {method!r}; choose from: {', '.join(method_names())}"
+                )
+
+    @classmethod
+    def allowing(cls, entries: Iterable[str]) -> ServedMethods:
+        """The default set plus the operator's entries (``METHOD`` or ``NAME=METHOD``), each checked now.
+
+        The checks read the operator's own files: a pipeline file must parse and validate, and every
+        folder a method names (its own, or one its pipeline file names) must exist, an adapter being
+        a shipped name or a folder with ``adapter.json``. A checkpoint's weights load on first use.
+
+        Raises:
+            MethodError: an entry that is not a method, an alias that is not valid (see the class)
+                or names two methods, or a file or folder that is missing or not valid; the message
+                names the entry.
+        """
+        allowed: set[str] = set()
+        aliases: dict[str, str] = {}
+        runs: dict[str, str] = {}  # each entry and the method it runs, to check on disk
+        for entry in entries:
+            alias, sep, method = entry.partition("=")
+            if sep and ":" not in alias:  # pipeline:/srv/a=b.toml is a method, not an alias
+                if aliases.setdefault(alias, method) != method:
+                    raise MethodError(
+                        f"--allow-method {entry!r}: alias {alias!r} already runs {aliases[alias]!r}"
+                    )
+                runs[entry] = method
+            else:
+                allowed.add(entry)
+                runs[entry] = entry
+        try:
+            served = cls(frozenset(allowed), aliases)
+        except MethodError as exc:
+            raise MethodError(f"--allow-method: {exc}") from None
+        for entry, method in runs.items():
+            try:
+                _check_on_disk(method)
+            except PersonaMemError as exc:
+                raise MethodError(f"--allow-method {entry!r}: {exc}") from None
+        return served
+
+    def resolve(self, name: str) -> str:
+        """The method to run for a request's ``name``: an alias's method, else ``name`` if it is served.
+
+        Reads nothing from disk.
+
+        Raises:
+            MethodError: ``name`` is not served; the message lists what is and how to add one, and
+                holds nothing but ``name`` from the request.
+        """
+        found = self.aliases.get(name)
+        if found is not None:
+            return found
+        row = _row(name)
+        if row is None:
+            raise MethodError(f"unknown method {name!r}; this server serves: {self._offer()}")
+        spec, argument = row
+        if spec.prefix is None or name in self.allowed or (spec.shipped and argument in spec.shipped()):
+            return name
+        raise MethodError(
+            f"method {name!r} is not served here: a server runs the methods its operator allowed, never "
+            f"a file or folder that a request names; this server serves: {self._offer()}"
+        )
+
+    def check_selector(self, name: str) -> None:
+        """Refuse a selector that names a folder (``purple:<folder>``) unless that method is served.
+
+        Raises:
+            MethodError: such a selector whose method of the same spelling is not served.
+        """
+        if ":" not in name or name in self.allowed or name in self.aliases.values():
+            return
+        raise MethodError(
+            f"selector {name!r} is not served here: a server loads the checkpoints its operator allowed, "
+            f"never a folder that a request names; this server serves: {self._offer()}"
+        )
+
+    def names(self) -> list[str]:
+        """Every name a request may give: the plain rows, the shipped arguments, then the operator's."""
+        served = [spec.name for spec in METHODS if spec.prefix is None]
+        served += [
+            f"{spec.prefix}{arg}"
+            for spec in METHODS
+            if spec.prefix and spec.shipped
+            for arg in spec.shipped()
+        ]
+        return [*served, *sorted(self.allowed - set(served)), *sorted(self.aliases)]
+
+    def _offer(self) -> str:
+        return f"{', '.join(self.names())}; {_ADD_ONE}"
+
+
+SERVED_BY_DEFAULT = ServedMethods()
+"""What a server runs unless its operator allows more: the plain rows and the shipped adapters."""
+
+
+def _check_on_disk(name: str) -> None:
+    """Read what method ``name`` names (a pipeline file) and check that every folder it names is there.
+
+    Raises:
+        MethodError, ConfigError, CheckpointError: a file that cannot be read or validated, a
+            missing folder, or an adapter that is neither shipped nor a folder with ``adapter.json``.
+    """
+    from personamem.retrieval.query_adapter import adapter_folder
+
+    config = method_config(name)
+    for stage in ("selector", "query_encoder", "preference_memory"):
+        value = getattr(config, stage)
+        kind, _, folder = value.partition(":")
+        if not folder:
+            continue
+        if kind == "adapter":
+            adapter_folder(folder)
+        elif not Path(folder).is_dir():
+            raise MethodError(f"{stage} {value!r}: {folder} is not a folder")
 
 
 @dataclass(frozen=True)

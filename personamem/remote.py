@@ -34,7 +34,13 @@ from personamem.contract import (
     Ttl,
     Users,
 )
-from personamem.errors import AuthenticationError, PartialWriteError, RemoteError
+from personamem.errors import (
+    AuthenticationError,
+    PartialWriteError,
+    PermissionDeniedError,
+    RateLimitedError,
+    RemoteError,
+)
 from personamem.interactions import FeedbackReport
 from personamem.portability import Imported, write_export
 from personamem.preference import PreferenceMemory
@@ -283,6 +289,10 @@ def error_from(status: int, response: Any) -> Exception:
         error, kind, message = {}, "", response.text or f"HTTP {status}"
     if status == 401:
         return AuthenticationError(message, status=status)
+    if status == 403:
+        return PermissionDeniedError(message, needed=error.get("needed"), scope=error.get("scope"))
+    if status == 429:
+        return RateLimitedError(message, retry_after=_retry_after(error, response))
     if kind == "PartialWriteError":
         return PartialWriteError(message, stored=error.get("stored", 0), total=error.get("total", 0))
     known = getattr(errors, kind, None) if kind in errors.__all__ else None
@@ -292,3 +302,15 @@ def error_from(status: int, response: Any) -> Exception:
     if status == 422:
         return errors.InvalidInputError(message)
     return RemoteError(f"the server answered {status}: {message}", status=status)
+
+
+def _retry_after(error: Mapping[str, Any], response: Any) -> float:
+    """Seconds to wait from a 429: the body's ``retry_after``, else the ``Retry-After`` header, else 1."""
+    for value in (error.get("retry_after"), getattr(response, "headers", {}).get("retry-after")):
+        if value is None:
+            continue
+        try:
+            return max(float(value), 0.0)
+        except (TypeError, ValueError):
+            continue
+    return 1.0

@@ -42,7 +42,7 @@ class TestClientMemory(MemoryContract):
     @pytest.fixture
     def mem(self, served: tuple[str, PersonaMem]) -> Iterator[Client]:
         url, behind = served
-        key, _ = behind.store.keys.create(f"contract-{next(_tenants)}")
+        key, _ = behind.store.keys.create(f"contract-{next(_tenants)}", scope="admin")  # ttl, purge
         headers = {"Authorization": f"Bearer {key}"}
         with Client(url, key) as client, httpx.Client(base_url=url, headers=headers, timeout=60) as raw:
             self.raw = raw

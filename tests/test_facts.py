@@ -132,7 +132,7 @@ def test_cli_supersede_ttl_and_purge(tmp_path: Path, capsys: pytest.CaptureFixtu
 @pytest.mark.enable_socket
 def test_async_client_supersedes_and_reads_as_of(tmp_path: Path) -> None:
     catalog = SqlCatalog(f"sqlite:///{tmp_path / 'personamem.sqlite'}")
-    key, _ = KeyRing(catalog).create("acme")
+    key, _ = KeyRing(catalog).create("acme", scope="admin")  # set_ttl and purge need admin
     catalog.close()
 
     async def scenario(url: str) -> None:

@@ -25,7 +25,7 @@ from mcp.types import CallToolResult, TextContent
 from personamem import PersonaMem, PipelineConfig, SentenceEncoder
 from personamem.contract import SearchResult
 from personamem.mcp_server import build_server
-from personamem.methods import method_names
+from personamem.methods import SERVED_BY_DEFAULT
 from personamem.preference import PreferenceMemory, Statement
 from personamem.preference.service import NAMESPACE
 from personamem.store import KeyRing
@@ -92,7 +92,7 @@ async def test_stdio_agent_sees_described_tools_remembers_recalls_and_gets_error
             assert refused.is_error and "user_id must be a non-empty string" in _text(refused)
         refused = await client.call_tool("recall", {"user_id": "alice", "query": "bees", "method": "nope"})
         assert refused.is_error and "unknown method 'nope'" in _text(refused)
-        assert all(name in _text(refused) for name in method_names())
+        assert all(name in _text(refused) for name in SERVED_BY_DEFAULT.names())  # what stdio serves
         refused = await client.call_tool("recall", {"user_id": "alice", "query": "bees", "k": 0})
         assert refused.is_error and "k" in _text(refused)
 

@@ -106,6 +106,13 @@ COMMANDS = (
         "Erase every expired record now, of every tenant (the server's background sweep does it too).",
     ),
     Command(
+        "check",
+        "check",
+        "check",
+        MEMORY,
+        "Check that SQL and the vector index agree and every vector reads back; --repair fixes it.",
+    ),
+    Command(
         "export",
         "portability",
         "export_user",
@@ -155,7 +162,13 @@ COMMANDS = (
         SERVE,
         "Serve the memory as MCP tools over stdin/stdout (for Claude Desktop, Cursor, LangGraph agents).",
     ),
-    Command("keys", "server", "keys_app", SERVE, "API keys of the REST server: each key names one tenant."),
+    Command(
+        "keys",
+        "server",
+        "keys_app",
+        SERVE,
+        "API keys of the REST server: each key names one tenant, a scope and an optional rate.",
+    ),
     Command(
         "eval",
         "eval",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +12,8 @@ from rich.table import Table
 
 from personamem.console import err, out
 from personamem.errors import MissingExtraError
+from personamem.methods import ServedMethods
+from personamem.store.keys import KeyScope
 
 __all__ = ["keys_app", "serve"]
 
@@ -42,7 +45,10 @@ def network_filesystem(folder: Path, mounts: str | None = None) -> str | None:
     return kind if kind in NETWORK_FILESYSTEMS else None
 
 
-keys_app = typer.Typer(help="API keys of the REST server: each key names one tenant.", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="API keys of the REST server: each key names one tenant, a scope and an optional rate.",
+    no_args_is_help=True,
+)
 
 
 @keys_app.command("create")
@@ -50,12 +56,27 @@ def create_key(
     ctx: typer.Context,
     tenant: Annotated[str, typer.Option(help="The tenant the key opens (letters, digits, _ . -).")],
     label: Annotated[str, typer.Option(help="A note for listings, e.g. which service holds it.")] = "",
+    scope: Annotated[
+        KeyScope,
+        typer.Option(
+            help="What the key may do: read (search, context, records), write (read + add, update, "
+            "delete, forget, import), admin (write + TTL, purge and the tenant's keys)."
+        ),
+    ] = KeyScope.WRITE,
+    rate: Annotated[
+        int | None,
+        typer.Option(min=1, help="Most requests per minute, shared by all workers (bursts up to as many)."),
+    ] = None,
 ) -> None:
     """Create a key; it is printed once and only its hash is kept."""
     with ctx.obj.open() as mem:
-        key, listing = mem.store.keys.create(tenant, label=label)
+        key, listing = mem.store.keys.create(tenant, label=label, scope=scope, rate=rate)
     typer.echo(key)
-    err.print(f"key {listing.key_id} for tenant {listing.tenant}: store it now, it is not shown again")
+    limit = f", {listing.rate} requests/minute" if listing.rate else ""
+    err.print(
+        f"key {listing.key_id} for tenant {listing.tenant} ({listing.scope.value}{limit}): store it now, "
+        "it is not shown again"
+    )
 
 
 @keys_app.command("list")
@@ -63,12 +84,14 @@ def list_keys(
     ctx: typer.Context,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
 ) -> None:
-    """List keys (ids, tenants, when created and revoked; never the secrets)."""
+    """List keys (ids, tenants, scopes, rates, when created and revoked; never the secrets)."""
     with ctx.obj.open() as mem:
         keys = mem.store.keys.list(tenant)
-    table = Table("key id", "tenant", "label", "created", "revoked")
+    table = Table("key id", "tenant", "scope", "rate/min", "label", "created", "revoked")
     for key in keys:
-        table.add_row(key.key_id, key.tenant, key.label, key.created_at, key.revoked_at or "")
+        rate = str(key.rate) if key.rate is not None else ""
+        when = (key.created_at, key.revoked_at or "")
+        table.add_row(key.key_id, key.tenant, key.scope.value, rate, key.label, *when)
     out.print(table)
 
 
@@ -90,6 +113,15 @@ def serve(
     reports: Annotated[
         Path | None, typer.Option(help="A folder of eval/train reports the inspector (/ui) lists.")
     ] = None,
+    allow_method: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Also serve this method (repeatable): a checkpoint or pipeline-file method as requests "
+            "must write it (purple:/srv/ckpt/v3), or NAME=METHOD, which requests call NAME "
+            "(fast=pipeline:/srv/fast.toml). Without it, requests may name the plain methods and the "
+            "shipped adapters only, never a path."
+        ),
+    ] = None,
 ) -> None:
     """Serve the memory over HTTP (JSON routes under /v1, OpenAPI docs at /docs, the inspector at /ui).
 
@@ -102,6 +134,7 @@ def serve(
         import uvicorn
     except ImportError:
         raise MissingExtraError(["fastapi", "uvicorn"], "server") from None
+    ServedMethods.allowing(allow_method or [])  # a bad entry is exit 2 here, not an error in every worker
     options = ctx.obj
     if workers > 1 and (kind := network_filesystem(Path(options.path))) is not None:
         embedded = [
@@ -130,6 +163,7 @@ def serve(
         "PERSONAMEM_CHROMA_URL": options.chroma_url or "",
         "PERSONAMEM_CONFIG": str(config.resolve()) if config else "",
         "PERSONAMEM_MAX_BODY_BYTES": str(int(max_body_mb * 1024 * 1024)),
+        "PERSONAMEM_ALLOW_METHODS": json.dumps(allow_method or []),
         "PERSONAMEM_REPORTS": str(reports.resolve()) if reports else os.environ.get("PERSONAMEM_REPORTS", ""),
     }
     os.environ.update(settings)  # the worker processes build their app from these

@@ -32,6 +32,7 @@ __all__ = [
     "adapter_folder",
     "fits",
     "save_query_adapter",
+    "shipped_adapters",
 ]
 
 FORMAT = "personamem-adapter-1"
@@ -132,11 +133,16 @@ def adapter_folder(spec: str | Path) -> Path:
         return shipped
     folder = Path(spec)
     if not (folder / CONFIG_FILE).is_file():
-        names = sorted(p.name for p in SHIPPED_ADAPTERS.iterdir() if (p / CONFIG_FILE).is_file())
         raise CheckpointError(
-            f"{text}: not a query adapter (no {folder / CONFIG_FILE}); shipped adapters: {', '.join(names)}"
+            f"{text}: not a query adapter (no {folder / CONFIG_FILE}); shipped adapters: "
+            f"{', '.join(shipped_adapters())}"
         )
     return folder
+
+
+def shipped_adapters() -> list[str]:
+    """The names of the adapters that ship with the package (``adapter:<name>`` takes them), sorted."""
+    return sorted(p.name for p in SHIPPED_ADAPTERS.iterdir() if (p / CONFIG_FILE).is_file())
 
 
 def _read_config(folder: Path) -> dict[str, Any]:

@@ -2,15 +2,18 @@
 
 Every route but health and metrics takes ``Authorization: Bearer <key>`` (or ``X-API-Key``); the key
 names a tenant and the route works on ``mem.tenant(tenant)``, so isolation is the store's, not the
-route's. Errors are JSON ``{"error": {"type", "message"}}`` with a 4xx status for anything the
-request got wrong; a 500 says only that the server failed (the traceback goes to the server's log).
+route's. Each route names the scope a key needs as the type of its memory parameter (``Reader``,
+``Writer``, ``Admin``: :mod:`personamem.server.auth`, which also meters keys with a rate). Errors
+are JSON ``{"error": {"type", "message"}}`` with a 4xx status for anything the request got wrong;
+a 500 says only that the server failed (the traceback goes to the server's log).
 Answers are :mod:`personamem.contract`'s models, dumped once by pydantic, so each has the JSON
 shape the SDK's ``to_json``, the CLI and the MCP tools give it and the clients read back.
 Handlers are plain functions: FastAPI runs them in its thread pool, and ``PersonaMem`` is
 thread-safe. (No ``from __future__ import annotations`` here: FastAPI reads the handlers'
-annotations at definition time, and they name a dependency made inside :func:`create_app`.)
+annotations at definition time.)
 """
 
+import json
 import logging
 import os
 import tempfile
@@ -19,9 +22,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -57,19 +60,27 @@ from personamem.errors import (
     MethodError,
     MissingExtraError,
     PartialWriteError,
+    PermissionDeniedError,
     PersonaMemError,
+    RateLimitedError,
     StoreError,
     collect_fallbacks,
 )
 from personamem.interactions import FeedbackReport
 from personamem.memory import PersonaMem, open_memory
+from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
 from personamem.portability import Imported, export_lines
 from personamem.records import check_user_id
+from personamem.server.auth import Admin, Reader, Writer, authorize
 from personamem.server.schemas import (
     MAX_BATCH,
     BatchIn,
     ContextIn,
     DeleteIn,
+    KeyIn,
+    KeyOut,
+    KeysOut,
+    NewKeyOut,
     RefreshIn,
     RerankIn,
     SearchIn,
@@ -77,6 +88,7 @@ from personamem.server.schemas import (
     TtlIn,
 )
 from personamem.server.ui import install_ui
+from personamem.store.keys import KeyScope
 
 if TYPE_CHECKING:
     from personamem.mcp_server import HttpEndpoint
@@ -104,8 +116,10 @@ def _answer(result: BaseModel, status: int = 200) -> Response:
     return Response(result.model_dump_json(), status, media_type="application/json")
 
 
-def _error(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def _error(
+    status: int, kind: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else headers
     return JSONResponse({"error": {"type": kind, "message": message, **extra}}, status, headers=headers)
 
 
@@ -153,24 +167,32 @@ class _Metrics:
         self.seconds.labels(request.method, route).observe(seconds)
 
 
-def _tenant_of(mem: PersonaMem) -> Callable[[Request], PersonaMem]:
-    """The dependency that gives a request its tenant's memory, or a 401 without a valid key."""
-
-    def tenant(request: Request) -> PersonaMem:
-        header = request.headers.get("authorization", "")
-        key = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else None
-        key = key or request.headers.get("x-api-key")
-        name = mem.store.keys.tenant_of(key) if key else None
-        if name is None:
-            raise HTTPException(401, "a valid API key is required (Authorization: Bearer <key>)")
-        return mem.tenant(name)
-
-    return tenant
+def _mcp_access(request: Request) -> tuple[PersonaMem, KeyScope]:
+    """MCP's gate: any valid key within its rate passes; each tool then checks the key's scope."""
+    tenant, key = authorize(request, KeyScope.READ)
+    return tenant, key.scope
 
 
-def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
-    """The REST API over ``mem``; the app closes ``mem`` when it shuts down."""
-    mcp = _mcp_endpoint(mem)
+def _tenant_name(tenant: PersonaMem) -> str:
+    name = tenant.store.tenant
+    assert name is not None  # the auth dependencies give tenant views only
+    return name
+
+
+def create_app(
+    mem: PersonaMem,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    methods: ServedMethods = SERVED_BY_DEFAULT,
+) -> FastAPI:
+    """The REST API over ``mem``; the app closes ``mem`` when it shuts down.
+
+    ``methods`` are the method names requests may give (REST, the inspector and MCP alike); it
+    becomes ``mem.served_methods``, so a request never names a file or folder the operator did not
+    allow (:class:`~personamem.methods.ServedMethods`).
+    """
+    mem.served_methods = methods
+    mcp = _mcp_endpoint()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -186,8 +208,8 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         max_body_size=max_body_bytes,  # counted as it arrives: an undeclared length cannot pass it
         telemetry={"tracing": False, "metrics": False, "logs": False},  # paths name users
     )
+    app.state.memory = mem  # what the key dependencies (personamem.server.auth) open tenants of
     metrics = _Metrics()
-    Tenant = Annotated[PersonaMem, Depends(_tenant_of(mem))]
     _install_error_handlers(app)
     # MCP (streamable HTTP) over the same keys and tenants; 501 naming the extra when mcp is missing
     app.router.routes.append(Route("/mcp", mcp.app if mcp else _no_mcp, methods=["GET", "POST", "DELETE"]))
@@ -215,7 +237,7 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/records", status_code=201, tags=["records"])
-    def add(body: dict[str, Any], tenant: Tenant) -> JSONResponse:
+    def add(body: dict[str, Any], tenant: Writer) -> JSONResponse:
         """Add one record: ``user_id`` and Record fields (text, id, kind, category, timestamp...)."""
         fields = dict(body)
         user_id = fields.pop("user_id", None)
@@ -225,41 +247,41 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return JSONResponse(record_json(tenant.add(user_id, **fields)), 201)
 
     @app.post("/v1/records/supersede", status_code=201, tags=["records"])
-    def supersede(body: SupersedeIn, tenant: Tenant) -> JSONResponse:
+    def supersede(body: SupersedeIn, tenant: Writer) -> JSONResponse:
         """Store a record that replaces ``old_id`` as the current fact; the old one stays in history."""
         fields = {k: v for k, v in body.record.items() if k not in ("user_id", "duplicate_of")}
         return JSONResponse(record_json(tenant.supersede(body.user_id, body.old_id, **fields)), 201)
 
     @app.get("/v1/ttl", tags=["records"], response_model=Ttl)
-    def ttl(tenant: Tenant) -> Response:
+    def ttl(tenant: Admin) -> Response:
         """The tenant's default time-to-live of new records in seconds (null: records do not expire)."""
         found = tenant.ttl()
         return _answer(Ttl(seconds=None if found is None else found.total_seconds()))
 
     @app.put("/v1/ttl", tags=["records"], response_model=Ttl)
-    def set_ttl(body: TtlIn, tenant: Tenant) -> Response:
+    def set_ttl(body: TtlIn, tenant: Admin) -> Response:
         """Set the tenant's default time-to-live of new records (null: none)."""
         tenant.set_ttl(body.seconds)
         return _answer(Ttl(seconds=body.seconds))
 
     @app.post("/v1/purge", tags=["records"], response_model=Purged)
-    def purge(tenant: Tenant) -> Response:
+    def purge(tenant: Admin) -> Response:
         """Erase the tenant's expired records now (a background sweep does it every minute too)."""
         return _answer(Purged(purged=tenant.purge()))
 
     @app.post("/v1/records/batch", status_code=201, tags=["records"], response_model=RecordBatch)
-    def add_many(body: BatchIn, tenant: Tenant) -> Response:
+    def add_many(body: BatchIn, tenant: Writer) -> Response:
         """Add many records in one transaction: after any failure, all of them or none are stored."""
         records = tenant.add_many(body.records, user_id=body.user_id, batch_size=len(body.records))
         return _answer(RecordBatch(records=records), 201)
 
     @app.post("/v1/records/delete", tags=["records"], response_model=Deleted)
-    def delete(body: DeleteIn, tenant: Tenant) -> Response:
+    def delete(body: DeleteIn, tenant: Writer) -> Response:
         """Delete records by id (ids the user does not have are skipped); returns the ids deleted."""
         return _answer(Deleted(deleted=tenant.delete(body.user_id, body.ids)))
 
     @app.get("/v1/records", tags=["records"], response_model=RecordPage)
-    def memory(user_id: str, tenant: Tenant, offset: int = 0, limit: int = 1000) -> Response:
+    def memory(user_id: str, tenant: Reader, offset: int = 0, limit: int = 1000) -> Response:
         """The user's memory: their records in insertion order, a page at a time."""
         if offset < 0 or not 1 <= limit <= MAX_BATCH:
             raise InvalidInputError(f"need offset >= 0 and 1 <= limit <= {MAX_BATCH}, got {offset}, {limit}")
@@ -267,13 +289,13 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return _answer(RecordPage(count=len(records), records=records[offset : offset + limit]))
 
     @app.get("/v1/export", tags=["records"], response_class=StreamingResponse)
-    def export(user_id: str, tenant: Tenant, interactions: bool = False) -> StreamingResponse:
+    def export(user_id: str, tenant: Reader, interactions: bool = False) -> StreamingResponse:
         """The user's export as JSON Lines (see ``personamem.portability``), for ``POST /v1/import``."""
         lines = export_lines(tenant, check_user_id(user_id), interactions=interactions)
         return StreamingResponse((line + "\n" for line in lines), media_type="application/x-ndjson")
 
     @app.post("/v1/import", status_code=201, tags=["records"])
-    async def import_user(request: Request, tenant: Tenant, user_id: str | None = None) -> dict[str, Any]:
+    async def import_user(request: Request, tenant: Writer, user_id: str | None = None) -> dict[str, Any]:
         """Store a user's export (the body, JSON Lines), as its user or ``user_id``; idempotent."""
         body = await request.body()
         added = await run_in_threadpool(_import_export, tenant, body, user_id)
@@ -281,7 +303,7 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
 
     # a record id is the rest of the path, so ids with "/" work; user ids travel in queries and bodies
     @app.get("/v1/records/{record_id:path}", tags=["records"])
-    def get(record_id: str, user_id: str, tenant: Tenant) -> JSONResponse:
+    def get(record_id: str, user_id: str, tenant: Reader) -> JSONResponse:
         """One record; 404 when the user has no record with this id."""
         record = tenant.get(user_id, record_id)
         if record is None:
@@ -289,14 +311,14 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return JSONResponse(record_json(record))
 
     @app.patch("/v1/records/{record_id:path}", tags=["records"])
-    def update(record_id: str, user_id: str, body: dict[str, Any], tenant: Tenant) -> JSONResponse:
+    def update(record_id: str, user_id: str, body: dict[str, Any], tenant: Writer) -> JSONResponse:
         """Replace fields of one record (not its id or user); it is re-indexed."""
         if {"id", "user_id", "record_id"} & body.keys():
             raise InvalidInputError("update cannot change a record's id or user; delete it and add a new one")
         return JSONResponse(record_json(tenant.update(user_id, record_id, **body)))
 
     @app.delete("/v1/records/{record_id:path}", tags=["records"], response_model=Deleted)
-    def delete_one(record_id: str, user_id: str, tenant: Tenant) -> Response:
+    def delete_one(record_id: str, user_id: str, tenant: Writer) -> Response:
         """Delete one record, leaving no trace of it; 404 when there is no such record."""
         deleted = tenant.delete(user_id, [record_id])
         if not deleted:
@@ -304,7 +326,7 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return _answer(Deleted(deleted=deleted))
 
     @app.post("/v1/search", tags=["retrieval"], response_model=SearchResult)
-    def search(body: SearchIn, tenant: Tenant) -> Response:
+    def search(body: SearchIn, tenant: Reader) -> Response:
         """The user's top k records by any method name; LLM stages that fell back are listed."""
         with collect_fallbacks() as notes:
             hits = tenant.search(
@@ -318,13 +340,13 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return _answer(SearchResult.of(hits, notes))
 
     @app.post("/v1/feedback", tags=["retrieval"], response_model=FeedbackResult)
-    def feedback(body: FeedbackReport, tenant: Tenant) -> Response:
+    def feedback(body: FeedbackReport, tenant: Writer) -> Response:
         """Report the accepted answer, a rating or the records used for a logged call (422 if unknown)."""
         tenant.feedback(**body.model_dump())
         return _answer(FeedbackResult(interaction_id=body.interaction_id))
 
     @app.post("/v1/context", tags=["retrieval"], response_model=Context)
-    def context(body: ContextIn, tenant: Tenant) -> Response:
+    def context(body: ContextIn, tenant: Reader) -> Response:
         """What to paste into the LLM's prompt for the query, within the token budget."""
         result = tenant.context(
             body.user_id,
@@ -337,7 +359,7 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return _answer(result)
 
     @app.get("/v1/memory", tags=["memory"])
-    def preference_memory(user_id: str, tenant: Tenant) -> dict[str, Any]:
+    def preference_memory(user_id: str, tenant: Reader) -> dict[str, Any]:
         """The user's preference memory with its evidence record ids; rebuilt first if the history changed.
 
         ``stale`` is true when the rebuild failed or did not finish in time (``warnings`` say which).
@@ -347,39 +369,62 @@ def create_app(mem: PersonaMem, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
         return {**memory.to_json(), "warnings": notes}
 
     @app.post("/v1/memory/refresh", tags=["memory"], response_model=Built)
-    def refresh_memories(body: RefreshIn, tenant: Tenant) -> Response:
+    def refresh_memories(body: RefreshIn, tenant: Writer) -> Response:
         """Build the missing or stale memories of the users named (or all); returns how many were built."""
         users = None if body.all else body.user_ids
         return _answer(Built(built=tenant.refresh_memories(users, batch_size=body.batch_size)))
 
     @app.post("/v1/rerank", tags=["memory"], response_model=Reranked)
-    def rerank(body: RerankIn, tenant: Tenant) -> Response:
+    def rerank(body: RerankIn, tenant: Writer) -> Response:
         """Candidate indices, best first, by the setwise LLM reranker given the user's memory."""
         with collect_fallbacks() as notes:
             order = tenant.rerank(body.user_id, body.query, body.candidates, k=body.k)
         return _answer(Reranked(order=order, warnings=notes))
 
     @app.get("/v1/users", tags=["users"], response_model=Users)
-    def users(tenant: Tenant) -> Response:
+    def users(tenant: Reader) -> Response:
         """The tenant's users with at least one record, sorted."""
         return _answer(Users(users=tenant.users()))
 
     @app.delete("/v1/users", tags=["users"], response_model=Forgotten)
-    def forget(user_id: str, tenant: Tenant) -> Response:
+    def forget(user_id: str, tenant: Writer) -> Response:
         """Erase the user: records, vectors, cached derived data."""
         return _answer(Forgotten(forgotten=tenant.forget(user_id)))
 
-    install_ui(app, _tenant_of(mem))
+    install_ui(app)
+
+    @app.get("/v1/keys", tags=["keys"], response_model=KeysOut)
+    def keys(tenant: Admin) -> Response:
+        """The tenant's API keys, oldest first: ids, scopes, rates, labels (never the secrets)."""
+        listed = tenant.store.keys.list(_tenant_name(tenant))
+        return _answer(KeysOut(keys=[KeyOut.of(key) for key in listed]))
+
+    @app.post("/v1/keys", status_code=201, tags=["keys"], response_model=NewKeyOut)
+    def create_key(body: KeyIn, tenant: Admin) -> Response:
+        """A new key for the caller's tenant (``scope``, ``rate`` per minute); the key is shown this once."""
+        key, listing = tenant.store.keys.create(
+            _tenant_name(tenant), label=body.label, scope=body.scope, rate=body.rate
+        )
+        return _answer(NewKeyOut(key=key, **KeyOut.of(listing).model_dump()), 201)
+
+    @app.delete("/v1/keys/{key_id}", tags=["keys"], response_model=KeyOut)
+    def revoke_key(key_id: str, tenant: Admin) -> Response:
+        """Revoke one of the tenant's keys (every worker refuses it from the next request); 404 if not its."""
+        try:
+            revoked = tenant.store.keys.revoke(key_id, tenant=_tenant_name(tenant))
+        except InvalidInputError:
+            raise HTTPException(404, f"this tenant has no API key {key_id!r}") from None
+        return _answer(KeyOut.of(revoked))
 
     @app.get("/v1/count", tags=["users"], response_model=Count)
-    def count(tenant: Tenant, user_id: str | None = None) -> Response:
+    def count(tenant: Reader, user_id: str | None = None) -> Response:
         """Records of one user (0 for an unknown user), or of all the tenant's users."""
         return _answer(Count(count=tenant.count(user_id)))
 
     return app
 
 
-def _mcp_endpoint(mem: PersonaMem) -> "HttpEndpoint | None":
+def _mcp_endpoint() -> "HttpEndpoint | None":
     """The MCP tools for ``/mcp``, each call on its key's tenant (None without the ``mcp`` extra)."""
     try:
         from personamem.mcp_server import http_endpoint
@@ -387,7 +432,7 @@ def _mcp_endpoint(mem: PersonaMem) -> "HttpEndpoint | None":
         if (exc.name or "").partition(".")[0] != "mcp":
             raise
         return None
-    return http_endpoint(_tenant_of(mem))
+    return http_endpoint(_mcp_access)
 
 
 def _no_mcp(_: Request) -> JSONResponse:
@@ -412,10 +457,21 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PersonaMemError)
     async def _known(_: Request, exc: PersonaMemError) -> JSONResponse:
         status = next(code for kind, code in _STATUS if isinstance(exc, kind))
-        extra = {"stored": exc.stored, "total": exc.total} if isinstance(exc, PartialWriteError) else {}
+        extra: dict[str, Any] = (
+            {"stored": exc.stored, "total": exc.total} if isinstance(exc, PartialWriteError) else {}
+        )
         if status >= 500:
             log.error("%s: %s", type(exc).__name__, exc)
         return _error(status, type(exc).__name__, str(exc), **extra)
+
+    @app.exception_handler(PermissionDeniedError)
+    async def _denied(_: Request, exc: PermissionDeniedError) -> JSONResponse:
+        return _error(403, "PermissionDenied", str(exc), needed=exc.needed, scope=exc.scope)
+
+    @app.exception_handler(RateLimitedError)
+    async def _limited(_: Request, exc: RateLimitedError) -> JSONResponse:
+        seconds = int(exc.retry_after)  # whole seconds, at least 1 (server.auth rounds up)
+        return _error(429, "RateLimited", str(exc), {"Retry-After": str(seconds)}, retry_after=seconds)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -447,13 +503,17 @@ def app_from_env() -> FastAPI:
     """The app ``personamem serve`` runs (a uvicorn factory, so every worker process builds its own).
 
     Reads the CLI's settings from the environment: ``PERSONAMEM_STORE``, ``PERSONAMEM_SQL_URL``,
-    ``PERSONAMEM_CHROMA_URL``, ``PERSONAMEM_CONFIG`` and ``PERSONAMEM_MAX_BODY_BYTES``.
+    ``PERSONAMEM_CHROMA_URL``, ``PERSONAMEM_CONFIG``, ``PERSONAMEM_MAX_BODY_BYTES`` and
+    ``PERSONAMEM_ALLOW_METHODS`` (a JSON list of ``--allow-method`` entries, checked again here).
     """
     env = os.environ
+    methods = ServedMethods.allowing(json.loads(env.get("PERSONAMEM_ALLOW_METHODS") or "[]"))
     mem = open_memory(
         env["PERSONAMEM_STORE"],
         sql_url=env.get("PERSONAMEM_SQL_URL") or None,
         chroma_url=env.get("PERSONAMEM_CHROMA_URL") or None,
         pipeline=env.get("PERSONAMEM_CONFIG") or None,
     )
-    return create_app(mem, max_body_bytes=int(env.get("PERSONAMEM_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)))
+    return create_app(
+        mem, max_body_bytes=int(env.get("PERSONAMEM_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)), methods=methods
+    )

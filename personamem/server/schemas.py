@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from personamem.store.keys import ApiKey, KeyScope
+
 __all__ = [
     "MAX_BATCH",
     "MAX_CANDIDATES",
@@ -20,6 +22,10 @@ __all__ = [
     "BatchIn",
     "ContextIn",
     "DeleteIn",
+    "KeyIn",
+    "KeyOut",
+    "KeysOut",
+    "NewKeyOut",
     "RefreshIn",
     "RerankIn",
     "SearchIn",
@@ -138,3 +144,48 @@ class RerankIn(_Body):
     query: str = Field(max_length=MAX_QUERY)
     candidates: list[str] = Field(max_length=MAX_CANDIDATES)
     k: int | None = Field(default=None, ge=1)
+
+
+class KeyIn(_Body):
+    """``POST /v1/keys``: a new key for the caller's own tenant."""
+
+    scope: KeyScope = KeyScope.WRITE
+    rate: int | None = Field(default=None, ge=1, description="Most requests per minute (null: no limit).")
+    label: str = Field(default="", max_length=200)
+
+
+class KeyOut(BaseModel):
+    """One API key as ``/v1/keys`` lists it (never its secret; the SDK has no key calls, so it lives here)."""
+
+    key_id: str
+    tenant: str
+    label: str
+    scope: KeyScope
+    rate: int | None
+    created_at: str
+    revoked_at: str | None
+
+    @classmethod
+    def of(cls, key: ApiKey) -> KeyOut:
+        """The listing's JSON shape."""
+        return cls(
+            key_id=key.key_id,
+            tenant=key.tenant,
+            label=key.label,
+            scope=key.scope,
+            rate=key.rate,
+            created_at=key.created_at,
+            revoked_at=key.revoked_at,
+        )
+
+
+class KeysOut(BaseModel):
+    """``GET /v1/keys``: the tenant's keys, oldest first."""
+
+    keys: list[KeyOut]
+
+
+class NewKeyOut(KeyOut):
+    """``POST /v1/keys``: the new key's listing and the key itself, shown this once."""
+
+    key: str

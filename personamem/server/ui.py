@@ -6,24 +6,25 @@ session storage, and calls these routes with it, so every datum it shows passes 
 and tenant scope as the REST API. User ids travel in query strings and bodies, never in a path, as
 in the REST routes; the page keeps the selected user in memory, not in its URL.
 
-(No ``from __future__ import annotations``: FastAPI reads the routes' ``Tenant`` annotation, a local.)
+Every data route is a read: its memory parameter is ``Reader`` (:mod:`personamem.server.auth`), so
+any key of the tenant may use the inspector. (No ``from __future__ import annotations``: FastAPI
+reads the routes' annotations.)
 """
 
 import mimetypes
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, FastAPI, Response
+from fastapi import FastAPI, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from personamem.contract import hit_json, record_json
 from personamem.errors import InvalidInputError
-from personamem.memory import PersonaMem
 from personamem.pipeline.config import PipelineConfig
 from personamem.records import check_user_id
+from personamem.server.auth import Reader
 from personamem.server.schemas import MAX_K, MAX_QUERY
 from personamem.store.timeline import is_current
 
@@ -37,7 +38,7 @@ _VALIDITY = ("current", "superseded", "all")
 
 
 class CompareIn(BaseModel):
-    """``POST /v1/ui/compare``: one query, two methods (or ``pipeline:<file>`` names) side by side."""
+    """``POST /v1/ui/compare``: one query, two methods the server serves, side by side."""
 
     model_config = ConfigDict(extra="forbid")
     user_id: str
@@ -47,12 +48,11 @@ class CompareIn(BaseModel):
     k: int = Field(default=10, ge=1, le=MAX_K)
 
 
-def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
-    """Add the inspector's routes and page to ``app``; ``tenant_of`` is the REST API's key check."""
-    Tenant = Annotated[PersonaMem, Depends(tenant_of)]
+def install_ui(app: FastAPI) -> None:
+    """Add the inspector's routes and page to ``app`` (behind the REST API's key check, read scope)."""
 
     @app.get("/v1/ui/users", tags=["inspector"])
-    def users(tenant: Tenant, q: str = "", offset: int = 0, limit: int = 100) -> dict[str, Any]:
+    def users(tenant: Reader, q: str = "", offset: int = 0, limit: int = 100) -> dict[str, Any]:
         """The tenant's users, their record counts and last logged call; ``q`` filters by substring."""
         _page(offset, limit)
         store = tenant.store
@@ -65,7 +65,7 @@ def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
     @app.get("/v1/ui/records", tags=["inspector"])
     def records(
         user_id: str,
-        tenant: Tenant,
+        tenant: Reader,
         kind: str = "",
         category: str = "",
         validity: str = "all",
@@ -91,7 +91,7 @@ def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
         }
 
     @app.get("/v1/ui/memory", tags=["inspector"])
-    def memory(user_id: str, tenant: Tenant) -> dict[str, Any]:
+    def memory(user_id: str, tenant: Reader) -> dict[str, Any]:
         """The user's stored preference memory, read without the LLM (``stale``: records changed since)."""
         user = check_user_id(user_id)
         memories = tenant.pipeline().memories
@@ -104,7 +104,7 @@ def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
         return {"configured": True, **body, "stale": stale}
 
     @app.get("/v1/ui/calls", tags=["inspector"])
-    def calls(user_id: str, tenant: Tenant, limit: int = 50) -> dict[str, Any]:
+    def calls(user_id: str, tenant: Reader, limit: int = 50) -> dict[str, Any]:
         """The user's latest logged search and context calls, newest first, with what the LLM was shown."""
         _page(0, limit)
         return {
@@ -113,7 +113,7 @@ def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
         }
 
     @app.post("/v1/ui/compare", tags=["inspector"])
-    def compare(body: CompareIn, tenant: Tenant) -> dict[str, Any]:
+    def compare(body: CompareIn, tenant: Reader) -> dict[str, Any]:
         """Both methods' top k for one query, and each record's rank under each (``moved``: rank changes)."""
         user = check_user_id(body.user_id)
         left = tenant.search(user, body.query, k=body.k, method=body.left)
@@ -132,7 +132,7 @@ def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
         }
 
     @app.get("/v1/ui/pipeline", tags=["inspector"])
-    def pipeline(tenant: Tenant) -> dict[str, Any]:
+    def pipeline(tenant: Reader) -> dict[str, Any]:
         """The live pipeline: its settings, its first stage and why, and the checkpoints it loads."""
         config = tenant.config
         return {
@@ -142,7 +142,7 @@ def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
         }
 
     @app.get("/v1/ui/reports", tags=["inspector"])
-    def reports(tenant: Tenant) -> dict[str, Any]:
+    def reports(tenant: Reader) -> dict[str, Any]:
         """The report files (json, md, png...) under the server's reports folder, newest first."""
         root = _reports_root()
         if root is None:
@@ -156,7 +156,7 @@ def install_ui(app: FastAPI, tenant_of: Callable[..., PersonaMem]) -> None:
         return {"folder": str(root), "reports": rows}
 
     @app.get("/v1/ui/report", tags=["inspector"])
-    def report(path: str, tenant: Tenant) -> Response:
+    def report(path: str, tenant: Reader) -> Response:
         """One report file's content (a path from ``/v1/ui/reports``; nothing outside the folder)."""
         root = _reports_root()
         target = (root / path).resolve() if root is not None else None

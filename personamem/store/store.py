@@ -32,7 +32,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from personamem.encoder import Encoder, default_encoder
-from personamem.errors import InvalidInputError, PartialWriteError, StoreError
+from personamem.errors import InvalidInputError, PartialWriteError, StoreError, UnreadableIndexError
 from personamem.records import Record
 from personamem.store.cache import UserCache
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy
@@ -49,7 +48,8 @@ from personamem.store.indexer import BackgroundIndexer
 from personamem.store.interaction_log import InteractionLog
 from personamem.store.keys import KeyRing
 from personamem.store.pseudonyms import Pseudonyms, legacy_collection, new_key
-from personamem.store.sql import PSEUDONYM_KEY, RecordStatus, SqlCatalog
+from personamem.store.recovery import ConsistencyReport, heal, readable, rebuild, scan
+from personamem.store.sql import PSEUDONYM_KEY, SqlCatalog
 from personamem.store.tenants import Scope
 from personamem.store.timeline import Timeline
 from personamem.store.vectors import VectorIndex
@@ -67,21 +67,6 @@ def _unexpired(records: list[Record]) -> list[Record]:
     """``records`` without those whose expiry has passed (hidden at once; the sweep erases them)."""
     now = datetime.now(UTC)
     return [r for r in records if r.expires_at is None or r.expires_at > now]
-
-
-@dataclass
-class ConsistencyReport:
-    """Differences between SQL and the vector index, by user and vector id; all empty means they agree."""
-
-    pending: dict[str, set[str]] = field(default_factory=dict)
-    missing_vectors: dict[str, set[str]] = field(default_factory=dict)
-    orphan_vectors: dict[str, set[str]] = field(default_factory=dict)
-    orphan_collections: set[str] = field(default_factory=set)
-
-    @property
-    def ok(self) -> bool:
-        """True when every row is indexed and rows and vectors match one to one."""
-        return not (self.pending or self.missing_vectors or self.orphan_vectors or self.orphan_collections)
 
 
 class Store:
@@ -502,12 +487,12 @@ class Store:
         with self._write_lock:
             collection = self.names.collection(user_id)
             self.index.refresh(collection)  # another process may have indexed vectors we must keep
-            deleted = self.catalog.delete_records(user_id, record_ids, self.index.vectors(collection))
+            deleted = self.catalog.delete_records(user_id, record_ids, readable(self, collection))
             if deleted:
                 self.views.evict(user_id)
                 self.index.drop([collection])
                 for pending in self.catalog.pending(user_id).values():
-                    self._index_pending(pending)
+                    self.index_pending(pending)
             return deleted
 
     def _finish_forget(self, user_id: str) -> None:
@@ -529,13 +514,13 @@ class Store:
                     # a delete died between its SQL commit and its rebuild: the collection still
                     # holds the deleted vectors, so rebuild it rather than index into it
                     self.index.refresh(collection)
-                    self.catalog.requeue(user_id, self.index.vectors(collection))
+                    self.catalog.requeue(user_id, readable(self, collection))
                     self.index.drop([collection])
                     pending = self.catalog.pending(user_id)[user_id]
-                repaired += self._index_pending(pending)
+                repaired += self.index_pending(pending)
             return repaired
 
-    def _index_pending(self, pending: list[tuple[Record, np.ndarray | None]]) -> int:
+    def index_pending(self, pending: list[tuple[Record, np.ndarray | None]]) -> int:
         """Index pending rows, encoding only those whose vector was not kept; return how many."""
         records = [record for record, _ in pending]
         missing = [i for i, (_, vector) in enumerate(pending) if vector is None]
@@ -667,7 +652,11 @@ class Store:
         self.index.refresh(collection)
         if self.index.count(collection) > self.views.max_user_vectors:
             return self.views.put(user_id, token, [], None)
-        ids, matrix = self.index.vectors(collection)
+        try:
+            ids, matrix = self.index.vectors(collection)
+        except UnreadableIndexError:  # healed here, once: a failing rebuild reaches the caller
+            rebuild(self, user_id)
+            ids, matrix = self.index.vectors(collection)
         return self.views.put(user_id, token, ids, matrix)
 
     def derived(self, user_id: str, namespace: str, key: str, compute: Callable[[], Any]) -> Any:
@@ -719,23 +708,22 @@ class Store:
         return cache
 
     def check(self) -> ConsistencyReport:
-        """Compare SQL rows with vectors for every user (a full scan: for tests and operators).
+        """Compare SQL rows with the vectors the index can read back, for every user (a full scan).
 
         Records queued by :meth:`add` are indexed first, so only interrupted writes show as pending.
         It covers the whole store, every tenant, and reports by store key.
         """
-        self.flush()
-        report = ConsistencyReport()
-        sql_users = self.catalog.all_users()
-        report.orphan_collections = self.index.names() - {self.names.collection(u) for u in sql_users}
-        for user_id in sql_users:
-            rows = self.catalog.vector_ids(user_id)
-            pending = self.catalog.vector_ids(user_id, RecordStatus.PENDING)
-            vectors = self.index.ids(self.names.collection(user_id))
-            if pending:
-                report.pending[user_id] = pending
-            if rows - pending - vectors:
-                report.missing_vectors[user_id] = rows - pending - vectors
-            if vectors - rows:
-                report.orphan_vectors[user_id] = vectors - rows
-        return report
+        return scan(self)
+
+    def heal(self, report: ConsistencyReport | None = None) -> list[str]:
+        """Fix what :meth:`check` found (it runs first when ``report`` is None); return users rebuilt.
+
+        Damaged users' collections are rebuilt from SQL (a search heals its user by itself too),
+        collections of no user erased, pending rows indexed. Store keys, as in the report.
+        """
+        return heal(self, self.check() if report is None else report)
+
+    @property
+    def write_lock(self) -> contextlib.AbstractContextManager[bool]:
+        """The lock every write of this process takes (``store/recovery.py`` rebuilds under it)."""
+        return self._write_lock

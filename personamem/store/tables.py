@@ -179,6 +179,8 @@ ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("users", "bounds_token"),
     ("interactions", "trace"),
     *(("records", name) for name in (*TIMES, "bounded")),
+    ("api_keys", "scope"),  # NULL on keys made before scopes: they act as admin (store/keys.py)
+    ("api_keys", "rate_per_minute"),
 )
 """(table, column) added since the table was first created: opening an older store adds them."""
 

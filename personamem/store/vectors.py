@@ -22,6 +22,19 @@ nothing, and the store calls it when the user's index token says another process
 from several processes take a lock file beside the folder: Chroma does not serialize them itself.
 A collection dropped by another process invalidates its handle; every call gets a new one and
 carries on (a write recreates the collection).
+
+That view can also fall *behind what is on disk*, and then a write loses data (found after a
+SIGKILLed ``serve --workers 2``; ``tests/test_crash_recovery.py`` reproduces it without a crash).
+Each process applies Chroma's log to its in-memory HNSW only past the *shared* watermark (the
+vector segment's ``max_seq_id`` row), which a process advances when it persists its index (every
+``sync_threshold`` = 1,000 vectors it applied), purging the log below it. A process that loaded the
+collection earlier never applies the entries between what it had and that watermark; when it next
+persists, its files replace the complete ones and the gap is permanent: the metadata segment lists
+ids the HNSW lacks, and every ``get`` of embeddings fails with "Error finding id". So this index
+remembers, per collection, the last log entry its process applied, and reopens its client (a fresh
+load from disk, about 30 ms) before touching a collection whose watermark has moved past that
+(:meth:`VectorIndex._keep_current`). A store damaged before this check is healed by the store
+(:meth:`VectorIndex.salvage`, ``store/recovery.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ from urllib.parse import urlparse
 import numpy as np
 from filelock import FileLock
 
+from personamem.errors import UnreadableIndexError
 from personamem.store.engine import vacuum_sqlite
 from personamem.store.pseudonyms import COLLECTION_PREFIX
 
@@ -57,6 +71,15 @@ CHROMA_DB = "chroma.sqlite3"
 _SEGMENT_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _M_PERTURB = -6  # glibc mallopt parameter: fill freed (and fresh) heap memory with a byte pattern
 _REFRESH_ID = "personamem-refresh"  # deleted (never present) to make Chroma apply other processes' writes
+_SALVAGE_CHUNK = 256  # ids read at a time when a collection's embeddings cannot be read whole
+# the persisted watermark of a collection's vector segment, and the newest entry of its log
+_LOG_POSITION = """
+SELECT
+  (SELECT m.seq_id FROM max_seq_id m JOIN segments s ON s.id = m.segment_id
+   WHERE s.collection = c.id AND s.scope = 'VECTOR'),
+  (SELECT max(q.seq_id) FROM embeddings_queue q WHERE q.topic = 'persistent://default/default/' || c.id)
+FROM collections c WHERE c.name = ?
+"""
 _perturbed = False
 
 
@@ -94,6 +117,10 @@ class VectorIndex:
         self._lock = threading.Lock()
         # collections this process touched: only those can be held, stale, in Chroma's memory
         self._loaded: set[str] = set()
+        # per touched collection, the newest log entry this process's in-memory index holds (a floor)
+        self._applied: dict[str, int] = {}
+        self._log: sqlite3.Connection | None = None  # reads Chroma's log position (embedded only)
+        self._log_lock = threading.Lock()
         # one writer at a time across the processes sharing an embedded folder
         self._writing = FileLock(str(folder) + ".write.lock") if folder is not None else None
 
@@ -140,10 +167,13 @@ class VectorIndex:
     def _collection(self, name: str, *, create: bool) -> Collection | None:
         from chromadb.errors import NotFoundError
 
+        self._keep_current(name)
         with self._lock:
             cached = self._collections.get(name)
             if cached is not None:
                 return cached
+            if self.embedded and name not in self._applied:  # a first load holds at least this
+                self._applied[name] = self._position(name)[0]
             try:
                 if create:
                     found = self._client.get_or_create_collection(
@@ -176,6 +206,7 @@ class VectorIndex:
                     for start in range(0, len(ids), batch):
                         chunk = slice(start, start + batch)
                         collection.upsert(ids=list(ids[chunk]), embeddings=vectors[chunk])
+                    self._note_applied(name)
                     return
                 except NotFoundError:  # dropped by another process since we cached the handle
                     self.evict(name)
@@ -206,6 +237,7 @@ class VectorIndex:
             if collection is not None:
                 with contextlib.suppress(NotFoundError):  # dropped again meanwhile: nothing to delete
                     collection.delete(ids=ids)
+                    self._note_applied(name)
 
     def _read(self, name: str, read: Callable[[Collection], T], absent: T) -> T:
         """``read(collection)``, or ``absent`` when there is no such collection.
@@ -213,7 +245,7 @@ class VectorIndex:
         A handle whose collection another process dropped (and maybe made again) fails with
         NotFoundError; the read is tried once more with a new handle.
         """
-        from chromadb.errors import NotFoundError
+        from chromadb.errors import InternalError, NotFoundError
 
         for _ in range(2):
             collection = self._collection(name, create=False)
@@ -223,6 +255,8 @@ class VectorIndex:
                 return read(collection)
             except NotFoundError:
                 self.evict(name)
+            except InternalError as exc:  # e.g. "Error finding id": the HNSW lacks ids the metadata lists
+                raise UnreadableIndexError(f"vector collection {name} cannot be read: {exc}") from exc
         return absent
 
     def query(self, name: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
@@ -248,6 +282,36 @@ class VectorIndex:
         assert embeddings is not None
         return list(result["ids"]), np.asarray(embeddings, dtype=np.float32)
 
+    def salvage(self, name: str) -> tuple[list[str], np.ndarray, set[str]]:
+        """What can be read of a damaged collection: (ids, vectors) readable, and the ids that are not.
+
+        The ids come from Chroma's metadata segment, which stays readable; embeddings are read a
+        chunk at a time, and a chunk that fails one id at a time, so one lost vector costs only itself.
+        """
+        listed = sorted(self.ids(name))
+        ids: list[str] = []
+        rows: list[np.ndarray] = []
+        lost: set[str] = set()
+
+        def read(chunk: list[str]) -> None:
+            try:
+                got = self._read(name, lambda c: c.get(ids=chunk, include=["embeddings"]), None)
+            except UnreadableIndexError:
+                if len(chunk) == 1:
+                    lost.update(chunk)
+                    return
+                for one in chunk:
+                    read([one])
+                return
+            if got is not None and got["embeddings"] is not None:
+                ids.extend(got["ids"])
+                rows.extend(np.asarray(got["embeddings"], dtype=np.float32))
+
+        for start in range(0, len(listed), _SALVAGE_CHUNK):
+            read(listed[start : start + _SALVAGE_CHUNK])
+        matrix = np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+        return ids, matrix, lost
+
     def ids(self, name: str) -> set[str]:
         """Ids of the collection's vectors."""
         return self._read(name, lambda c: set(c.get(include=[])["ids"]), set())
@@ -263,6 +327,7 @@ class VectorIndex:
         with self._exclusive():
             for name in names:
                 self.evict(name)
+                self._applied.pop(name, None)  # a collection made again later starts afresh
                 with contextlib.suppress(NotFoundError):
                     self._client.delete_collection(name)
             if self._folder is not None:
@@ -282,6 +347,50 @@ class VectorIndex:
                 _shred(segment)
         vacuum_sqlite(folder / CHROMA_DB)  # rewrites the file without its free pages
 
+    def _position(self, name: str) -> tuple[int, int]:
+        """The collection's persisted watermark and newest log entry (0, 0 when absent or not embedded)."""
+        if self._folder is None:
+            return 0, 0
+        with self._log_lock:
+            if self._log is None:
+                self._log = sqlite3.connect(self._folder / CHROMA_DB, timeout=30, check_same_thread=False)
+            row = self._log.execute(_LOG_POSITION, (name,)).fetchone()
+        return (0, 0) if row is None else (row[0] or 0, row[1] or 0)
+
+    def _note_applied(self, name: str) -> None:
+        """After a write of this process: its in-memory index holds every entry of the log so far."""
+        if self.embedded:
+            self._applied[name] = self._position(name)[1]
+
+    def _keep_current(self, name: str) -> None:
+        """Reload from disk when another process persisted the collection past what this one holds.
+
+        Otherwise this process would never apply the entries in between, and its next persist would
+        overwrite the complete files with an index that lacks them (see the module docstring).
+        """
+        applied = self._applied.get(name)
+        if applied is not None and self._position(name)[0] > applied:
+            self._reopen()
+
+    def _reopen(self) -> None:
+        """A new client over the same folder: Chroma loads each collection from disk again."""
+        from chromadb.api.client import SharedSystemClient
+
+        assert self._folder is not None
+        with self._lock:
+            settings = self._client.get_settings()
+            # the cached system would hand back the same in-memory indexes; readers still holding
+            # the old one finish on it
+            SharedSystemClient._identifier_to_system.pop(
+                SharedSystemClient._get_identifier_from_settings(settings), None
+            )
+            import chromadb
+
+            with FileLock(str(self._folder) + ".lock"):
+                self._client = chromadb.PersistentClient(path=str(self._folder), settings=_settings())
+            self._collections.clear()
+            self._applied.clear()  # each collection's next first load records its watermark again
+
     def names(self) -> set[str]:
         """Names of all per-user collections (for consistency checks)."""
         return {c.name for c in self._client.list_collections() if c.name.startswith(COLLECTION_PREFIX)}
@@ -289,6 +398,10 @@ class VectorIndex:
     def close(self) -> None:
         """Release the client (database handles, HTTP connections)."""
         self._collections.clear()
+        with self._log_lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
         # chromadb 1.5's HTTP client (and its internal admin client) leave their httpx sessions open
         # even in close(); close them here or every connect() leaks sockets
         for client in (self._client, getattr(self._client, "_admin_client", None)):

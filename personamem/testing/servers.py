@@ -14,10 +14,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["chroma_server", "free_port", "personamem_server"]
+__all__ = ["chroma_server", "free_port", "mcp_client", "personamem_server"]
 
 
 def free_port() -> int:
@@ -71,18 +72,38 @@ def chroma_server(folder: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def personamem_server(folder: Path, *options: str, workers: int = 1) -> Iterator[str]:
-    """``personamem [options] serve`` on a free port; ``options`` are the global store options.
+def personamem_server(
+    folder: Path, *options: str, workers: int = 1, serve_options: Sequence[str] = ()
+) -> Iterator[str]:
+    """``personamem [options] serve [serve_options]`` on a free port; ``options`` are the store options.
 
-    ``folder`` holds the log (and is the ``--store`` unless ``options`` name another).
+    ``folder`` holds the log (and is the ``--store`` unless ``options`` name another);
+    ``serve_options`` are the command's own (``--allow-method fast=pipeline:fast.toml``).
     """
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [
         sys.executable, "-m", "personamem", "--store", str(folder), *options,
-        "serve", "--port", str(port), "--workers", str(workers), "--log-level", "warning",
+        "serve", "--port", str(port), "--workers", str(workers), "--log-level", "warning", *serve_options,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     folder.mkdir(parents=True, exist_ok=True)
     with _serving(command, f"{url}/v1/health", folder / "server.log", env):
         yield url
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, key: str) -> AsyncIterator[Any]:
+    """An MCP client session with a ``personamem serve`` at ``url`` (its ``/mcp``), using API key ``key``.
+
+    Needs the ``mcp`` extra; returns the mcp SDK's ``Client``.
+    """
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+    ):
+        yield client

@@ -1,0 +1,131 @@
+"""Finding and healing what a crash or a lagging process left in the vector index.
+
+SQL is the source of truth, so every fault of the index is healed the same way: rebuild the user's
+collection from SQL. :func:`rebuild` keeps what the index can still read, encodes the rest again
+from the records' text, and puts every row back to ``pending`` *with* its vector before it drops
+the collection, so a search from any process scores that user from SQL while the rebuild runs,
+and a crash midway leaves pending rows that opening the store indexes. :func:`scan` is the full
+scan an operator runs (``personamem check``): it also reads every vector back, since an index can
+list ids whose vectors it lost (see ``store/vectors.py``) while counts and ids agree.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from personamem.errors import UnreadableIndexError
+from personamem.store.tables import RecordStatus
+
+if TYPE_CHECKING:
+    from personamem.store.store import Store
+
+__all__ = ["ConsistencyReport", "heal", "readable", "rebuild", "scan"]
+
+log = logging.getLogger("personamem.store")
+
+
+@dataclass
+class ConsistencyReport:
+    """Differences between SQL and the vector index, by user and vector id; all empty means they agree."""
+
+    pending: dict[str, set[str]] = field(default_factory=dict)
+    missing_vectors: dict[str, set[str]] = field(default_factory=dict)
+    orphan_vectors: dict[str, set[str]] = field(default_factory=dict)
+    orphan_collections: set[str] = field(default_factory=set)
+    unreadable_vectors: dict[str, set[str]] = field(default_factory=dict)
+    """Vectors the index lists but cannot read back (a collection a lagging process overwrote)."""
+
+    @property
+    def ok(self) -> bool:
+        """True when every row is indexed and rows and readable vectors match one to one."""
+        return not (
+            self.pending
+            or self.missing_vectors
+            or self.orphan_vectors
+            or self.orphan_collections
+            or self.unreadable_vectors
+        )
+
+    @property
+    def damaged_users(self) -> set[str]:
+        """Store keys of the users whose collection must be rebuilt."""
+        return set(self.missing_vectors) | set(self.orphan_vectors) | set(self.unreadable_vectors)
+
+
+def scan(store: Store) -> ConsistencyReport:
+    """Compare SQL rows with the vectors the index can read, for every user of the store."""
+    store.flush()
+    report = ConsistencyReport()
+    users = store.catalog.all_users()
+    report.orphan_collections = store.index.names() - {store.names.collection(u) for u in users}
+    for user in users:
+        collection = store.names.collection(user)
+        rows = store.catalog.vector_ids(user)
+        pending = store.catalog.vector_ids(user, RecordStatus.PENDING)
+        vectors = store.index.ids(collection)
+        if pending:
+            report.pending[user] = pending
+        if rows - pending - vectors:
+            report.missing_vectors[user] = rows - pending - vectors
+        if vectors - rows:
+            report.orphan_vectors[user] = vectors - rows
+        try:
+            store.index.vectors(collection)
+        except UnreadableIndexError:
+            report.unreadable_vectors[user] = store.index.salvage(collection)[2] or vectors
+    return report
+
+
+def readable(store: Store, collection: str) -> tuple[list[str], np.ndarray]:
+    """The collection's vectors, or as many as can be read when it is damaged."""
+    try:
+        return store.index.vectors(collection)
+    except UnreadableIndexError:
+        ids, matrix, _ = store.index.salvage(collection)
+        return ids, matrix
+
+
+def rebuild(store: Store, user: str) -> int:
+    """Rebuild the collection of the user with store key ``user`` from SQL; return vectors re-encoded."""
+    with store.write_lock:
+        collection = store.names.collection(user)
+        store.index.refresh(collection)
+        ids, matrix, lost = store.index.salvage(collection)
+        indexed = store.catalog.vector_ids(user, RecordStatus.INDEXED)
+        kept = {vid: row for vid, row in zip(ids, matrix, strict=True) if vid in indexed}
+        missing = store.catalog.by_vector_ids(user, sorted(indexed - kept.keys()))
+        if missing:
+            encoded = store.encoder.encode([record.text for record in missing.values()])
+            kept.update(zip(missing, encoded, strict=True))
+        vectors = np.stack(list(kept.values())) if kept else np.zeros((0, 0), dtype=np.float32)
+        store.catalog.requeue(user, (list(kept), vectors))  # searchable from SQL from here on
+        store.views.evict(user)
+        store.index.drop([collection])
+        pending = store.catalog.pending(user).get(user, [])
+        store.index_pending(pending)
+    log.warning(
+        "rebuilt the vector collection of a user from SQL: %d vector(s) read back, %d encoded again "
+        "(%d could not be read)",
+        len(ids),
+        len(missing),
+        len(lost),
+    )
+    return len(missing)
+
+
+def heal(store: Store, report: ConsistencyReport) -> list[str]:
+    """Fix what ``report`` found: rebuild damaged users, erase orphan collections, index pending rows.
+
+    Returns the store keys of the users rebuilt.
+    """
+    rebuilt = sorted(report.damaged_users)
+    for user in rebuilt:
+        rebuild(store, user)
+    if report.orphan_collections:
+        store.index.drop(report.orphan_collections)
+    store.repair()
+    return rebuilt
