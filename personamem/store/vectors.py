@@ -72,12 +72,13 @@ _SEGMENT_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-
 _M_PERTURB = -6  # glibc mallopt parameter: fill freed (and fresh) heap memory with a byte pattern
 _REFRESH_ID = "personamem-refresh"  # deleted (never present) to make Chroma apply other processes' writes
 _SALVAGE_CHUNK = 256  # ids read at a time when a collection's embeddings cannot be read whole
-# the persisted watermark of a collection's vector segment, and the newest entry of its log
+# the persisted watermark of a collection's vector segment, and the newest entry of the whole log
+# (an integer primary key: found at once, where the newest of one collection would be a scan)
 _LOG_POSITION = """
 SELECT
   (SELECT m.seq_id FROM max_seq_id m JOIN segments s ON s.id = m.segment_id
    WHERE s.collection = c.id AND s.scope = 'VECTOR'),
-  (SELECT max(q.seq_id) FROM embeddings_queue q WHERE q.topic = 'persistent://default/default/' || c.id)
+  (SELECT max(seq_id) FROM embeddings_queue)
 FROM collections c WHERE c.name = ?
 """
 _perturbed = False
@@ -358,7 +359,11 @@ class VectorIndex:
         return (0, 0) if row is None else (row[0] or 0, row[1] or 0)
 
     def _note_applied(self, name: str) -> None:
-        """After a write of this process: its in-memory index holds every entry of the log so far."""
+        """After a write of this process: its in-memory index holds every entry of the log so far.
+
+        The write made Chroma apply the collection's log to its end, so every entry up to the log's
+        newest, of any collection, is either applied or not this collection's.
+        """
         if self.embedded:
             self._applied[name] = self._position(name)[1]
 
