@@ -8,8 +8,9 @@ returns, a dense search for the text must find it (the vector is still pending i
 
 Also reported, not gated: back-to-back adds with no pause, where the indexer competes for the CPU.
 
-Gate: median add / encode <= 1.3. The last stdout line is
-``single_add_ratio: R (target <= 1.3)`` and the exit status is 1 when the target is missed.
+Gate: median add / encode <= 1.15 (issue 46: the write path adds at most 15 % to the encoder call).
+The last stdout line is
+``single_add_ratio: R (target <= 1.15)`` and the exit status is 1 when the target is missed.
 
     python bench/single_add.py [--records 300] [--users 10] [--check-every 10]
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from _common import log, realistic_text
 
-TARGET_RATIO = 1.3
+TARGET_RATIO = 1.15
 
 
 def run(args: argparse.Namespace, root: Path) -> float:

@@ -180,11 +180,15 @@ def test_every_acknowledged_record_is_searchable_after_each_of_five_sigkills(tmp
     for round_ in range(6):  # five kills mid-traffic; each restart checks the round before it
         server = _serve(store, port)
         try:
-            for key, user, rid, text in acknowledged:
-                with Client(url, key) as mem:
+            clients = {key: Client(url, key) for key in keys}
+            try:
+                for key, user, rid, text in acknowledged:
                     for method in ("dense", "default"):
-                        top = mem.search(user, text, k=1, method=method)
+                        top = clients[key].search(user, text, k=1, method=method)
                         assert [h.record.id for h in top] == [rid], (round_, user, method, text)
+            finally:
+                for client in clients.values():
+                    client.close()
             if round_ == 5:
                 break
             acknowledged, stop = [], threading.Event()
@@ -195,7 +199,7 @@ def test_every_acknowledged_record_is_searchable_after_each_of_five_sigkills(tmp
             ]
             for writer in writers:
                 writer.start()
-            time.sleep(2.0)
+            time.sleep(1.5)
         finally:
             os.killpg(server.pid, signal.SIGKILL)  # the whole server, mid-traffic
             server.wait()

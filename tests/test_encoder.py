@@ -60,8 +60,8 @@ _VARIED = [
 ]
 
 
-def test_small_batches_match_sentence_transformers(encoder: SentenceEncoder) -> None:
-    """The numpy forward pass (small batches) gives the vectors and token counts torch gives."""
+def test_the_onnx_runtime_matches_sentence_transformers(encoder: SentenceEncoder) -> None:
+    """onnxruntime gives the vectors and token counts torch gives (stored vectors stay valid)."""
     from sentence_transformers import SentenceTransformer
 
     reference = SentenceTransformer(str(encoder.path), device="cpu", local_files_only=True)
@@ -75,15 +75,17 @@ def test_small_batches_match_sentence_transformers(encoder: SentenceEncoder) -> 
 
 
 def test_large_batches_agree_with_small_ones(encoder: SentenceEncoder) -> None:
-    """Past the numpy pass's batch size the texts go to torch; the vectors must not move."""
-    texts = [f"Record {i}: I went hiking with my {i} friends in the Alps." for i in range(20)]
+    """A batch runs in chunks of similar length, side by side; no vector moves, none swaps place."""
+    texts = [
+        f"Record {i}: I went hiking with my {i} friends {'far ' * (i % 7)}in the Alps." for i in range(100)
+    ]
     batch = encoder.encode(texts)
-    one_by_one = np.concatenate([encoder.encode(texts[i : i + 4]) for i in range(0, 20, 4)])
+    one_by_one = np.concatenate([encoder.encode(texts[i : i + 4]) for i in range(0, 100, 4)])
     np.testing.assert_allclose(batch, one_by_one, atol=1e-6)
 
 
-def test_a_query_needs_no_torch() -> None:
-    """Encoding a few texts loads neither torch nor sentence-transformers (seconds of a cold start)."""
+def test_a_query_needs_no_torch(encoder: SentenceEncoder) -> None:
+    """Once exported (the fixture made sure), encoding loads neither torch nor sentence-transformers."""
     code = (
         "import sys; from personamem import default_encoder; default_encoder().encode(['a query', 'b']); "
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
@@ -93,10 +95,35 @@ def test_a_query_needs_no_torch() -> None:
 
 
 def test_other_layouts_run_on_sentence_transformers(encoder: SentenceEncoder, tmp_path: Path) -> None:
-    """A folder the numpy pass does not read (sentence-transformers 6 saves its own layout) still encodes."""
+    """A folder that is not a plain BERT layout (sentence-transformers 6 saves its own) runs on torch."""
     from sentence_transformers import SentenceTransformer
 
     SentenceTransformer(str(encoder.path), device="cpu").save(str(tmp_path / "saved"))  # as towers are
     saved = SentenceEncoder(tmp_path / "saved")
     texts = ["I bought a used road bike.", "tea"]
     np.testing.assert_allclose(saved.encode(texts), encoder.encode(texts), atol=1e-6)
+
+
+def test_the_export_is_made_once_and_shared(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    """A second encoder over the same model loads the cached export instead of exporting again."""
+    from personamem.onnx_encoder import export_onnx
+
+    first = export_onnx(encoder.path, tmp_path)
+    made = first.stat().st_mtime_ns
+    assert export_onnx(encoder.path, tmp_path) == first and first.stat().st_mtime_ns == made
+    assert [p.name for p in first.parent.iterdir() if not p.name.endswith(".lock")] == ["model.onnx"]
+
+
+def test_an_unwritable_cache_falls_back_to_torch_with_a_warning(
+    encoder: SentenceEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no export can be written, the encoder still works, on torch, and says why."""
+    from personamem.errors import PersonaMemWarning
+
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("PERSONAMEM_CACHE", str(blocked))
+    with pytest.warns(PersonaMemWarning, match="encoding with torch, not onnxruntime"):
+        fallback = SentenceEncoder(encoder.path)
+    texts = ["I bought a used road bike.", "tea"]
+    np.testing.assert_allclose(fallback.encode(texts), encoder.encode(texts), atol=1e-5)

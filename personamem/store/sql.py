@@ -80,13 +80,15 @@ class SearchState:
     pending_ids: list[str]
     pending: np.ndarray | None
     bounds_token: str | None = None
+    revision: str | None = None
+    """Changes on every write to the user: records read at one revision can be reused at it."""
 
 
 _BY_VECTOR_IDS = (
     f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? AND vector_id IN ({{marks}})"
 )
 _SEARCH_STATE = (
-    "SELECT u.status, u.index_token, u.bounds_token, r.vector_id, r.pending_vector FROM users u "
+    "SELECT u.status, u.index_token, u.bounds_token, u.revision, r.vector_id, r.pending_vector FROM users u "
     "LEFT JOIN records r ON r.user_id = u.user_id AND r.status = ? WHERE u.user_id = ?"
 )
 
@@ -541,6 +543,7 @@ class SqlCatalog(DerivedValues, InteractionTable):
                         col(UserRow.status),
                         col(UserRow.index_token),
                         col(UserRow.bounds_token),
+                        col(UserRow.revision),
                         col(RecordRow.vector_id),
                         col(RecordRow.pending_vector),
                     )
@@ -551,7 +554,7 @@ class SqlCatalog(DerivedValues, InteractionTable):
             return None
         kept = [(vid, blob) for *_, vid, blob in rows if blob is not None]
         pending = np.stack([np.frombuffer(blob, "<f4") for _, blob in kept]) if kept else None
-        return SearchState(rows[0][1], [vid for vid, _ in kept], pending, rows[0][2])
+        return SearchState(rows[0][1], [vid for vid, _ in kept], pending, rows[0][2], rows[0][3])
 
     def bounds_token(self, user_id: str) -> str | None:
         """The user's bounds token (None: no bounded record, or no user); read like :meth:`revision`."""

@@ -262,9 +262,13 @@ class Store:
         """The user's current record nearest to ``vector`` at ``threshold`` or above, other than itself."""
         if threshold > 1:  # cosine never exceeds 1: the check is off
             return None
-        for found, score in self._nearest(record.user_id, vector, 2):
-            if found.id != record.id:
-                return found if score >= threshold else None
+        own = self.names.vector_id(record.user_id, record.id)
+        for vid, score in self._nearest_ids(record.user_id, vector, 2)[0]:
+            if vid == own:
+                continue
+            if score < threshold:
+                return None
+            return self.catalog.by_vector_ids(record.user_id, [vid]).get(vid)  # most adds skip this read
         return None
 
     def _merge(self, near: Record, record: Record) -> Record:
@@ -594,9 +598,22 @@ class Store:
 
     def _nearest(self, user_id: str, vector: np.ndarray, k: int) -> list[tuple[Record, float]]:
         """:meth:`nearest` of a store key, records keyed as stored."""
+        hits, view, revision = self._nearest_ids(user_id, vector, k)
+        if view is None:
+            return []
+        known = view.records(revision)
+        missing = [vid for vid, _ in hits if vid not in known]
+        if missing:
+            known.update(self.catalog.by_vector_ids(user_id, missing))
+        return [(known[vid], score) for vid, score in hits if vid in known]
+
+    def _nearest_ids(
+        self, user_id: str, vector: np.ndarray, k: int
+    ) -> tuple[list[tuple[str, float]], UserView | None, str | None]:
+        """The ``k`` best (vector id, cosine) of a store key, with the view and revision they came from."""
         state = self.catalog.search_state(user_id)
         if state is None or k <= 0:
-            return []
+            return [], None, None
         hidden = self._hidden_vectors(user_id, state.bounds_token)
         scores = [] if state.pending is None else (state.pending @ vector).tolist()
         fresh = {vid: s for vid, s in zip(state.pending_ids, scores, strict=True) if vid not in hidden}
@@ -609,9 +626,7 @@ class Store:
             hits = [(vid, score) for vid, score in hits if vid not in skip]
         if fresh:
             hits = sorted(hits + list(fresh.items()), key=lambda hit: -hit[1])
-        hits = hits[:k]
-        found = self.catalog.by_vector_ids(user_id, [vid for vid, _ in hits])
-        return [(found[vid], score) for vid, score in hits if vid in found]
+        return hits[:k], view, state.revision
 
     def vectors(self, user_id: str) -> tuple[list[Record], np.ndarray]:
         """The user's records and their vectors (rows aligned), for corpus-level methods.
