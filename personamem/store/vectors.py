@@ -374,8 +374,12 @@ class VectorIndex:
         overwrite the complete files with an index that lacks them (see the module docstring).
         """
         applied = self._applied.get(name)
-        if applied is not None and self._position(name)[0] > applied:
-            self._reopen()
+        if applied is None or self._position(name)[0] <= applied:
+            return
+        with self._exclusive():  # no write of this process is in flight on the old, lagging client
+            applied = self._applied.get(name)
+            if applied is not None and self._position(name)[0] > applied:
+                self._reopen()
 
     def _reopen(self) -> None:
         """A new client over the same folder: Chroma loads each collection from disk again."""
