@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import warnings
 from collections.abc import Sequence
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 __all__ = ["OnnxBert", "export_onnx", "plain_bert"]
+
+log = logging.getLogger("personamem.encoder")
 
 _LAYOUT = [
     "sentence_transformers.models.Transformer",
@@ -99,6 +102,7 @@ def export_onnx(folder: Path, cache: Path | None = None) -> Path:
     with FileLock(str(target) + ".lock"):
         if not target.is_file():  # another process may have finished it while we waited
             partial = target.with_name(f"model.partial-{os.getpid()}.onnx")
+            log.info("exporting the encoder %s to ONNX, once, into %s (about 10 s)", folder.name, target.parent)
             try:
                 _export(folder, partial)
                 partial.replace(target)
