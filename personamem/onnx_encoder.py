@@ -102,7 +102,7 @@ def export_onnx(folder: Path, cache: Path | None = None) -> Path:
     with FileLock(str(target) + ".lock"):
         if not target.is_file():  # another process may have finished it while we waited
             partial = target.with_name(f"model.partial-{os.getpid()}.onnx")
-            log.info("exporting the encoder %s to ONNX, once, into %s (about 10 s)", folder.name, target.parent)
+            log.info("exporting encoder %s to ONNX once, into %s (about 10 s)", folder.name, target.parent)
             try:
                 _export(folder, partial)
                 partial.replace(target)
