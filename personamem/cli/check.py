@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from personamem.console import err, out
+from personamem.console import err, out, progress_bar
 from personamem.store import ConsistencyReport
 from personamem.store.tenants import SEPARATOR
 
@@ -52,7 +52,9 @@ def check(
     them all at once, offline.
     """
     with ctx.obj.open() as mem:
-        report = mem.store.check()
+        with progress_bar() as bar:
+            task = bar.add_task("reading every user's vectors back", total=None)
+            report = mem.store.check(lambda done, total: bar.update(task, completed=done, total=total))
         if report.ok:
             out.print(f"consistent: {len(mem.store.catalog.all_users())} user(s), every vector reads back")
             return

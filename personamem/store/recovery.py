@@ -12,6 +12,7 @@ list ids whose vectors it lost (see ``store/vectors.py``) while counts and ids a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -56,13 +57,16 @@ class ConsistencyReport:
         return set(self.missing_vectors) | set(self.orphan_vectors) | set(self.unreadable_vectors)
 
 
-def scan(store: Store) -> ConsistencyReport:
-    """Compare SQL rows with the vectors the index can read, for every user of the store."""
+def scan(store: Store, progress: Callable[[int, int], None] | None = None) -> ConsistencyReport:
+    """Compare SQL rows with the vectors the index can read, for every user of the store.
+
+    ``progress(done, total)`` is called after each user (a full scan takes minutes on a large store).
+    """
     store.flush()
     report = ConsistencyReport()
-    users = store.catalog.all_users()
+    users = sorted(store.catalog.all_users())
     report.orphan_collections = store.index.names() - {store.names.collection(u) for u in users}
-    for user in users:
+    for done, user in enumerate(users):
         collection = store.names.collection(user)
         rows = store.catalog.vector_ids(user)
         pending = store.catalog.vector_ids(user, RecordStatus.PENDING)
@@ -77,6 +81,8 @@ def scan(store: Store) -> ConsistencyReport:
             store.index.vectors(collection)
         except UnreadableIndexError:
             report.unreadable_vectors[user] = store.index.salvage(collection)[2] or vectors
+        if progress is not None:
+            progress(done + 1, len(users))
     return report
 
 

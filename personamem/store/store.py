@@ -722,13 +722,14 @@ class Store:
         self._caches.add(cache)
         return cache
 
-    def check(self) -> ConsistencyReport:
+    def check(self, progress: Callable[[int, int], None] | None = None) -> ConsistencyReport:
         """Compare SQL rows with the vectors the index can read back, for every user (a full scan).
 
         Records queued by :meth:`add` are indexed first, so only interrupted writes show as pending.
-        It covers the whole store, every tenant, and reports by store key.
+        It covers the whole store, every tenant, and reports by store key; ``progress(done, total)``
+        is called after each user.
         """
-        return scan(self)
+        return scan(self, progress)
 
     def heal(self, report: ConsistencyReport | None = None) -> list[str]:
         """Fix what :meth:`check` found (it runs first when ``report`` is None); return users rebuilt.
