@@ -43,12 +43,12 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from personamem.contract import Deleted, RecordPage, SearchResult, record_json
-from personamem.errors import PermissionDeniedError, PersonaMemError
+from personamem.errors import PersonaMemError
 from personamem.memory import PersonaMem
 from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
 from personamem.preference import PreferenceMemory
 from personamem.records import JsonScalar, RecordKind, check_user_id
-from personamem.store.keys import KeyScope
+from personamem.store.keys import KeyScope, require_scope
 
 __all__ = ["HttpEndpoint", "build_server", "http_endpoint", "run_stdio"]
 
@@ -316,16 +316,9 @@ class _Gate:
 def _check_scope(ctx: Context, needed: KeyScope) -> None:
     """Refuse an HTTP call whose key's scope is below ``needed`` (stdio and in-process calls have no key)."""
     request = ctx.request_context.request
-    if not isinstance(request, Request):
-        return
-    scope = request.scope.get(_KEY_SCOPE_KEY)
-    if not isinstance(scope, KeyScope) or not scope.allows(needed):
-        have = scope.value if isinstance(scope, KeyScope) else None
-        raise PermissionDeniedError(
-            f"this API key's scope is {have!r}; this tool needs {needed.value!r}",
-            needed=needed.value,
-            scope=have,
-        )
+    if isinstance(request, Request):
+        scope = request.scope.get(_KEY_SCOPE_KEY)
+        require_scope(scope if isinstance(scope, KeyScope) else None, needed, "this tool")
 
 
 def _memory_in_request(ctx: Context) -> PersonaMem:

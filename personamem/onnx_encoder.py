@@ -180,7 +180,7 @@ class OnnxBert:
     similar length that run on the session side by side (onnxruntime releases the GIL), one per core.
     """
 
-    def __init__(self, folder: Path, model: Path, *, threads: int | None = None) -> None:
+    def __init__(self, folder: Path, model: Path) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
@@ -199,7 +199,7 @@ class OnnxBert:
         self._session: onnxruntime.InferenceSession = onnxruntime.InferenceSession(
             str(model), options, providers=["CPUExecutionProvider"]
         )
-        self._workers = max(1, threads or os.cpu_count() or 1)
+        self._workers = max(1, os.cpu_count() or 1)
         self._pool: ThreadPoolExecutor | None = None
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:

@@ -17,9 +17,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.exceptions import HTTPException
 
-from personamem.errors import PermissionDeniedError, RateLimitedError
+from personamem.errors import RateLimitedError
 from personamem.memory import PersonaMem
-from personamem.store.keys import ApiKey, KeyScope, retry_seconds
+from personamem.store.keys import ApiKey, KeyScope, require_scope, retry_seconds
 
 __all__ = ["Admin", "Reader", "Writer", "authorize"]
 
@@ -44,13 +44,7 @@ def authorize(request: Request, needed: KeyScope) -> tuple[PersonaMem, ApiKey]:
     found = mem.store.keys.check(key) if key else None
     if found is None:
         raise HTTPException(401, "a valid API key is required (Authorization: Bearer <key>)")
-    if not found.scope.allows(needed):
-        raise PermissionDeniedError(
-            f"this API key's scope is {found.scope.value!r}; {request.method} {request.url.path} needs "
-            f"{needed.value!r}",
-            needed=needed.value,
-            scope=found.scope.value,
-        )
+    require_scope(found.scope, needed, f"{request.method} {request.url.path}")
     if found.rate is not None and (wait := mem.store.keys.admit(found)) > 0:
         seconds = retry_seconds(wait)
         raise RateLimitedError(

@@ -168,15 +168,7 @@ class KeyOut(BaseModel):
     @classmethod
     def of(cls, key: ApiKey) -> KeyOut:
         """The listing's JSON shape."""
-        return cls(
-            key_id=key.key_id,
-            tenant=key.tenant,
-            label=key.label,
-            scope=key.scope,
-            rate=key.rate,
-            created_at=key.created_at,
-            revoked_at=key.revoked_at,
-        )
+        return cls.model_validate(key, from_attributes=True)
 
 
 class KeysOut(BaseModel):

@@ -26,11 +26,11 @@ from sqlalchemy import Float, bindparam, case, insert, update
 from sqlalchemy import select as select_columns
 from sqlmodel import Field, SQLModel, col, select
 
-from personamem.errors import InvalidInputError
+from personamem.errors import InvalidInputError, PermissionDeniedError
 from personamem.store.sql import SqlCatalog
 from personamem.store.tenants import check_tenant
 
-__all__ = ["ApiKey", "KeyRing", "KeyScope", "check_rate", "retry_seconds"]
+__all__ = ["ApiKey", "KeyRing", "KeyScope", "check_rate", "require_scope", "retry_seconds"]
 
 _PREFIX = "pm_"
 _WINDOW_S = 60.0  # a rate is per minute; a burst may spend a whole minute's requests at once
@@ -51,6 +51,20 @@ class KeyScope(StrEnum):
         """Whether a key of this scope may make a call that needs ``needed``."""
         order = list(KeyScope)
         return order.index(self) >= order.index(needed)
+
+
+def require_scope(scope: KeyScope | None, needed: KeyScope, what: str) -> None:
+    """Refuse ``what`` (a route, a tool), which needs ``needed``, to a key of ``scope`` below it.
+
+    The one check behind the REST routes' dependencies and MCP's tools, so both answer alike.
+
+    Raises:
+        PermissionDeniedError: ``scope`` is None or too small; it names both scopes.
+    """
+    if scope is None or not scope.allows(needed):
+        have = None if scope is None else scope.value
+        message = f"this API key's scope is {have!r}; {what} needs {needed.value!r}"
+        raise PermissionDeniedError(message, needed=needed.value, scope=have)
 
 
 class ApiKeyRow(SQLModel, table=True):

@@ -70,17 +70,17 @@ def scan(store: Store, progress: Callable[[int, int], None] | None = None) -> Co
         collection = store.names.collection(user)
         rows = store.catalog.vector_ids(user)
         pending = store.catalog.vector_ids(user, RecordStatus.PENDING)
-        vectors = store.index.ids(collection)
+        try:  # one read gives the ids and shows that every vector reads back
+            vectors = set(store.index.vectors(collection)[0])
+        except UnreadableIndexError:
+            vectors = store.index.ids(collection)
+            report.unreadable_vectors[user] = store.index.salvage(collection)[2] or vectors
         if pending:
             report.pending[user] = pending
         if rows - pending - vectors:
             report.missing_vectors[user] = rows - pending - vectors
         if vectors - rows:
             report.orphan_vectors[user] = vectors - rows
-        try:
-            store.index.vectors(collection)
-        except UnreadableIndexError:
-            report.unreadable_vectors[user] = store.index.salvage(collection)[2] or vectors
         if progress is not None:
             progress(done + 1, len(users))
     return report
@@ -96,7 +96,11 @@ def readable(store: Store, collection: str) -> tuple[list[str], np.ndarray]:
 
 
 def rebuild(store: Store, user: str) -> int:
-    """Rebuild the collection of the user with store key ``user`` from SQL; return vectors re-encoded."""
+    """Rebuild the collection of the user with store key ``user`` from SQL; return the rows indexed.
+
+    Also what repair does for a delete that died before its own rebuild: the vectors of rows SQL no
+    longer has are not kept.
+    """
     with store.write_lock:
         collection = store.names.collection(user)
         store.index.refresh(collection)
@@ -112,7 +116,7 @@ def rebuild(store: Store, user: str) -> int:
         store.views.evict(user)
         store.index.drop([collection])
         pending = store.catalog.pending(user).get(user, [])
-        store.index_pending(pending)
+        indexed_again = store.index_pending(pending) if pending else 0  # a user whose rows are all gone
     log.warning(
         "rebuilt the vector collection of a user from SQL: %d vector(s) read back, %d encoded again "
         "(%d could not be read)",
@@ -120,7 +124,7 @@ def rebuild(store: Store, user: str) -> int:
         len(missing),
         len(lost),
     )
-    return len(missing)
+    return indexed_again
 
 
 def heal(store: Store, report: ConsistencyReport) -> list[str]:

@@ -517,11 +517,9 @@ class Store:
                 if self.index.ids(collection) - self.catalog.vector_ids(user_id):
                     # a delete died between its SQL commit and its rebuild: the collection still
                     # holds the deleted vectors, so rebuild it rather than index into it
-                    self.index.refresh(collection)
-                    self.catalog.requeue(user_id, readable(self, collection))
-                    self.index.drop([collection])
-                    pending = self.catalog.pending(user_id)[user_id]
-                repaired += self.index_pending(pending)
+                    repaired += rebuild(self, user_id)
+                else:
+                    repaired += self.index_pending(pending)
             return repaired
 
     def index_pending(self, pending: list[tuple[Record, np.ndarray | None]]) -> int:

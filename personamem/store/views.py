@@ -36,7 +36,7 @@ class UserView:
     ids: list[str]
     matrix: np.ndarray | None
     position: dict[str, int] = field(init=False)
-    _records: tuple[str | None, dict[str, Record]] = field(init=False, default=(None, {}))
+    _records: tuple[str | None, dict[str, Record]] = field(init=False, default_factory=lambda: (None, {}))
 
     def __post_init__(self) -> None:
         self.position = {vid: i for i, vid in enumerate(self.ids)}
