@@ -97,7 +97,8 @@ class PersonaMemRetriever(BaseRetriever):
 
     ``method`` is a name from :mod:`personamem.methods` (``dense``, ``bm25``, ``hybrid``, ``pbr``,
     ``listwise``, ``purple:<checkpoint folder>``, ``pipeline:<file.toml>``...), applied over the
-    memory's configured pipeline; ``pipeline`` is a whole :class:`PipelineConfig` instead (give one or
+    memory's configured pipeline (none: that pipeline itself, as ``PersonaMem.search`` ranks with no
+    method); ``pipeline`` is a whole :class:`PipelineConfig` instead (give one or
     the other). Either way the Documents are exactly ``PersonaMem.search``'s hits: with a profile
     selector, the profile first, then the rest of the candidates. The pipeline is built when the
     retriever is (a PURPLE checkpoint is loaded once per memory), so an unknown name, a missing
@@ -119,7 +120,7 @@ class PersonaMemRetriever(BaseRetriever):
     memory: PersonaMem
     user_id: StrictStr  # strict: bytes would be coerced to another user's id
     k: int = Field(default=4, ge=1)
-    method: str = "dense"
+    method: str | None = None
     pipeline: PipelineConfig | None = None
     as_of: datetime | str | None = None
     include_superseded: bool = False

@@ -33,8 +33,9 @@ Semantics, following LangGraph's own stores where personamem allows:
   transaction per batch.
 - ``search`` without a query: the user's items under the prefix that pass the filter, most recently
   updated first (PostgresStore's order; ties in the order first written). With a query: the user's
-  memory ranked by ``method`` (any name of :mod:`personamem.methods`, ``dense`` by default), kept
-  under the prefix and filter, with the method's score. Filters compare value fields for equality
+  memory ranked by ``method`` (any name of :mod:`personamem.methods`; by default the pipeline the
+  memory serves, as ``PersonaMem.search`` ranks with no method), kept under the prefix and filter,
+  with the method's score. Filters compare value fields for equality
   (nested objects and lists too) or with ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, as
   InMemoryStore does, except that a missing or non-numeric field fails an ordering instead of raising.
 - ``list_namespaces`` reads every record of every user: linear in the size of the store, meant for
@@ -119,7 +120,8 @@ class PersonaMemStore(BaseStore):
         memory: the memory (or a tenant view of it) that holds the items.
         user_of: picks the user id from a namespace (default: its first element). It also receives
             search prefixes, so every prefix must reach the element it reads.
-        method: how a search with a query ranks, a name from :mod:`personamem.methods`.
+        method: how a search with a query ranks, a name from :mod:`personamem.methods` (None: the
+            pipeline the memory serves).
         text_fields: LangGraph field paths tried in order for the text to embed.
 
     Raises:
@@ -139,7 +141,7 @@ class PersonaMemStore(BaseStore):
         memory: PersonaMem,
         *,
         user_of: Callable[[tuple[str, ...]], str] = _first_element,
-        method: str = "dense",
+        method: str | None = None,
         text_fields: Sequence[str] = TEXT_FIELDS,
     ) -> None:
         memory.pipeline(method)

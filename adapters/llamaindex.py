@@ -111,7 +111,8 @@ class PersonaMemRetriever(BaseRetriever):
 
     ``method`` is a name from :mod:`personamem.methods` (``dense``, ``bm25``, ``hybrid``, ``pbr``,
     ``listwise``, ``purple:<checkpoint folder>``, ``pipeline:<file.toml>``...), applied over the
-    memory's configured pipeline; ``pipeline`` is a whole :class:`PipelineConfig` instead (give one or
+    memory's configured pipeline (none: that pipeline itself, as ``PersonaMem.search`` ranks with no
+    method); ``pipeline`` is a whole :class:`PipelineConfig` instead (give one or
     the other). The nodes are exactly ``PersonaMem.search``'s hits: with a profile selector, the
     profile first, then the rest of the candidates. The pipeline is built here (a PURPLE checkpoint is
     loaded once per memory), so an unknown name, a missing checkpoint or an LLM method on a memory
@@ -136,7 +137,7 @@ class PersonaMemRetriever(BaseRetriever):
         user_id: str,
         *,
         k: int = 4,
-        method: str = "dense",
+        method: str | None = None,
         pipeline: PipelineConfig | None = None,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
@@ -144,7 +145,7 @@ class PersonaMemRetriever(BaseRetriever):
     ) -> None:
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        if method != "dense" and pipeline is not None:
+        if method is not None and pipeline is not None:
             raise MethodError(f"give method ({method!r}) or pipeline, not both")
         memory.pipeline(method if pipeline is None else pipeline)  # built and kept by the memory now
         super().__init__(callback_manager=callback_manager)

@@ -347,12 +347,12 @@ class MemoryApi(Protocol):
         user_id: str,
         query: str,
         k: int = 5,
-        method: str = "dense",
+        method: str | None = None,
         *,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
     ) -> Hits:
-        """The user's top ``k`` records for ``query`` by ``method``."""
+        """The user's top ``k`` records for ``query`` by ``method`` (None: the pipeline the memory serves)."""
         ...
 
     def context(

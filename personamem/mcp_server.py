@@ -176,14 +176,16 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         ctx: Context,
         k: Annotated[int, Field(description="How many records to return, best first.", ge=1, le=MAX_K)] = 5,
         method: Annotated[
-            str,
+            str | None,
             Field(
-                description="How to rank: 'dense' (by meaning, the default), 'bm25' (by shared words), "
+                description="How to rank; leave it out for the server's own ranking (its live pipeline: the "
+                "learned default unless its operator improved it). Or name one: 'dense' (by meaning), 'bm25' "
+                "(by shared words), "
                 "'hybrid' (both), 'default' (the package default) or another method the server serves: "
                 f"{', '.join(SERVED_BY_DEFAULT.names())}, and any its operator added (an unknown name's "
                 "error lists them). Methods that need an LLM fail unless the server has one."
             ),
-        ] = "dense",
+        ] = None,
         as_of: Annotated[
             str | None,
             Field(

@@ -7,7 +7,9 @@ or config, built on first use and kept (a PURPLE checkpoint or an LLM is loaded 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -24,6 +26,8 @@ from personamem.errors import (
     ConflictFallbackWarning,
     InvalidInputError,
     MethodError,
+    PersonaMemWarning,
+    PipelineFallbackWarning,
     warn_fallback,
 )
 from personamem.interactions import FeedbackReport, Interaction
@@ -41,7 +45,7 @@ from personamem.store import Store
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
 from personamem.store.timeline import reading
 
-__all__ = ["PersonaMem", "open_memory"]
+__all__ = ["PersonaMem", "open_memory", "stored_pipeline"]
 
 
 class PersonaMem(MemoryApi):
@@ -70,7 +74,8 @@ class PersonaMem(MemoryApi):
         self, store: Store, *, pipeline: PipelineConfig | None = None, llm: FrozenLLM | None = None
     ) -> None:
         self.store = store
-        self.config = pipeline or PipelineConfig()
+        self._pinned = pipeline  # None: serve the store's live pipeline (see config)
+        self._live: tuple[str | None, PipelineConfig] = (None, PipelineConfig())  # (stored table, parsed)
         self._llm = llm
         self._llms: dict[str, FrozenLLM] = {}
         self._pipelines: dict[PipelineConfig, Pipeline] = {}
@@ -101,8 +106,7 @@ class PersonaMem(MemoryApi):
 
         ``pipeline`` is a config, or the path of a TOML file with a ``[pipeline]`` table.
         """
-        config = _pipeline(pipeline)
-        return cls(Store.open(path, encoder=encoder), pipeline=config, llm=llm)
+        return cls._opened(Store.open(path, encoder=encoder), _pinned(pipeline), llm)
 
     @classmethod
     def connect(
@@ -116,9 +120,22 @@ class PersonaMem(MemoryApi):
         llm: FrozenLLM | None = None,
     ) -> PersonaMem:
         """Memory on a SQLAlchemy database (e.g. Postgres) and a Chroma server or folder."""
-        config = _pipeline(pipeline)
         store = Store.connect(sql_url, chroma_url=chroma_url, chroma_path=chroma_path, encoder=encoder)
-        return cls(store, pipeline=config, llm=llm)
+        return cls._opened(store, _pinned(pipeline), llm)
+
+    @classmethod
+    def _opened(cls, store: Store, pipeline: PipelineConfig | None, llm: FrozenLLM | None) -> PersonaMem:
+        """The memory over ``store``; a pipeline given at open wins over the store's live one, and says so."""
+        live = store.live_pipeline
+        if pipeline is not None and live is not None and pipeline != stored_pipeline(live):
+            chosen_by = json.loads(live).get("chosen_by") or "set in the store"
+            warnings.warn(
+                f"serving the pipeline given at open, not the store's live pipeline ({chosen_by}); "
+                "open without pipeline= (the CLI: without --config or ./personamem.toml) to serve it",
+                PersonaMemWarning,
+                stacklevel=3,
+            )
+        return cls(store, pipeline=pipeline, llm=llm)
 
     def tenant(self, name: str) -> PersonaMem:
         """This memory as tenant ``name`` sees it: its own users, even where ids equal another's.
@@ -137,7 +154,7 @@ class PersonaMem(MemoryApi):
         with self._views_lock:
             view = self._tenants.get(name)
             if view is None:  # kept: its pipelines and BM25 caches outlive the call
-                view = PersonaMem(self.store.for_tenant(name), pipeline=self.config, llm=self._llm)
+                view = PersonaMem(self.store.for_tenant(name), pipeline=self._pinned, llm=self._llm)
                 # an LLM or a memory checkpoint named by the config loads once
                 view._llms, view._extractors, view._load_lock = self._llms, self._extractors, self._load_lock
                 view.duplicates, view.duplicate_threshold = self.duplicates, self.duplicate_threshold
@@ -165,6 +182,30 @@ class PersonaMem(MemoryApi):
             views = list(self._tenants.values())
         for view in views:
             view.served_methods = policy
+
+    @property
+    def config(self) -> PipelineConfig:
+        """The pipeline this memory serves when a call names no method.
+
+        The one given at open or construction (``pipeline=``), else the store's live pipeline (what
+        ``personamem improve`` validated and put live, kept with the data so every process and server
+        worker serves it; a tenant's view serves its tenant's), else the package default
+        (:class:`~personamem.pipeline.PipelineConfig`'s defaults). A live pipeline changed by another
+        process is served within :data:`~personamem.store.settings.FRESH_S` seconds.
+        """
+        if self._pinned is not None:
+            return self._pinned
+        stored = self.store.live_pipeline
+        if stored != self._live[0]:
+            self._live = (stored, stored_pipeline(stored))
+            self._methods.clear()  # methods take the LLM, seed and budget from this config
+        return self._live[1]
+
+    @config.setter
+    def config(self, config: PipelineConfig | None) -> None:
+        """Serve ``config`` in this object whatever the store's live pipeline is (None: follow the store)."""
+        self._pinned = config
+        self._methods.clear()
 
     def __enter__(self) -> PersonaMem:
         return self
@@ -342,14 +383,16 @@ class PersonaMem(MemoryApi):
         user_id: str,
         query: str,
         k: int = 5,
-        method: PipelineConfig | str = "dense",
+        method: PipelineConfig | str | None = None,
         *,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
     ) -> Hits:
         """The user's top ``k`` records for ``query`` by ``method`` (see :mod:`personamem.methods`).
 
-        A method with a profile selector ranks its profile first, then the other candidates. An
+        No method: the pipeline this memory serves (:attr:`config`: the store's live pipeline, else
+        the package default, hybrid with the shipped query adapter), as :meth:`context` ranks. A
+        method with a profile selector ranks its profile first, then the other candidates. An
         unknown user gets an empty list. With ``log_interactions`` on, ``hits.interaction_id`` names
         the logged call for :meth:`feedback`. Only facts current now are searched, unless ``as_of``
         (a datetime or ISO 8601 string; naive means UTC) names another time or
@@ -407,7 +450,7 @@ class PersonaMem(MemoryApi):
         user_id: str,
         query: str,
         k: int = 5,
-        method: PipelineConfig | str = "dense",
+        method: PipelineConfig | str | None = None,
         *,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
@@ -496,11 +539,12 @@ class PersonaMem(MemoryApi):
         logged = self.store.interactions.import_(data.interactions) if data.interactions else 0
         return Imported(written, logged)
 
-    def improve(self, config_file: str | Path = "personamem.toml", **settings: Any) -> Any:
-        """Fit the first stage to this store and put it live in ``config_file`` only if it validates better.
+    def improve(self, **settings: Any) -> Any:
+        """Fit the first stage to this store and put it live in the store only if it validates better.
 
         The SDK's door to ``personamem improve`` (keyword settings as its options, e.g.
-        ``max_synthetic=600``); on success this memory serves the new pipeline at once. Returns the
+        ``max_synthetic=600``); on success every process that serves the store's live pipeline (this
+        one included, unless it was opened with ``pipeline=``) serves the new one. Returns the
         :class:`~personamem.trainers.adapter.improve.ImproveResult`.
 
         Raises:
@@ -509,7 +553,7 @@ class PersonaMem(MemoryApi):
         from personamem.trainers.adapter.config import ImproveConfig  # the one door into trainers/
         from personamem.trainers.adapter.improve import improve
 
-        return improve(self, Path(config_file), ImproveConfig(**settings))
+        return improve(self, ImproveConfig(**settings))
 
     def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
         """The pipeline for a method name or config (default: the configured one), built once and kept.
@@ -767,5 +811,25 @@ def open_memory(
     return PersonaMem.open(path, pipeline=pipeline)
 
 
-def _pipeline(pipeline: PipelineConfig | str | Path | None) -> PipelineConfig | None:
+def _pinned(pipeline: PipelineConfig | str | Path | None) -> PipelineConfig | None:
+    """The config a pipeline file or object given at open names (None: serve the store's live one)."""
     return load_pipeline(pipeline) if isinstance(pipeline, str | Path) else pipeline
+
+
+def stored_pipeline(stored: str | None) -> PipelineConfig:
+    """A store's live pipeline (:attr:`Store.live_pipeline`), validated; the default where none or broken.
+
+    A table that no longer validates (written by another version, say) must not take every search
+    down: it is a warning naming the problem, and the default serves until ``improve`` runs again
+    or is rolled back.
+    """
+    if stored is None:
+        return PipelineConfig()
+    try:
+        return pipeline_config(json.loads(stored), source="the store's live pipeline")
+    except (ConfigError, ValueError) as exc:
+        warn_fallback(
+            f"{exc}; serving the package default (run 'personamem improve' again, or --rollback)",
+            PipelineFallbackWarning,
+        )
+        return PipelineConfig()

@@ -48,9 +48,14 @@ _STAGES: dict[str, Any] = {
     "query_encoder": "base",
     "dense_weight": None,
     "rrf_k": None,
+    "ranker": "none",
 }
 """Every stage field a preset sets; what a preset leaves out takes these values. The query encoder is
 the store's own: a method name means the same ranking whatever the package's default adapter."""
+
+_PACKAGE_STAGES: dict[str, Any] = {name: PipelineConfig.model_fields[name].default for name in _STAGES}
+"""What a pipeline file leaves out: the package's defaults, so ``pipeline:<file>`` runs what
+``PersonaMem.open(..., pipeline=<file>)`` serves (the shipped adapter and ranker included)."""
 
 _PROFILE = {"first_stage": "hybrid", "candidates": 20, "profile_k": 5}
 """Profile selection over hybrid's top 20, a 5-record profile (PURPLE's setting)."""
@@ -133,13 +138,14 @@ METHODS: tuple[MethodSpec, ...] = (
     ),
     MethodSpec(
         "default",
-        "the package's default first stage: hybrid with the shipped query adapter (auto), weighted to dense",
-        lambda _: {"query_encoder": "auto"},
+        "the package's default first stage: hybrid with the shipped query adapter (auto), weighted to dense, "
+        "reordered by the shipped learned ranker",
+        lambda _: {"query_encoder": "auto", "ranker": "auto"},
     ),
     MethodSpec(
         "pipeline:<file>",
         "the composed pipeline of a TOML file (its pipeline table)",
-        lambda path: read_pipeline_table(Path(path)),
+        lambda path: {**_PACKAGE_STAGES, **read_pipeline_table(Path(path))},
     ),
 )
 

@@ -157,9 +157,16 @@ def forget(user_id: str) -> Call[bool]:
 
 
 def search(
-    user_id: str, query: str, k: int, method: str, as_of: datetime | str | None, include_superseded: bool
+    user_id: str,
+    query: str,
+    k: int,
+    method: str | None,
+    as_of: datetime | str | None,
+    include_superseded: bool,
 ) -> Call[Hits]:
-    request = {"user_id": _user(user_id), "query": query, "k": k, "method": method}
+    request: dict[str, object] = {"user_id": _user(user_id), "query": query, "k": k}
+    if method is not None:  # none: the server's served pipeline
+        request["method"] = method
     body = yield Request("POST", "/v1/search", {**request, **_when(as_of, include_superseded)})
     return SearchResult.model_validate(body).to_hits()
 

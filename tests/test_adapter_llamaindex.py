@@ -281,7 +281,7 @@ async def test_block_stores_flushed_messages_and_returns_the_context(mem: Person
     text = await block.aget([*messages, ChatMessage(role=MessageRole.USER, content=query)])
     assert text == mem.context("dana", query).text == block.context(query).text
     assert text.splitlines()[0] == "- My daughter is allergic to shellfish."  # the role is metadata only
-    assert len(text.splitlines()) == 3  # all three: the default profile is hybrid's top 5
+    assert text.splitlines()[1:] == ["- Noted."]  # the same words twice are shown once
     assert await block.aget([]) == ""
     assert await block.aget([ChatMessage(role=MessageRole.ASSISTANT, content="Hello!")]) == ""
 

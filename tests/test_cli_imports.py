@@ -50,8 +50,10 @@ def test_a_dense_search_imports_no_torch_and_no_bm25(tmp_path: Path) -> None:
     notes.write_text('{"user_id": "ana", "text": "I bought a used road bike."}\n', encoding="utf-8")
     store = ["--store", str(tmp_path / "store")]
     _loaded([*store, "ingest", str(notes)])
-    loaded = _loaded([*store, "search", "which bike?", "--user", "ana"])
+    loaded = _loaded([*store, "search", "which bike?", "--user", "ana", "--method", "dense"])
     assert [
         m for m in loaded if m.split(".")[0] in ("torch", "transformers", "sentence_transformers", "bm25s")
     ] == []
+    default = _loaded([*store, "search", "which bike?", "--user", "ana"])  # hybrid and the learned ranker
+    assert [m for m in default if m.split(".")[0] in ("torch", "transformers", "sentence_transformers")] == []
     assert "personamem.cli.train" not in loaded and "personamem.cli.eval" not in loaded

@@ -199,7 +199,10 @@ def test_every_acknowledged_record_is_searchable_after_each_of_five_sigkills(tmp
             ]
             for writer in writers:
                 writer.start()
-            time.sleep(1.5)
+            started = time.monotonic()  # a cold worker's first write may take seconds on a busy machine
+            while not acknowledged and time.monotonic() < started + 60:
+                time.sleep(0.05)
+            time.sleep(1.0)
         finally:
             os.killpg(server.pid, signal.SIGKILL)  # the whole server, mid-traffic
             server.wait()

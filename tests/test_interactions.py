@@ -156,5 +156,5 @@ def test_adapters_hand_out_the_interaction_id(logged: PersonaMem) -> None:
     assert "interaction_id" in nodes[0].node.excluded_llm_metadata_keys  # not shown to the LLM
     logged.feedback(first, used_record_ids=[docs[0].metadata["record_id"]])
     logged.feedback(second, answer="Lentils.")
-    assert [i.method for i in logged.interactions("ana")] == ["dense", "dense"]
+    assert [i.method for i in logged.interactions("ana")] == ["pipeline", "pipeline"]  # no method named
     assert [bool(i.feedback) for i in logged.interactions("ana")] == [True, True]

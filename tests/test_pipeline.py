@@ -97,6 +97,7 @@ def test_context_renders_the_profile_and_reports_its_cost(alice: PersonaMem) -> 
         "query_encoder": "adapter:mixed",
         "dense_weight": 0.8,
         "rrf_k": 2,
+        "ranker": "mixed",
         "chosen_by": "default",
     }
     assert context.usage == Usage() and context.warnings == []

@@ -162,8 +162,8 @@ def test_the_context_fits_the_memory_first_and_cuts_it_last(mem: PersonaMem, wat
     assert cut.memory == "WITHIN food:\n- eats vegan food only" and cut.tokens <= cut.budget_tokens
     assert cut.warnings == [f"preference memory cut to 2 of 4 line(s) to fit {cut.budget_tokens} tokens"]
     assert mem.context("ana", QUERY, budget_tokens=0).text == ""
-    dense = PipelineConfig(first_stage="dense", query_encoder="base")  # what search's default method runs
-    assert mem.search("ana", QUERY, k=3) == mem.pipeline(dense).search(
+    first_stage = mem.config.model_copy(update={"preference_memory": "none"})  # the same, no memory
+    assert mem.search("ana", QUERY, k=3) == mem.pipeline(first_stage).search(
         "ana", QUERY, 3
     )  # search never shows the memory
     assert watched.generations == 0

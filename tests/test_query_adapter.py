@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +15,16 @@ from rich.progress import Progress
 from personamem import PersonaMem, Record, SentenceEncoder
 from personamem.cli import main
 from personamem.datasets import UserSplit, read_questions
-from personamem.errors import CheckpointError, ConfigError, InsufficientDataError, TruncationWarning
+from personamem.errors import (
+    CheckpointError,
+    ConfigError,
+    InsufficientDataError,
+    PersonaMemWarning,
+    TruncationWarning,
+)
 from personamem.llm import TransformersLLM
 from personamem.methods import method_config
-from personamem.pipeline.config import pipeline_config
+from personamem.pipeline.config import PipelineConfig, pipeline_config
 from personamem.retrieval.base import Hit
 from personamem.retrieval.hybrid import reciprocal_rank_fusion
 from personamem.retrieval.query_adapter import SHIPPED_ADAPTERS, WEIGHTS_FILE, QueryAdapter
@@ -63,6 +71,7 @@ def test_auto_is_the_shipped_adapter_where_it_applies(mem: PersonaMem) -> None:
         "query_encoder": "adapter:mixed",
         "dense_weight": 0.8,
         "rrf_k": 2,
+        "ranker": "mixed",
         "chosen_by": "default",
     }
     bm25 = mem.pipeline(pipeline_config({"first_stage": "bm25"}))
@@ -168,6 +177,9 @@ def test_users_not_questions_are_split() -> None:
         ('Question: "What does Tom train for?"', "What does Tom train for?"),
         ("I love it!", None),
         ("Why?", None),
+        ("What is the answer to the question: What is the answer to the question: what?", None),
+        ("Where did she go and where did she go and where did she go?", None),
+        ("Question this text answers: what?", None),
     ],
 )
 def test_only_a_question_is_taken_from_the_llm(answer: str, question: str | None) -> None:
@@ -194,13 +206,13 @@ def test_synthetic_questions_are_cached_erased_with_the_user_and_too_few_refuse(
         again = synthetic_queries(mem.store, llm, users, per_user=3, max_total=12, consistency_k=None)
         assert again.texts == asked.texts  # read back from the store's cache, not written anew
         with pytest.raises(InsufficientDataError, match=r"3 with records; need at least 4"):
-            improve(mem, tmp_path / "personamem.toml", ImproveConfig(max_synthetic=12), llm=llm)
+            improve(mem, ImproveConfig(max_synthetic=12), llm=llm)
         mem.add_many(
             ["I adopted a grey cat called Miso last spring.", "Miso hates the vacuum."], user_id="dee"
         )
         with pytest.raises(InsufficientDataError, match=r"from 4 user\(s\); need at least 32 and 10"):
-            improve(mem, tmp_path / "personamem.toml", ImproveConfig(max_synthetic=12), llm=llm)
-        assert not (tmp_path / "personamem.toml").exists()
+            improve(mem, ImproveConfig(max_synthetic=12), llm=llm)
+        assert mem.store.live_pipeline is None
         user = asked.users[0]
         questions = [t for u, t in zip(asked.users, asked.texts, strict=True) if u == user]
         mem.forget(user)
@@ -228,39 +240,46 @@ def personabench_mem(tmp_path_factory: pytest.TempPathFactory, encoder: Sentence
 
 
 @pytest.mark.slow
-def test_improve_goes_live_from_feedback_and_rolls_back(
+def test_improve_goes_live_in_the_store_for_every_process_and_rolls_back(
     personabench_mem: Path, encoder: SentenceEncoder
 ) -> None:
-    config_file = personabench_mem / "personamem.toml"
-    config_file.write_text('[pipeline]\nfirst_stage = "bm25"\nbudget_tokens = 300\n')
-    with PersonaMem.open(personabench_mem / "store", encoder=encoder, pipeline=config_file) as mem:
-        result = improve(mem, config_file, ImproveConfig(steps=100, weights=(0.8, 1.0)))
+    store = personabench_mem / "store"
+    with PersonaMem.open(store, encoder=encoder) as mem:
+        assert mem.config == PipelineConfig()  # nothing live yet: the package default
+        mem.store.set_live_pipeline({"first_stage": "bm25", "budget_tokens": 300})  # a weak live pipeline
+        assert mem.config.first_stage == "bm25"  # served at once in this process
+        before = mem.search(mem.users()[0], "what do I like?")
+        result = improve(mem, ImproveConfig(steps=100, weights=(0.8, 1.0)))
         assert result.signal == "feedback" and result.counts["users"] == 4
         assert result.counts["validation_users"] == 1 and result.counts["train_questions"] > 100
         assert result.after["recall@10"] > result.before["recall@10"] and result.live
-        served = mem.context(mem.users()[0], "what do I like?").first_stage
+        assert result.adapter is not None and result.adapter.parent == store.resolve() / "adapters"
+        served = mem.context(mem.users()[0], "what do I like?").first_stage  # this process at once
         assert served["query_encoder"] == result.after["query_encoder"]
-        assert served["chosen_by"].startswith("personamem improve")
-    written = config_file.read_text()
-    assert "budget_tokens = 300" in written and f"dense_weight = {result.after['dense_weight']}" in written
-    with PersonaMem.open(personabench_mem / "store", encoder=encoder, pipeline=config_file) as mem:
-        assert mem.pipeline().query_encoder_name == result.after["query_encoder"]
-    assert (
-        main(
-            [
-                "--store",
-                str(personabench_mem / "store"),
-                "--config",
-                str(config_file),
-                "improve",
-                "--rollback",
-            ]
-        )
-        == 0
+        assert served["chosen_by"].startswith("personamem improve") and mem.config.budget_tokens == 300
+    # another process opening the store serves it, and a search with no method runs it
+    code = (
+        "import json, sys; from personamem import PersonaMem; m = PersonaMem.open(sys.argv[1]); "
+        "print(json.dumps(m.context(m.users()[0], 'what do I like?').first_stage))"
     )
-    assert config_file.read_text() == '[pipeline]\nfirst_stage = "bm25"\nbudget_tokens = 300\n'
-    with pytest.raises(ConfigError, match="nothing to roll back"):
-        rollback(config_file)
+    shown = subprocess.run(
+        [sys.executable, "-c", code, str(store)], capture_output=True, text=True, check=True
+    )
+    assert json.loads(shown.stdout)["query_encoder"] == result.after["query_encoder"]
+    # a pipeline given at open still wins, and says so
+    pinned = personabench_mem / "pinned.toml"
+    pinned.write_text('[pipeline]\nfirst_stage = "dense"\n')
+    warned = pytest.warns(PersonaMemWarning, match="not the store's live pipeline")
+    with warned, PersonaMem.open(store, encoder=encoder, pipeline=pinned) as mem:
+        assert mem.pipeline().query_encoder_name == "adapter:mixed" and mem.config.first_stage == "dense"
+    assert main(["--store", str(store), "improve", "--rollback"]) == 0
+    with PersonaMem.open(store, encoder=encoder) as mem:
+        assert mem.config.first_stage == "bm25" and mem.config.budget_tokens == 300
+        assert [h.record.id for h in mem.search(mem.users()[0], "what do I like?")] == [
+            h.record.id for h in before
+        ]
+        with pytest.raises(ConfigError, match="nothing to roll back"):
+            rollback(mem)
 
 
 @pytest.mark.slow

@@ -19,6 +19,8 @@ from personamem.trainers.pgret.config import PGRetRunConfig
 from personamem.trainers.pgret.run import run as run_pgret
 from personamem.trainers.purple.config import PurpleRunConfig
 from personamem.trainers.purple.run import run as run_purple
+from personamem.trainers.ranker.config import RankerRunConfig
+from personamem.trainers.ranker.run import run as run_ranker
 from personamem.trainers.run import TrainerRun, TrainSummary
 
 __all__ = ["TRAINERS", "TrainerSpec"]
@@ -47,6 +49,12 @@ TRAINERS: tuple[TrainerSpec, ...] = (
         AdapterRunConfig,
         run_adapter,
         "Query adapter: a small map on the query vector, from benchmarks' training users or a store.",
+    ),
+    TrainerSpec(
+        "ranker",
+        RankerRunConfig,
+        run_ranker,
+        "Learned ranker: reorder the default first stage's candidates (LightGBM on benchmarks' gold).",
     ),
     TrainerSpec(
         "purple",

@@ -203,3 +203,95 @@ def duplicates(
             spec.name, str(len(rows)), str(n), str(same_text), *(f"{c} ({c / n:.1%})" for c in near)
         )
     out.print(table)
+
+
+@analyze_app.command("profile")
+def profile(
+    data_root: Annotated[
+        Path, typer.Option(help="The folder holding the benchmarks (locomo/, personabench/, ...).")
+    ],
+    benchmark: Annotated[
+        list[BenchmarkName] | None,
+        typer.Option(
+            help="Benchmarks with gold records to measure on (repeatable). [default: locomo personabench]"
+        ),
+    ] = None,
+    duplicate_cosine: Annotated[
+        list[float] | None,
+        typer.Option(
+            help="PipelineConfig.duplicate_cosine values to measure (repeatable). [default: 1.0 0.9]"
+        ),
+    ] = None,
+    diversity: Annotated[
+        list[float] | None,
+        typer.Option(
+            help="PipelineConfig.diversity values, with each duplicate_cosine (repeatable). [default: 0]"
+        ),
+    ] = None,
+    answer_ll: Annotated[
+        bool, typer.Option(help="Also score the gold answer's log-likelihood on changed profiles.")
+    ] = False,
+    llm: Annotated[
+        str, typer.Option(help="smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a model folder.")
+    ] = "qwen2.5-coder-0.5b",
+    llm_runtime: Annotated[Runtime, runtime_option()] = REFERENCE_RUNTIME,
+    seed: Annotated[
+        int, typer.Option(help="Seeds which users are held out (train adapter's --split-seed).")
+    ] = 0,
+    out_file: Annotated[
+        Path,
+        typer.Option("--out", help="The report (JSON); answer scores are cached beside it (<out>.ll.jsonl)."),
+    ] = Path("personamem-analysis/profile.json"),
+) -> None:
+    """Recall of gold records in context()'s profile per duplicate_cosine and diversity, on held-out users.
+
+    Each setting is compared with the first stage's top profile_k (the profile before these knobs):
+    how many profiles change, the paired difference in recall, ms per context() call and, with
+    --answer-ll, the gold answer's log-likelihood under --llm (scored on changed profiles only).
+    """
+    import shlex
+
+    from pydantic import ValidationError
+
+    from personamem.datasets.vectors import default_vector_cache
+    from personamem.encoder import default_encoder
+    from personamem.eval.profile_eval import LoglikCache, evaluate_profiles, profile_settings
+    from personamem.llm.load import load_llm
+    from personamem.pipeline import PipelineConfig
+
+    settings = profile_settings(duplicate_cosine or [1.0, 0.9], diversity or [0.0])
+    for setting in settings:
+        try:
+            PipelineConfig(duplicate_cosine=setting.duplicate_cosine, diversity=setting.diversity)
+        except ValidationError as exc:
+            raise typer.BadParameter(f"{setting.label}: {exc.errors()[0]['msg']}") from None
+    benchmarks = benchmark or [BenchmarkName("locomo"), BenchmarkName("personabench")]
+    model = load_llm(llm, runtime=llm_runtime) if answer_ll else None
+    cache = LoglikCache(out_file.with_suffix(".ll.jsonl"), f"{model.name} ({llm_runtime})") if model else None
+    with progress_bar() as progress:
+        report = evaluate_profiles(
+            data_root,
+            benchmarks,
+            settings,
+            default_encoder(),
+            llm=model,
+            cache=cache,
+            seed=seed,
+            cache_dir=default_vector_cache(),
+            progress=progress,
+        )
+    given = ["--data-root", str(data_root)]
+    given += [arg for b in benchmarks for arg in ("--benchmark", b.value)]
+    given += [
+        arg
+        for c in dict.fromkeys(s.duplicate_cosine for s in settings)
+        for arg in ("--duplicate-cosine", f"{c:g}")
+    ]
+    given += [arg for d in dict.fromkeys(s.diversity for s in settings) for arg in ("--diversity", f"{d:g}")]
+    given += ["--answer-ll", "--llm", llm, "--llm-runtime", llm_runtime] if answer_ll else []
+    given += [] if seed == 0 else ["--seed", str(seed)]
+    report.command = shlex.join(["personamem", "analyze", "profile", *given, "--out", str(out_file)])
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    out.print(report.markdown(), markup=False, soft_wrap=True)
+    out.print(f"Report: {out_file}")

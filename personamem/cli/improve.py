@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -28,29 +27,28 @@ def improve(
     """Fit the query adapter and hybrid's weights to this store; go live only if validation improves.
 
     Learns from feedback on logged calls where there is enough, else from questions the packaged LLM
-    writes for sampled records (cached in the store, so an interrupted run resumes). The live
-    pipeline and the candidate are compared on users held out of the fit; the pipeline file
-    (--config, else ./personamem.toml) is rewritten only when the candidate wins, and the previous
-    file is kept for --rollback. Schedule it (cron, a job runner) as the store grows.
+    writes for sampled records (cached in the store, so an interrupted run resumes). The store's
+    live pipeline and the candidate are compared on users held out of the fit; the candidate becomes
+    the live pipeline, kept in the store so every process and server worker serves it, only when it
+    wins, and the one it replaced is kept for --rollback. Schedule it (cron, a job runner) as the
+    store grows.
     """
     from personamem.errors import ConfigError, InsufficientDataError
     from personamem.trainers.adapter import improve as improving
 
-    config_file: Path = ctx.obj.pipeline_file
-    if rollback:
-        try:
-            improving.rollback(config_file)
-        except ConfigError as exc:
-            raise typer.BadParameter(str(exc)) from None
-        out.print(f"{config_file}: the previous pipeline is back")
-        return
-    # a pipeline file improve has not written yet is the package default, not an error
-    opened = ctx.obj.open() if config_file.is_file() else ctx.obj.open_default()
-    with opened as mem, progress_bar() as progress:
-        try:
-            result = improving.improve(mem, config_file, settings, progress=progress)
-        except (InsufficientDataError, ConfigError) as exc:
-            raise typer.BadParameter(str(exc)) from None
+    with ctx.obj.open_live() as mem:
+        if rollback:
+            try:
+                improving.rollback(mem)
+            except ConfigError as exc:
+                raise typer.BadParameter(str(exc)) from None
+            out.print("the previous live pipeline is back, for every process serving this store")
+            return
+        with progress_bar() as progress:
+            try:
+                result = improving.improve(mem, settings, progress=progress)
+            except (InsufficientDataError, ConfigError) as exc:
+                raise typer.BadParameter(str(exc)) from None
     table = Table(
         "", "live pipeline", "candidate", box=box.SIMPLE, title=f"personamem improve ({result.signal})"
     )
@@ -62,9 +60,12 @@ def improve(
     for note in result.notes:
         out.print(f"  {note}")
     if result.live:
-        out.print(
-            f"[bold]live[/]: {config_file} now serves the candidate (previous kept as {result.previous})"
-        )
+        out.print("[bold]live[/]: the store serves the candidate ('personamem improve --rollback' undoes it)")
+        pinned = ctx.obj.config_file
+        if pinned is not None and pinned.is_file():
+            out.print(
+                f"  note: {pinned} pins a pipeline: processes started with it serve that file, not the store"
+            )
     else:
         out.print(
             "kept the live pipeline: the candidate did not validate better "

@@ -24,7 +24,13 @@ def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     user: Annotated[str, typer.Option(help="Whose memory to search.")],
     k: Annotated[int, typer.Option("-k", "--k", min=1, help="How many records.")] = 5,
-    method: Annotated[str, typer.Option(help=f"Method: {method_help()}.")] = "dense",
+    method: Annotated[
+        str | None,
+        typer.Option(
+            help="Method (default: the pipeline this store serves: --config or ./personamem.toml, else what "
+            f"'personamem improve' put live, else the package default): {method_help()}."
+        ),
+    ] = None,
     llm: Annotated[
         str | None, typer.Option(help="The frozen LLM for LLM methods (see 'eval --help').")
     ] = None,

@@ -34,37 +34,31 @@ class StoreOptions:
     config: Path | None
 
     @property
-    def pipeline_file(self) -> Path:
-        """The pipeline file serving reads and ``improve`` writes: --config, else ./personamem.toml."""
-        return self.config or DEFAULT_CONFIG
-
-    @property
     def config_file(self) -> Path | None:
         """The pipeline file to read: --config, else ./personamem.toml if it exists, else none."""
         return self.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
 
-    def pipeline(self, **overrides: object) -> PipelineConfig:
-        """The ``[pipeline]`` of ``--config`` or ./personamem.toml, with the options given here."""
+    def open(self, **overrides: object) -> PersonaMem:
+        """Open the configured store: a local folder unless a SQL URL is given.
+
+        The pipeline it serves is ``--config``'s (or ./personamem.toml's), else the store's live
+        pipeline; the options given here go on top of either.
+        """
         from personamem.pipeline import load_pipeline
         from personamem.pipeline.config import pipeline_config
 
         given = {key: value for key, value in overrides.items() if value is not None}
         path = self.config_file
-        if path is None:
-            return pipeline_config(given, source="options")
-        return load_pipeline(path, **given)
+        mem = self._open(load_pipeline(path, **given) if path is not None else None)
+        if path is None and given:
+            mem.config = pipeline_config({**mem.config.model_dump(), **given}, source="options")
+        return mem
 
-    def open(self, **overrides: object) -> PersonaMem:
-        """Open the configured store: a local folder unless a SQL URL is given."""
-        return self._open(self.pipeline(**overrides))
+    def open_live(self) -> PersonaMem:
+        """Open the configured store serving its live pipeline, whatever the pipeline files say."""
+        return self._open(None)
 
-    def open_default(self) -> PersonaMem:
-        """Open the configured store with the package's default pipeline, whatever the files say."""
-        from personamem.pipeline import PipelineConfig
-
-        return self._open(PipelineConfig())
-
-    def _open(self, pipeline: PipelineConfig) -> PersonaMem:
+    def _open(self, pipeline: PipelineConfig | None) -> PersonaMem:
         from personamem.memory import open_memory
 
         if self.chroma_url and not self.sql_url:

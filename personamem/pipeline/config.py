@@ -19,6 +19,7 @@ from personamem.llm.load import DEFAULT_RUNTIME, Runtime
 __all__ = [
     "ADAPTER_FUSION",
     "DEFAULT_ADAPTER",
+    "DEFAULT_RANKER",
     "FIRST_STAGES",
     "LLM_MEMORIES",
     "LLM_PERSONALIZERS",
@@ -90,6 +91,8 @@ QUERY_ENCODERS: dict[str, str] = {
 DEFAULT_ADAPTER = "mixed"
 """The shipped query adapter ``auto`` resolves to (fitted on the training users of LoCoMo,
 PersonaBench, TREC iKAT and PrefEval; see docs/RESULTS.md)."""
+DEFAULT_RANKER = "mixed"
+"""The shipped learned ranker ``ranker = "auto"`` resolves to (see docs/RESULTS.md)."""
 ADAPTER_FUSION = (0.8, 2)
 """Hybrid's (dense weight, RRF k) when the query goes through an adapter: chosen among weights
 0.7–1.0 and k 2, 10, 60 on the benchmarks' training and validation users (never the test users), as
@@ -132,6 +135,11 @@ class PipelineConfig(BaseModel):
     rrf_k: int | None = Field(default=None, ge=1)
     """k in hybrid's weight / (k + rank): 60 flattens the ranks (plain RRF), a small k lets the head
     of each list count, so the dense weight decides the top. None: 2 with an adapter, else 60."""
+    ranker: str = "auto"
+    """Reorders hybrid's candidates with a learned model (``personamem/retrieval/ranker.py``): auto (the
+    shipped ``mixed`` where the first stage is the default's: hybrid with ``adapter:mixed`` at its
+    fusion, no personalizer; else none), none, or a ranker's name or folder (``personamem train
+    ranker``), which needs hybrid with a query adapter."""
     chosen_by: str | None = None
     """Why this first stage serves: ``personamem improve`` writes what it fitted on and how it
     validated; ``context`` reports it with the stage (None: the package's default)."""
@@ -142,6 +150,16 @@ class PipelineConfig(BaseModel):
     """First-stage records the selector chooses from."""
     profile_k: int = Field(default=5, ge=1)
     """Records in the profile (before fitting to the budget)."""
+    duplicate_cosine: float = Field(default=0.9, ge=0, le=1)
+    """``context`` leaves out of the profile a record within this cosine of a better-ranked one (1:
+    only exact copies), so thirty near-identical chat turns take one place, not all five; ``search``
+    ranks as the first stage does either way. 0.9 changed 8 of 540 LoCoMo profiles and no
+    PersonaBench one, with no significant change in recall (docs/RESULTS.md)."""
+    diversity: float = Field(default=0.0, ge=0, le=1)
+    """How much ``context`` trades relevance for saying different things when no selector is set: the
+    profile is picked from the first stage's top ``candidates`` by maximal marginal relevance with this
+    weight on redundancy (``personamem/pipeline/diversity.py``); 0: the first stage's order. 0 lost no
+    recall on the benchmarks and every weight above it lost some (docs/RESULTS.md)."""
     preference_memory: str = "none"
     """A per-user preference memory put before the records, written once per history and cached: none,
     prompted (MemRerank's sections, by ``llm``), atomic (one fact per line, by ``llm``),
@@ -185,7 +203,7 @@ class PipelineConfig(BaseModel):
         """``first_stage = "pgret:<folder>"`` is dense search with that query tower."""
         if isinstance(data, dict) and str(data.get("first_stage", "")).startswith("pgret:"):
             tower = data["first_stage"]
-            if data.get("query_encoder", "base") not in ("base", tower):
+            if data.get("query_encoder", "base") not in ("base", "auto", tower):
                 raise ValueError(
                     f"first_stage {tower!r} names a query tower and so does query_encoder "
                     f"{data['query_encoder']!r}: give one"
@@ -208,6 +226,12 @@ class PipelineConfig(BaseModel):
         if not is_query_encoder(self.query_encoder):
             raise ValueError(
                 f"unknown query_encoder {self.query_encoder!r}; choose from: {', '.join(QUERY_ENCODERS)}"
+            )
+        if self.ranker not in ("auto", "none") and (
+            self.first_stage != "hybrid" or self.personalizer != "none"
+        ):
+            raise ValueError(
+                f"ranker {self.ranker!r} reorders hybrid's candidates: use the hybrid first stage"
             )
         explicit = self.query_encoder not in ("base", "auto")
         if explicit and self.first_stage == "bm25":

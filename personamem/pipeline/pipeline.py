@@ -47,14 +47,17 @@ from personamem.llm.base import FrozenLLM, Usage
 from personamem.llm.budget import Fitted, fit_to_budget
 from personamem.personalize import QueryPersonalizer
 from personamem.pipeline.config import PipelineConfig
+from personamem.pipeline.diversity import distinct, mmr
 from personamem.pipeline.metered import MeteredLLM, metering
 from personamem.pipeline.prompt import render_record
 from personamem.pipeline.stages import (
     build_memories,
     build_personalizer,
     build_query_encoder,
+    build_ranker,
     build_selector,
     resolve_query_encoder,
+    resolve_ranker,
 )
 from personamem.preference import PreferenceMemories
 from personamem.profile import ProfileSelector
@@ -69,6 +72,7 @@ MEMORY_HEADER = "Preferences:"
 """The line before the preference memory in a context."""
 RECORDS_HEADER = "Records:"
 """The line before the records in a context that has a preference memory."""
+_MAX_DEPTH = 8  # times candidates the first stage is searched for distinct records, at most
 
 
 class Pipeline:
@@ -89,6 +93,7 @@ class Pipeline:
         memories: the users' preference memories (None: the pipeline has none).
         query_encoder: encodes the query for dense search (the store's encoder, an adapter, a tower).
         query_encoder_name: its name, ``auto`` resolved (``adapter:mixed`` or ``base``).
+        ranker, ranker_name: the learned ranker reordering hybrid's candidates (None: none).
         dense_weight, rrf_k: hybrid's weight of the dense ranking (BM25's is 1 − it) and RRF's k.
 
     Raises:
@@ -128,11 +133,17 @@ class Pipeline:
         self.dense_weight, self.rrf_k = config.fusion(self.query_encoder_name)
         self._dense = DenseRetriever(store)
         self._bm25 = bm25 or BM25Retriever(store)
+        self.ranker_name = resolve_ranker(config, self.query_encoder_name)
+        self.ranker = build_ranker(self.ranker_name, store, self.query_encoder, self._bm25)
         # a user's records come back for many queries: their lines are counted once
         self._count_tokens = functools.lru_cache(maxsize=8192)(_token_counter(self.llm, store.encoder))
 
     def search(self, user_id: str, query: str, k: int) -> Hits:
-        """The profile, then the other candidates, cut to ``k`` (no selector: the first stage's top ``k``)."""
+        """The profile, then the other candidates, cut to ``k`` (no selector: the first stage's top ``k``).
+
+        ``diversity`` and near-duplicates change only what :meth:`context` shows, never this ranking,
+        so a search without a method stays the first stage's.
+        """
         _check(user_id, query)
         with metering(self.config.llm_timeout_s):
             if self.selector is None:
@@ -147,7 +158,13 @@ class Pipeline:
         return hits
 
     def context(self, user_id: str, query: str, *, budget_tokens: int | None = None) -> Context:
-        """The profile for ``query``, rendered and fitted to ``budget_tokens`` (default: the config's)."""
+        """The profile for ``query``, rendered and fitted to ``budget_tokens`` (default: the config's).
+
+        Without a selector the profile is the first stage's top ``profile_k`` with near-duplicates
+        skipped and, at a ``diversity`` above 0, picked for coverage too (``pipeline/diversity.py``); so it
+        may hold records below :meth:`search`'s top ``profile_k``, whose ranking never changes. A
+        selector's profile is its own choice: it is left as the selector made it.
+        """
         _check(user_id, query)
         budget = self.config.budget_tokens if budget_tokens is None else budget_tokens
         if budget < 0:
@@ -155,11 +172,11 @@ class Pipeline:
         timings: dict[str, float] = {}
         with collect_fallbacks() as notes, metering(self.config.llm_timeout_s) as usages:
             memory = self._memory(user_id, timings)
-            if self.selector is None:
-                profile = self._candidates(user_id, query, self.config.profile_k, timings)
-            else:
+            if self.selector is not None:
                 pool = self._candidates(user_id, query, self.config.candidates, timings)
                 profile = self._select(user_id, query, pool, timings)
+            else:
+                profile = self._diverse(user_id, query, timings)
             start = time.perf_counter()
             fitted, shown = self._fit(memory, profile, budget)
             timings["fit"] = _ms(start)
@@ -196,6 +213,7 @@ class Pipeline:
         served: dict[str, Any] = {"first_stage": config.first_stage, "query_encoder": self.query_encoder_name}
         if config.first_stage == "hybrid":
             served["dense_weight"], served["rrf_k"] = self.dense_weight, self.rrf_k
+            served["ranker"] = self.ranker_name or "none"
         served["chosen_by"] = config.chosen_by or "default"
         return served
 
@@ -259,17 +277,27 @@ class Pipeline:
 
     def _candidates(self, user_id: str, query: str, n: int, timings: dict[str, float]) -> list[Hit]:
         """The first stage's top ``n``, searched with the personalized vector where there is one."""
+        return self._first_stage(user_id, query, self._personalized(user_id, query, timings), n, timings)
+
+    def _personalized(self, user_id: str, query: str, timings: dict[str, float]) -> np.ndarray | None:
+        """The personalizer's query vector (None: no personalizer)."""
+        if self.personalizer is None:
+            return None
         start = time.perf_counter()
-        vector = None
-        if self.personalizer is not None:
-            vector = _unit(
-                np.asarray(self.personalizer.personalize(user_id, query), dtype=np.float32), user_id
-            )
-            timings["personalize"] = _ms(start)
-            start = time.perf_counter()
+        vector = _unit(np.asarray(self.personalizer.personalize(user_id, query), dtype=np.float32), user_id)
+        timings["personalize"] = _ms(start)
+        return vector
+
+    def _first_stage(
+        self, user_id: str, query: str, vector: np.ndarray | None, n: int, timings: dict[str, float]
+    ) -> list[Hit]:
+        """The first stage's top ``n`` for ``query``, or for ``vector`` where one is given."""
+        start = time.perf_counter()
         stage = self.config.first_stage
         if stage == "bm25":
             hits = self._bm25.search(user_id, query, n)
+        elif self.ranker is not None and vector is None:
+            hits = self.ranker.search(user_id, query, n)
         else:
             if vector is None:
                 vector = self.query_encoder.encode([query])[0]
@@ -277,8 +305,34 @@ class Pipeline:
             weights = (self.dense_weight, 1.0 - self.dense_weight)
             both = HybridRetriever([dense, self._bm25], k_rrf=self.rrf_k, weights=weights)
             hits = dense.search(user_id, query, n) if stage == "dense" else both.search(user_id, query, n)
-        timings["first_stage"] = _ms(start)
+        timings["first_stage"] = timings.get("first_stage", 0.0) + _ms(start)
         return hits
+
+    def _diverse(self, user_id: str, query: str, timings: dict[str, float]) -> list[Hit]:
+        """The profile: the first stage's best distinct records, by MMR over its top ``candidates``.
+
+        A record within ``duplicate_cosine`` of a better-ranked one is skipped; while the skipped
+        leave too few, the first stage is searched twice as deep (to ``_MAX_DEPTH`` times), so
+        repeats of one turn cannot crowd the rest out. Redundancy uses the stored vectors of the
+        results only (read as a search reads them; encoding 20 candidates would cost about 75 ms).
+        """
+        config = self.config
+        vector = self._personalized(user_id, query, timings)
+        want = config.profile_k if config.diversity == 0 else max(config.candidates, config.profile_k)
+        depth = max(config.candidates, config.profile_k)
+        while True:
+            hits = self._first_stage(user_id, query, vector, depth, timings)
+            start = time.perf_counter()
+            stored = self.store.record_vectors(user_id, [hit.record.id for hit in hits])
+            missing = np.zeros(self.store.encoder.dim, dtype=np.float32)  # written since: no redundancy
+            matrix = np.array([stored.get(hit.record.id, missing) for hit in hits], dtype=np.float32)
+            pool = distinct(matrix, config.duplicate_cosine) if hits else []
+            timings["first_stage"] += _ms(start)  # about a millisecond: not a stage of its own
+            if len(pool) >= want or len(hits) < depth or depth >= _MAX_DEPTH * want:
+                break
+            depth *= 2
+        picked = mmr(matrix[pool[:want]], config.profile_k, config.diversity) if pool else []
+        return [hits[pool[i]] for i in picked]
 
     def _select(self, user_id: str, query: str, pool: list[Hit], timings: dict[str, float]) -> list[Hit]:
         assert self.selector is not None

@@ -7,12 +7,13 @@ Each builder returns ``None`` for ``"none"``; a user's own :class:`QueryPersonal
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from personamem.encoder import Encoder, SentenceEncoder
 from personamem.errors import MethodError
 from personamem.llm.base import FrozenLLM
 from personamem.personalize import EXPANSIONS, PBR, LLMExpansion, PAnchor, QueryPersonalizer
-from personamem.pipeline.config import DEFAULT_ADAPTER, PipelineConfig
+from personamem.pipeline.config import ADAPTER_FUSION, DEFAULT_ADAPTER, DEFAULT_RANKER, PipelineConfig
 from personamem.preference import PreferenceMemories, PromptedExtractor
 from personamem.profile import (
     EarliestSelector,
@@ -21,15 +22,21 @@ from personamem.profile import (
     RandomSelector,
     RelevanceSelector,
 )
+from personamem.retrieval.bm25 import BM25Retriever
 from personamem.store import Store
+
+if TYPE_CHECKING:
+    from personamem.retrieval.ranker import LearnedRanker
 
 __all__ = [
     "build_extractor",
     "build_memories",
     "build_personalizer",
     "build_query_encoder",
+    "build_ranker",
     "build_selector",
     "resolve_query_encoder",
+    "resolve_ranker",
 ]
 
 _TOKENS_PER_WORD = 1.6
@@ -92,6 +99,46 @@ def build_query_encoder(name: str, store: Store) -> Encoder:
 
         return QueryAdapter.load(name.removeprefix("adapter:"), store.encoder)
     raise MethodError(f"unknown query encoder {name!r}")
+
+
+def resolve_ranker(config: PipelineConfig, query_encoder: str) -> str | None:
+    """The learned ranker ``config`` runs given its resolved ``query_encoder`` (None: none).
+
+    ``auto`` is the shipped ranker exactly where its features hold: the default's first stage (hybrid
+    with the shipped adapter at its fusion, no personalizer); any other stage keeps its own order.
+    """
+    if config.ranker == "none":
+        return None
+    if config.ranker != "auto":
+        return config.ranker
+    default_shape = (
+        config.first_stage == "hybrid"
+        and config.personalizer == "none"
+        and query_encoder == f"adapter:{DEFAULT_ADAPTER}"
+        and config.fusion(query_encoder) == ADAPTER_FUSION
+    )
+    return DEFAULT_RANKER if default_shape else None
+
+
+def build_ranker(
+    name: str | None, store: Store, query_encoder: Encoder, bm25: BM25Retriever
+) -> LearnedRanker | None:
+    """The learned ranker called ``name`` over ``store`` (None: none).
+
+    Raises:
+        MethodError: a query encoder that is not a query adapter (the ranker's features need one).
+        CheckpointError: a ranker folder that is missing, broken or for other features.
+    """
+    if name is None:
+        return None
+    from personamem.retrieval.query_adapter import QueryAdapter
+    from personamem.retrieval.ranker import LearnedRanker, RankerModel
+
+    if not isinstance(query_encoder, QueryAdapter):
+        raise MethodError(
+            f"ranker {name!r} reads a query adapter's vectors: set query_encoder to adapter:<name>"
+        )
+    return LearnedRanker(store, query_encoder, bm25, RankerModel.load(name))
 
 
 def build_selector(name: str, store: Store, llm: FrozenLLM | None, seed: int) -> ProfileSelector | None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.store import Store
@@ -14,7 +16,7 @@ from personamem.store import Store
 if TYPE_CHECKING:
     import bm25s
 
-__all__ = ["BM25Retriever"]
+__all__ = ["BM25Retriever", "UserIndex", "tokenize"]
 
 
 def _bm25s() -> ModuleType:
@@ -27,14 +29,25 @@ def _bm25s() -> ModuleType:
     return bm25s
 
 
-def _tokenize(texts: list[str]) -> list[list[str]]:
+def tokenize(texts: list[str]) -> list[list[str]]:
+    """BM25's terms of each text (English stopwords out), as the index and its queries use them."""
     return _bm25s().tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
 
 
 @dataclass(frozen=True)
-class _UserIndex:
+class UserIndex:
+    """One user's records (superseded ones too) and their BM25 index, as of one revision."""
+
     records: list[Record]
     bm25: bm25s.BM25 | None  # None when no record has a searchable term
+    tokens: list[list[str]]
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every record for ``query`` (rows as :attr:`records`; 0 shares no term)."""
+        terms = tokenize([query])[0]
+        if self.bm25 is None or not terms:
+            return np.zeros(len(self.records), dtype=np.float32)
+        return np.asarray(self.bm25.get_scores(terms), dtype=np.float32)
 
 
 class BM25Retriever:
@@ -44,14 +57,18 @@ class BM25Retriever:
         self.store = store
         self._indexes = store.user_cache(self._build, max_users=max_users)
 
-    def _build(self, user_id: str) -> _UserIndex:
+    def index(self, user_id: str) -> UserIndex:
+        """The user's records and BM25 index, built once per revision (the learned ranker reads it too)."""
+        return self._indexes.get(user_id)
+
+    def _build(self, user_id: str) -> UserIndex:
         records = self.store.records(user_id)
-        tokens = _tokenize([r.text for r in records])
+        tokens = tokenize([r.text for r in records])
         if not any(tokens):  # e.g. only "ok" or "1": BM25's length normalisation would divide by zero
-            return _UserIndex(records, None)
+            return UserIndex(records, None, tokens)
         bm25 = _bm25s().BM25()
         bm25.index(tokens, show_progress=False)
-        return _UserIndex(records, bm25)
+        return UserIndex(records, bm25, tokens)
 
     def search(self, user_id: str, query: str, k: int) -> list[Hit]:
         """The user's top ``k`` records by BM25; records sharing no term with the query are left out."""
@@ -60,7 +77,7 @@ class BM25Retriever:
             return []
         hidden = self.store.hidden(user_id)  # superseded, not yet valid, expired: asked for beyond k
         docs, scores = index.bm25.retrieve(
-            _tokenize([query]), k=min(k + len(hidden), len(index.records)), show_progress=False, n_threads=1
+            tokenize([query]), k=min(k + len(hidden), len(index.records)), show_progress=False, n_threads=1
         )
         found = [(index.records[int(d)], float(s)) for d, s in zip(docs[0], scores[0], strict=True)]
         return ranked([(record, s) for record, s in found if s > 0 and record.id not in hidden][:k])

@@ -55,7 +55,8 @@ class SearchIn(_Body):
     user_id: str
     query: str = Field(min_length=1, max_length=MAX_QUERY)
     k: int = 5
-    method: str = "dense"
+    method: str | None = None
+    """A method name; none: the pipeline the server serves (its store's live pipeline, else the default)."""
     as_of: datetime | None = None
     include_superseded: bool = False
 

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from personamem.store.interaction_log import InteractionLog
 from personamem.store.keys import KeyRing
 from personamem.store.pseudonyms import Pseudonyms, legacy_collection, new_key
 from personamem.store.recovery import ConsistencyReport, heal, readable, rebuild, scan
+from personamem.store.settings import TenantSetting
 from personamem.store.sql import PSEUDONYM_KEY, SqlCatalog
 from personamem.store.tenants import Scope
 from personamem.store.timeline import Timeline
@@ -60,7 +62,8 @@ __all__ = ["ConsistencyReport", "Store"]
 SQL_FILE = "personamem.sqlite"
 VECTOR_DIR = "chroma"
 TTL_KEY = "ttl"  # store_info: a default time-to-live in seconds; "ttl:<tenant>" for one tenant
-_TTL_FRESH_S = 5.0  # a process picks up another's TTL change within this long
+PIPELINE_KEY = "pipeline"  # store_info: the live pipeline table (JSON); "pipeline:<tenant>" for one tenant
+_NO_PIPELINE = "none"  # the previous live pipeline, where there was none (the package default served)
 
 
 def _unexpired(records: list[Record]) -> list[Record]:
@@ -75,6 +78,7 @@ class Store:
     def __init__(self, catalog: SqlCatalog, index: VectorIndex, encoder: Encoder | None = None) -> None:
         self.scope = Scope()
         self._owner: Store | None = None  # the store a tenant view was made from
+        self.folder: Path | None = None  # a local store's folder (open sets it), for files kept beside it
         self.catalog = catalog
         self.index = index
         self._encoder = encoder
@@ -84,8 +88,10 @@ class Store:
         self._caches: weakref.WeakSet[UserCache[Any]] = weakref.WeakSet()
         self.views = VectorViews()
         self._timelines: dict[str, tuple[str, Timeline]] = {}
-        # per tenant (None: the store's users): (read until, seconds); one dict shared by every view
-        self._ttls: dict[str | None, tuple[float, float | None]] = {}
+        # settings kept with the data, per tenant; one of each shared by every view
+        self._ttl = TenantSetting(catalog, TTL_KEY)
+        self._live = TenantSetting(catalog, PIPELINE_KEY)
+        self._replaced = TenantSetting(catalog, f"{PIPELINE_KEY}.previous")
         self._indexer = BackgroundIndexer(self._index)
         self.names = self._pseudonyms()
         self.repair()
@@ -110,9 +116,11 @@ class Store:
         """A store in a local folder: SQLite (WAL) and an embedded Chroma side by side."""
         root = Path(path).expanduser()
         root.mkdir(parents=True, exist_ok=True)
-        return cls(
+        store = cls(
             SqlCatalog(f"sqlite:///{root / SQL_FILE}"), VectorIndex.persistent(root / VECTOR_DIR), encoder
         )
+        store.folder = root.resolve()
+        return store
 
     @classmethod
     def connect(
@@ -368,14 +376,8 @@ class Store:
     @property
     def ttl(self) -> float | None:
         """The default time-to-live of new records in seconds (this tenant's, else the store's)."""
-        until, seconds = self._ttls.get(self.tenant, (0.0, None))
-        if time.monotonic() < until:
-            return seconds
-        keys = ([f"{TTL_KEY}:{self.tenant}"] if self.tenant else []) + [TTL_KEY]
-        stored = next((value for key in keys if (value := self.catalog.info(key)) is not None), None)
-        seconds = None if stored in (None, "off") else float(stored)
-        self._ttls[self.tenant] = (time.monotonic() + _TTL_FRESH_S, seconds)
-        return seconds
+        stored = self._ttl.get(self.tenant)
+        return None if stored in (None, "off") else float(stored)
 
     def set_ttl(self, seconds: float | None) -> None:
         """Give new records of this view (a tenant's, or the whole store) a default time-to-live.
@@ -387,10 +389,35 @@ class Store:
             InvalidInputError: a time-to-live that is not a positive number of seconds.
         """
         seconds = check_ttl(seconds)
-        key = f"{TTL_KEY}:{self.tenant}" if self.tenant else TTL_KEY
-        value = repr(seconds) if seconds is not None else ("off" if self.tenant else None)
-        self.catalog.set_info(key, value)
-        self._ttls.clear()  # a tenant without its own default follows the store's
+        self._ttl.set(self.tenant, repr(seconds) if seconds is not None else ("off" if self.tenant else None))
+
+    @property
+    def live_pipeline(self) -> str | None:
+        """The ``[pipeline]`` table that serves this view's users, as JSON (None: the package default).
+
+        ``personamem improve`` puts it here, with the data, so every process and server worker over
+        the store serves it (within :data:`~personamem.store.settings.FRESH_S` seconds of the change).
+        A tenant without its own follows the store's.
+        """
+        return self._live.get(self.tenant)
+
+    def set_live_pipeline(self, table: Mapping[str, Any]) -> None:
+        """Serve ``table`` (a ``[pipeline]`` table) to this view's users; the one it replaces is kept.
+
+        :meth:`rollback_live_pipeline` puts the replaced one back.
+        """
+        previous = self._live.own(self.tenant)
+        self._replaced.set(self.tenant, _NO_PIPELINE if previous is None else previous)
+        self._live.set(self.tenant, json.dumps(dict(table), sort_keys=True))
+
+    def rollback_live_pipeline(self) -> bool:
+        """Put back the live pipeline that the last :meth:`set_live_pipeline` replaced; False if none."""
+        previous = self._replaced.own(self.tenant)
+        if previous is None:
+            return False
+        self._live.set(self.tenant, None if previous == _NO_PIPELINE else previous)
+        self._replaced.set(self.tenant, None)
+        return True
 
     def _expiring(self, records: Sequence[Record]) -> Sequence[Record]:
         """Records given the default time-to-live where they set no expiry of their own."""
@@ -651,6 +678,32 @@ class Store:
         hidden = self._hidden_vectors(user_id, state.bounds_token)
         keep = [i for i, vid in enumerate(vector_ids) if vid in found and vid not in hidden]
         return self._outward([found[vector_ids[i]] for i in keep]), matrix[keep] if keep else matrix[:0]
+
+    def record_vectors(self, user_id: str, record_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of those of ``record_ids`` the user has, by record id.
+
+        For a few records of a search's results (the profile's redundancy): read from this process's
+        view and the pending vectors, as a search reads them, not the user's whole history.
+        """
+        key = self._key(user_id)
+        state = self.catalog.search_state(key)
+        if state is None or not record_ids:
+            return {}
+        wanted = {self.names.vector_id(key, record_id): record_id for record_id in record_ids}
+        found: dict[str, np.ndarray] = {}
+        if state.pending is not None:
+            pending = zip(state.pending_ids, state.pending, strict=True)
+            found.update({wanted[vid]: row for vid, row in pending if vid in wanted})
+        rest = [vid for vid, record_id in wanted.items() if record_id not in found]
+        view = self._view(key, state.index_token)
+        if view.matrix is not None:
+            matrix = view.matrix
+            rows = ((vid, view.position.get(vid)) for vid in rest)
+            found.update({wanted[vid]: matrix[i] for vid, i in rows if i is not None and i < len(matrix)})
+        elif rest:
+            ids, matrix = self.index.vectors(self.names.collection(key), rest)
+            found.update({wanted[vid]: row for vid, row in zip(ids, matrix, strict=True)})
+        return found
 
     def _view(self, user_id: str, token: str | None) -> UserView:
         """This process's view of the user's indexed vectors, current at ``token``.

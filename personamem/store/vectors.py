@@ -274,9 +274,13 @@ class VectorIndex:
         assert distances is not None
         return [(rid, 1.0 - float(d)) for rid, d in zip(result["ids"][0], distances[0], strict=True)]
 
-    def vectors(self, name: str) -> tuple[list[str], np.ndarray]:
-        """Every vector id of the collection and its vector (rows aligned); empty when absent."""
-        result = self._read(name, lambda c: c.get(include=["embeddings"]), None)
+    def vectors(self, name: str, ids: Sequence[str] | None = None) -> tuple[list[str], np.ndarray]:
+        """The collection's vector ids (every one, or those of ``ids`` it has) and vectors, rows aligned.
+
+        Empty when the collection is absent.
+        """
+        wanted = None if ids is None else list(ids)
+        result = self._read(name, lambda c: c.get(ids=wanted, include=["embeddings"]), None)
         if result is None:
             return [], np.zeros((0, 0), dtype=np.float32)
         embeddings = result["embeddings"]

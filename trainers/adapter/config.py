@@ -124,3 +124,6 @@ class ImproveConfig(BaseModel):
     """The decision compares recall@k."""
     seed: int = 0
     """Seeds the user split, the sampled records and the fit."""
+    adapters_dir: Path | None = None
+    """Where fitted adapters are written (default: ``adapters`` in a local store's folder, else
+    ``./personamem-adapters``); every process that serves the store must be able to read it."""

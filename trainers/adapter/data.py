@@ -35,6 +35,7 @@ class QuerySet:
         corpora: user -> ``(records, dim)`` unit record vectors, as the store holds them.
         texts: the query texts (kept for reports and for ranking through a real store).
         record_ids: user -> record ids in corpus row order.
+        asked: for synthetic questions, how many the LLM was asked to write (the rest were refused).
     """
 
     source: str
@@ -44,6 +45,7 @@ class QuerySet:
     corpora: dict[str, np.ndarray]
     texts: list[str] = field(default_factory=list)
     record_ids: dict[str, list[str]] = field(default_factory=dict)
+    asked: int = 0
 
     def __len__(self) -> int:
         return len(self.users)

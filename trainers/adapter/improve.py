@@ -5,9 +5,10 @@ answers used where there is enough of it, else questions the packaged LLM writes
 records; fits an adapter (starting from the shipped one where it fits the store's encoder) on most
 training users; picks hybrid's dense weight on the training users left out of that fit; then runs
 the live pipeline and the candidate through the real store on the validation users' questions.
-The candidate replaces the pipeline file only when its recall@k is higher; the previous file is
-kept for ``--rollback``. Synthetic questions are cached in the store and the fit keeps its state,
-so an interrupted run resumes.
+The candidate becomes the store's live pipeline (kept with the data, so every process and server
+worker serves it) only when its recall@k is higher; the one it replaces is kept for ``--rollback``.
+Synthetic questions are cached in the store and the fit keeps its state, so an interrupted run
+resumes.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ from rich.progress import Progress
 from personamem.datasets.traffic import accepted
 from personamem.errors import ConfigError, InsufficientDataError
 from personamem.llm.base import FrozenLLM
-from personamem.memory import PersonaMem
+from personamem.memory import PersonaMem, stored_pipeline
 from personamem.pipeline import Pipeline
 from personamem.pipeline.config import (
     ADAPTER_FUSION,
     DEFAULT_ADAPTER,
     PipelineConfig,
     pipeline_config,
-    read_pipeline_table,
 )
 from personamem.retrieval.query_adapter import QueryAdapter, fits, save_query_adapter
 from personamem.trainers.adapter.config import AdapterTrainConfig, ImproveConfig
@@ -43,8 +43,6 @@ from personamem.trainers.adapter.trainer import fit_adapter
 
 __all__ = ["ImproveConfig", "ImproveResult", "improve", "rollback"]
 
-_NO_FILE = "# personamem improve: no pipeline file existed before; rolling back removes it\n"
-
 
 @dataclass
 class ImproveResult:
@@ -53,7 +51,7 @@ class ImproveResult:
     Attributes:
         signal: ``feedback`` or ``synthetic``; counts: users and questions on each side.
         before / after: the live and the candidate pipeline's settings and validation scores.
-        live: whether the candidate went live; config_file: the pipeline file; previous: its saved copy.
+        live: whether the candidate went live (the store's live pipeline); adapter: its folder.
     """
 
     signal: str
@@ -61,27 +59,24 @@ class ImproveResult:
     before: dict[str, Any]
     after: dict[str, Any]
     live: bool
-    config_file: Path
     adapter: Path | None = None
-    previous: Path | None = None
     notes: list[str] = field(default_factory=list)
 
 
 def improve(
     memory: PersonaMem,
-    config_file: Path,
     settings: ImproveConfig | None = None,
     *,
-    adapters_dir: Path | None = None,
     llm: FrozenLLM | None = None,
     progress: Progress | None = None,
 ) -> ImproveResult:
-    """Fit, validate and (when better) write a new pipeline file for ``memory``'s store.
+    """Fit, validate and (when better) put live a new first stage for ``memory``'s store (or tenant).
+
+    The baseline is the store's live pipeline (:attr:`Store.live_pipeline`, else the package
+    default), whatever pipeline ``memory`` was opened with; it is also what the candidate replaces.
 
     Args:
-        memory: the live memory; its ``config`` is the live pipeline (read from ``config_file``).
-        config_file: the pipeline TOML file that serving reads (created if missing).
-        adapters_dir: where fitted adapters are kept (default: ``personamem-adapters`` beside the file).
+        memory: the memory over the store (a tenant's view improves that tenant's pipeline).
         settings: what it learns from and spends (default: :class:`ImproveConfig`'s defaults).
         llm: writes synthetic questions (default: ``settings.llm``, loaded only if needed).
         progress: shows each step's progress.
@@ -91,13 +86,13 @@ def improve(
         ConfigError: a live pipeline with a query personalizer (it builds its own query vector).
     """
     settings = settings or ImproveConfig()
-    live = memory.config
+    store = memory.store
+    live = stored_pipeline(store.live_pipeline)
     if live.personalizer != "none":
         raise ConfigError(
-            f"{config_file}: the live pipeline's personalizer {live.personalizer!r} builds its own query "
+            f"the store's live pipeline's personalizer {live.personalizer!r} builds its own query "
             "vector; improve fits a query adapter and fusion, for pipelines without a personalizer"
         )
-    store = memory.store
     users = store.users()
     if len(users) < settings.min_users:
         raise InsufficientDataError(
@@ -132,6 +127,8 @@ def improve(
         "validation_users": len(set(validation.users)),
         "validation_questions": len(validation),
     }
+    if signal == "synthetic":  # the questions' quality: what the filters refused
+        counts["synthetic_asked"] = train.asked + validation.asked
     if len(train) < settings.min_train_questions or len(validation) < settings.min_validation_questions:
         raise InsufficientDataError(
             f"too little data to improve on: {len(train)} training and {len(validation)} validation "
@@ -140,7 +137,8 @@ def improve(
             "or log calls with feedback (log_interactions = true, then PersonaMem.feedback with "
             "used_record_ids)."
         )
-    adapters_dir = (adapters_dir or config_file.resolve().parent / "personamem-adapters").resolve()
+    default_dir = store.folder / "adapters" if store.folder else Path("personamem-adapters")
+    adapters_dir = (settings.adapters_dir or default_dir).resolve()
     shipped = fits(DEFAULT_ADAPTER, store.encoder)
     # the dense weight is chosen on training users the adapter did not fit: on its own questions
     # every weight scores alike (the map has learned them), and a tie says nothing
@@ -205,10 +203,9 @@ def improve(
     result = ImproveResult(
         signal,
         counts,
-        {**_served(memory.pipeline()), metric: before},
+        {**_served(memory.pipeline(live)), metric: before},
         {**_stage(chosen, encoder), metric: after},
         live=after > before,
-        config_file=config_file,
         adapter=folder,
         notes=[
             f"dense weight chosen on {len(sample)} question(s) of {len(tune_users)} training user(s) "
@@ -217,6 +214,13 @@ def improve(
             f"{int((after_scores > before_scores).sum())} / {int((after_scores < before_scores).sum())}",
         ],
     )
+    if "synthetic_asked" in counts:
+        kept = len(train) + len(validation)
+        result.notes.append(
+            f"synthetic questions kept: {kept} of {counts['synthetic_asked']} asked "
+            f"({kept / max(counts['synthetic_asked'], 1):.0%}; refused: not a question, a loop, a repeat, "
+            "or one the base encoder does not match to its record)"
+        )
     if result.live:
         chosen_by = (
             f"personamem improve {created}: adapter and dense weight {weight} fitted on {len(train)} "
@@ -224,70 +228,27 @@ def improve(
             f"{before:.3f} -> {after:.3f} on {len(validation)} question(s) of "
             f"{counts['validation_users']} user(s)"
         )
-        table = read_pipeline_table(config_file) if config_file.is_file() else {}
-        result.previous = _write_live(
-            config_file, {**table, **_stage(chosen, encoder), "chosen_by": chosen_by}
-        )
-        memory.config = chosen.model_copy(update={"chosen_by": chosen_by})
+        table = json.loads(store.live_pipeline or "{}")
+        table.update(_stage(chosen, encoder), chosen_by=chosen_by)
+        table = {key: value for key, value in table.items() if value is not None}
+        pipeline_config(table, source="the candidate")  # never put live a table that fails to load
+        store.set_live_pipeline(table)
+        if memory.config != stored_pipeline(store.live_pipeline):
+            result.notes.append(
+                "this memory was opened with a pipeline of its own and keeps serving it; processes that "
+                "open the store without one serve the new live pipeline"
+            )
     return result
 
 
-def rollback(config_file: Path) -> Path:
-    """Put back the pipeline file that the last ``improve`` replaced; returns the file restored.
+def rollback(memory: PersonaMem) -> None:
+    """Put back the live pipeline that the last ``improve`` replaced, for every process serving the store.
 
     Raises:
-        ConfigError: nothing to roll back (no saved previous file).
+        ConfigError: nothing to roll back (no improve went live since the last rollback).
     """
-    previous = _previous(config_file)
-    if not previous.is_file():
-        raise ConfigError(f"{config_file}: nothing to roll back (no {previous.name} beside it)")
-    text = previous.read_text(encoding="utf-8")
-    if text == _NO_FILE:
-        config_file.unlink(missing_ok=True)
-    else:
-        staged = config_file.with_name(config_file.name + ".partial")
-        staged.write_text(text, encoding="utf-8")
-        staged.replace(config_file)
-    previous.unlink()
-    return config_file
-
-
-def _previous(config_file: Path) -> Path:
-    return config_file.with_name(config_file.name + ".prev")
-
-
-def _write_live(config_file: Path, table: dict[str, Any]) -> Path:
-    """Keep the current file as ``<file>.prev`` and write ``table`` as the new ``[pipeline]``."""
-    previous = _previous(config_file)
-    previous.write_text(
-        config_file.read_text(encoding="utf-8") if config_file.is_file() else _NO_FILE, encoding="utf-8"
-    )
-    lines = [
-        "# written by personamem improve; 'personamem improve --rollback' puts back the previous file",
-        "[pipeline]",
-    ]
-    for key, value in table.items():
-        if value is not None:
-            lines.append(f"{key} = {_toml(value)}")
-    staged = config_file.with_name(config_file.name + ".partial")
-    staged.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    pipeline_config(
-        read_pipeline_table(staged), source=str(staged)
-    )  # never put a file live that fails to load
-    staged.replace(config_file)
-    return previous
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    raise ConfigError(f"cannot write {value!r} to the pipeline file")
+    if not memory.store.rollback_live_pipeline():
+        raise ConfigError("nothing to roll back: no 'personamem improve' went live since the last rollback")
 
 
 def _stage(config: PipelineConfig, encoder: str) -> dict[str, Any]:

@@ -25,9 +25,10 @@ from personamem.trainers.adapter.data import QuerySet
 __all__ = ["NAMESPACE", "parse_question", "synthetic_queries"]
 
 NAMESPACE = "synthetic-query"
-_PROMPT_VERSION = "synq-3"
+_PROMPT_VERSION = "synq-4"
 _CHUNK = 16  # records per batched generation, and per durable cache write
 _MIN_WORDS = 4  # shorter records ("ok", "haha") answer no question
+_MAX_WORDS = 80  # of a record, in the prompt: a long assistant reply's opening is enough to ask about
 
 
 _SHOTS = (
@@ -49,19 +50,32 @@ _SHOTS = (
 def _prompt(text: str) -> str:
     """A completion prompt with three worked pairs: a 135M model follows a pattern, not an instruction."""
     shots = "".join(f"Text: {t}\nQuestion this text answers: {q}\n\n" for t, q in _SHOTS)
-    return f"{shots}Text: {' '.join(text.split())}\nQuestion this text answers:"
+    return f"{shots}Text: {' '.join(text.split()[:_MAX_WORDS])}\nQuestion this text answers:"
 
 
 _PREFIX = re.compile(r"^\s*(?:question\s*:|q\s*:|\d+[.)])\s*", re.IGNORECASE)
+_SCAFFOLD = re.compile(r"question this text answers|answer to the question|\btext\s*:", re.IGNORECASE)
 
 
 def parse_question(answer: str) -> str | None:
-    """The first line of ``answer`` that reads as a question (≥ 3 words), without labels or quotes."""
+    """The first line of ``answer`` that reads as a question (≥ 3 words), without labels or quotes.
+
+    A small model stuck in a loop ("What is the answer to the question: What is the answer to the
+    question: ...") or echoing the prompt's scaffolding writes no question: such lines are refused.
+    """
     for line in answer.splitlines():
         line = _PREFIX.sub("", line).strip().strip("\"'*` ").strip()
         if len(line.split()) >= 3 and "?" in line:
-            return line[: line.index("?") + 1]
+            question = line[: line.index("?") + 1]
+            return None if _SCAFFOLD.search(question) or _repeats(question) else question
     return None
+
+
+def _repeats(question: str) -> bool:
+    """Whether a run of three words comes back in ``question`` (a generation loop)."""
+    words = re.findall(r"\w+", question.lower())
+    runs = [tuple(words[i : i + 3]) for i in range(len(words) - 2)]
+    return len(runs) != len(set(runs))
 
 
 def synthetic_queries(
@@ -79,7 +93,8 @@ def synthetic_queries(
 
     The budget is spread evenly: each user gets ``max_total // len(users)`` records (at least one,
     at most ``per_user``); past the budget, users are drawn at random. Records are drawn by ``seed``
-    among those of at least four words. A question is kept only if it reads as one and, with
+    among those of at least four words (a long one is shown by its first 80). A question is kept only
+    if it reads as one (not a loop, not the prompt echoed), is not one its user already got, and, with
     ``consistency_k``, if the base encoder ranks its record within the user's top ``consistency_k``
     for it: a small LLM often writes a question that fits any record ("What is Joanna doing?"), and
     such a pair teaches noise.
@@ -117,7 +132,12 @@ def synthetic_queries(
         answers += [parse_question(a) for a in store.derived_many(NAMESPACE, keys, write)]
         if progress is not None and task is not None:
             progress.advance(task, len(part))
-    kept = [(pick, q) for pick, q in zip(chosen, answers, strict=True) if q]
+    seen: set[tuple[str, str]] = set()  # one user's same question twice teaches nothing new
+    kept = []
+    for pick, question in zip(chosen, answers, strict=True):
+        if question and (pick[0], question.lower()) not in seen:
+            seen.add((pick[0], question.lower()))
+            kept.append((pick, question))
     texts = [q for _, q in kept]
     queries = store.encoder.encode(texts) if texts else np.zeros((0, store.encoder.dim), "float32")
     if consistency_k is not None and kept:
@@ -140,6 +160,7 @@ def synthetic_queries(
         {u: c for u, c in corpora.items() if u in asked},
         texts,
         record_ids,
+        asked=len(chosen),
     )
 
 

@@ -1,0 +1,382 @@
+"""The learned ranker: the default first stage's candidates reordered by a LightGBM lambdarank model.
+
+The package default (hybrid: dense with the shipped query adapter, weighted 0.8, fused with BM25 at
+RRF k = 2) puts LoCoMo's evidence below plain BM25 at the top of the list. The ranker starts from
+that default's own fused score (``alpha · fused``) and adds a gradient-boosted correction learned
+from signals the store already has: base and adapted cosine and their gaps to the question's best,
+BM25 and its margin, the three ranks, the record's length, position, kind and role, names, numbers
+and dates shared with the query, and features of the history and the question that tell when
+lexical matching helps (the user's record lengths, the share of query terms the user's records
+hold, the question's form). With no trees it is exactly the default; monotone constraints keep the
+default's signals pushing up. Candidates are the union of the top 50 of adapted dense, base dense
+and BM25; below them the default's order follows, so recall deep in the list is the default's.
+
+A model is a folder: ``ranker.onnx`` (the trees, exported from LightGBM and run by onnxruntime, which
+the encoder already loads: ``import lightgbm`` costs 1.3 s, as it imports scikit-learn, and a CLI
+search would pay it every time), ``trees.txt`` (LightGBM's own text, for inspection) and
+``ranker.json`` (the feature list, ``alpha``, the trees used, the sha256 of ``ranker.onnx``, the
+recipe and the user split). ``mixed`` ships with the package (``personamem/data/rankers/mixed``);
+``personamem train ranker`` rebuilds it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from personamem.errors import CheckpointError
+from personamem.retrieval.base import Hit, ranked
+from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
+from personamem.store import Store
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+    from personamem.retrieval.query_adapter import QueryAdapter
+
+__all__ = [
+    "FEATURES",
+    "SHIPPED_RANKERS",
+    "LearnedRanker",
+    "RankerModel",
+    "UserSignals",
+    "candidate_features",
+]
+
+SHIPPED_RANKERS = Path(__file__).resolve().parent.parent / "data" / "rankers"
+"""Rankers that ship with the package, one folder each."""
+MODEL_FILE, INFO_FILE, TREES_FILE = "ranker.onnx", "ranker.json", "trees.txt"
+MODEL_INPUT = "features"
+"""The ONNX graph's input: ``(candidates, len(FEATURES))`` float32."""
+
+POOL = 50
+"""Candidates: the union of the top ``POOL`` of adapted dense, base dense and BM25."""
+DEPTH = 100
+"""How deep the default's own lists are fused (as the harness ranks)."""
+DEFAULT_FUSION = (0.8, 2)
+"""The default's (dense weight, RRF k): the fused score the ranker starts from."""
+PLAIN_FUSION = (0.5, 60)
+
+FEATURES: tuple[str, ...] = (
+    "cos_base", "cos_adapt", "gap_base", "gap_adapt", "z_adapt", "bm25", "bm25_rel", "bm25_z",
+    "rank_adapt", "rank_base", "rank_bm25", "rr_adapt", "rr_base", "rr_bm25", "fused_default", "rank_default",
+    "fused_plain", "rec_words_log", "rec_pos", "kind", "role",
+    "shared_names", "shared_numbers", "shared_dates", "q_words", "q_cover_rec", "q_cover_rec_x_rrbm",
+    "u_mean_words_log", "u_median_words_log", "u_share_long", "u_n_records_log", "bm25_top", "bm25_margin",
+    "bm25_n_pos_share", "adapt_margin", "base_margin", "adapt_top", "q_cover_user",
+    "wh", "is_aux", "first_person", "what_do_i", "recommend", "should_i", "q_has_name", "q_has_number",
+    "q_has_date", "rr_bm25_x_len", "rr_bm25_x_name",
+)  # fmt: skip
+"""The model's inputs, in column order (a model names its own list; a mismatch refuses to load)."""
+CATEGORICAL = ("kind", "role", "wh")
+
+_KINDS = {"conversation": 0, "dialog": 1, "purchase": 2, "post": 3, "qa": 4, "knowledge": 5, "note": 6}
+_DATE_WORDS = frozenset(
+    re.findall(
+        r"\w+",
+        "january february march april may june july august september october november december "
+        "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
+        "saturday sunday yesterday today tomorrow weekend week month year ago last",
+    )
+)
+_WH = ("what", "when", "where", "who", "why", "how", "which")
+_AUX = frozenset(re.findall(r"\w+", "do does did is are was were can could would will have has should"))
+_NAME = re.compile(r"\b[A-Z][a-z]+\b")
+_NUMBER = re.compile(r"\b\d+\b")
+_WORD = re.compile(r"[A-Za-z']+")
+_YEAR = re.compile(r"\b(?:19|20)\d\d\b")
+_NOT_NAMES = frozenset(
+    re.findall(
+        r"\w+",
+        "i the a an what when where who why how which do does did is are can could would should "
+        "my me in on at and but if any",
+    )
+)  # capitalised words that are not names
+_WHAT_DO_I = re.compile(r"(what|which|where|who|how)('s| do| did| is| are| was| should)? (i|my)\b")
+_RECOMMEND = re.compile(r"recommend|suggest|advice|ideas?\b|tips?\b")
+_SHOULD_I = re.compile(r"\bshould i\b|\bcan you help\b")
+
+
+def _names(text: str) -> set[str]:
+    return {w.lower() for w in _NAME.findall(text)} - _NOT_NAMES
+
+
+def _dates(text: str) -> set[str]:
+    return ({w.lower() for w in _WORD.findall(text)} & _DATE_WORDS) | set(_YEAR.findall(text))
+
+
+def _question_form(text: str) -> dict[str, float]:
+    """What kind of question it is: lexical matching helps "when did X...", not "what should I cook?"."""
+    lowered = text.strip().lower()
+    words = _WORD.findall(lowered)
+    first = words[0] if words else ""
+    wh = next((i + 1 for i, w in enumerate(_WH) if w in words[:3]), 0)
+    stripped = text.strip()
+    names = [w for w in _NAME.findall(stripped[1:] if stripped else "") if w.lower() not in _NOT_NAMES]
+    return {
+        "wh": float(wh),
+        "is_aux": float(first in _AUX),
+        "first_person": float(bool({"i", "my", "me", "i'm", "mine", "myself"} & set(words))),
+        "what_do_i": float(bool(_WHAT_DO_I.match(lowered))),
+        "recommend": float(bool(_RECOMMEND.search(lowered))),
+        "should_i": float(bool(_SHOULD_I.search(lowered))),
+        "q_has_name": float(bool(names)),
+        "q_has_number": float(bool(_NUMBER.search(text))),
+        "q_has_date": float(bool(_dates(text))),
+    }
+
+
+@dataclass
+class UserSignals:
+    """What the ranker reads of one user's history, built once per revision (rows as the BM25 index's)."""
+
+    index: UserIndex
+    vectors: np.ndarray
+    token_sets: list[set[str]]
+    vocabulary: set[str]
+    words_log: np.ndarray
+    position: np.ndarray
+    kind: np.ndarray
+    role: np.ndarray
+    names: list[set[str]]
+    numbers: list[set[str]]
+    dates: list[set[str]]
+    stats: dict[str, float]
+
+    @classmethod
+    def build(cls, index: UserIndex, vectors: np.ndarray) -> UserSignals:
+        """The signals of ``index``'s records, with ``vectors`` their stored vectors (rows aligned)."""
+        records = index.records
+        words = np.array([len(r.text.split()) for r in records], dtype=np.float32)
+        n = len(records)
+        token_sets = [set(t) for t in index.tokens]
+        roles = [str(r.metadata.get("role", "")).lower() for r in records]
+        return cls(
+            index=index,
+            vectors=vectors,
+            token_sets=token_sets,
+            vocabulary=set().union(*token_sets),
+            words_log=np.log1p(words),
+            position=np.arange(n, dtype=np.float32) / max(n - 1, 1),
+            kind=np.array([_KINDS.get(r.kind.value, 6) for r in records], dtype=np.float32),
+            role=np.array(
+                [1.0 if r == "user" else 2.0 if r == "assistant" else 0.0 for r in roles], np.float32
+            ),
+            names=[_names(r.text) for r in records],
+            numbers=[set(_NUMBER.findall(r.text)) for r in records],
+            dates=[_dates(r.text) for r in records],
+            stats={
+                "u_mean_words_log": float(np.log1p(words.mean())) if n else 0.0,
+                "u_median_words_log": float(np.log1p(np.median(words))) if n else 0.0,
+                "u_share_long": float((words > 50).mean()) if n else 0.0,
+                "u_n_records_log": float(np.log1p(n)),
+            },
+        )
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    return np.argsort(-scores, kind="stable")[:k]
+
+
+def _fuse(lists: list[list[int]], weights: tuple[float, float], k: int) -> list[tuple[int, float]]:
+    """Weighted reciprocal rank fusion of row lists; ties keep first-seen order."""
+    fused: dict[int, float] = {}
+    for rows, weight in zip(lists, weights, strict=True):
+        for rank, row in enumerate(rows, start=1):
+            fused[row] = fused.get(row, 0.0) + weight / (k + rank)
+    return sorted(fused.items(), key=lambda pair: pair[1], reverse=True)
+
+
+def candidate_features(
+    user: UserSignals, query: str, base: np.ndarray, adapted: np.ndarray, visible: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[tuple[int, float]]]:
+    """The candidates' rows, their feature matrix (``FEATURES`` columns) and the default's fused ranking.
+
+    ``base`` / ``adapted`` are the query's vectors before and after the adapter; ``visible`` the
+    rows the read time in force may see (the others are never candidates, nor counted in a statistic).
+    """
+    rows = np.flatnonzero(visible)
+    vectors = user.vectors[rows]
+    cos_b, cos_a = vectors @ base, vectors @ adapted
+    bm = user.index.scores(query)[rows]
+    n = len(rows)
+    dense_b, dense_a = _top(cos_b, DEPTH), _top(cos_a, DEPTH)
+    bm_list = [int(i) for i in _top(bm, DEPTH) if bm[i] > 0]
+    default = _fuse(
+        [[int(i) for i in dense_a], bm_list], (DEFAULT_FUSION[0], 1 - DEFAULT_FUSION[0]), DEFAULT_FUSION[1]
+    )
+    plain = _fuse(
+        [[int(i) for i in dense_b], bm_list], (PLAIN_FUSION[0], 1 - PLAIN_FUSION[0]), PLAIN_FUSION[1]
+    )
+    pool = np.array(
+        list(dict.fromkeys([*map(int, dense_a[:POOL]), *map(int, dense_b[:POOL]), *bm_list[:POOL]])),
+        dtype=np.int64,
+    )
+    cap = float(POOL + 1)
+    rank_a, rank_b, rank_m = (np.full(n, cap, np.float32) for _ in range(3))
+    rank_a[dense_a[:POOL]] = np.arange(1, min(POOL, n) + 1)
+    rank_b[dense_b[:POOL]] = np.arange(1, min(POOL, n) + 1)
+    if bm_list:
+        rank_m[bm_list[:POOL]] = np.arange(1, len(bm_list[:POOL]) + 1)
+    fused_d, rank_d, fused_p = (
+        np.zeros(n, np.float32),
+        np.full(n, DEPTH + 1, np.float32),
+        np.zeros(n, np.float32),
+    )
+    for rank, (i, score) in enumerate(default, start=1):
+        fused_d[i], rank_d[i] = score, rank
+    for i, score in plain:
+        fused_p[i] = score
+    best_b, best_a, best_m = np.sort(cos_b)[::-1], np.sort(cos_a)[::-1], np.sort(bm)[::-1]
+    bm_max = float(best_m[0]) if n else 0.0
+    terms = set(tokenize([query])[0])
+    q_names, q_numbers, q_dates = _names(query[1:]), set(_NUMBER.findall(query)), _dates(query)
+    picked = rows[pool]  # the candidates' rows in the user's signals
+    cover = np.array(
+        [len(terms & user.token_sets[i]) / len(terms) if terms else 0.0 for i in picked], np.float32
+    )
+    rr_m = 1.0 / (rank_m[pool] + 1)
+    shared: dict[str, float] = {
+        **user.stats,
+        "bm25_top": bm_max,
+        "bm25_margin": float((best_m[0] - best_m[1]) / best_m[0]) if n > 1 and best_m[0] > 0 else 0.0,
+        "bm25_n_pos_share": float((bm > 0).mean()) if n else 0.0,
+        "adapt_margin": float(best_a[0] - best_a[1]) if n > 1 else 0.0,
+        "base_margin": float(best_b[0] - best_b[1]) if n > 1 else 0.0,
+        "adapt_top": float(best_a[0]) if n else 0.0,
+        "q_cover_user": len(terms & user.vocabulary) / len(terms) if terms else 0.0,
+        "q_words": float(len(query.split())),
+        **_question_form(query),
+    }
+    columns: dict[str, Any] = {
+        "cos_base": cos_b[pool],
+        "cos_adapt": cos_a[pool],
+        "gap_base": cos_b[pool] - best_b[0],
+        "gap_adapt": cos_a[pool] - best_a[0],
+        "z_adapt": (cos_a[pool] - cos_a.mean()) / (cos_a.std() + 1e-6),
+        "bm25": bm[pool],
+        "bm25_rel": bm[pool] / bm_max if bm_max > 0 else np.zeros(len(pool)),
+        "bm25_z": (bm[pool] - bm.mean()) / (bm.std() + 1e-6),
+        "rank_adapt": rank_a[pool],
+        "rank_base": rank_b[pool],
+        "rank_bm25": rank_m[pool],
+        "rr_adapt": 1.0 / (rank_a[pool] + 1),
+        "rr_base": 1.0 / (rank_b[pool] + 1),
+        "rr_bm25": rr_m,
+        "fused_default": fused_d[pool],
+        "rank_default": rank_d[pool],
+        "fused_plain": fused_p[pool],
+        "rec_words_log": user.words_log[picked],
+        "rec_pos": user.position[picked],
+        "kind": user.kind[picked],
+        "role": user.role[picked],
+        "shared_names": np.array([len(q_names & user.names[i]) for i in picked], np.float32),
+        "shared_numbers": np.array([len(q_numbers & user.numbers[i]) for i in picked], np.float32),
+        "shared_dates": np.array([len(q_dates & user.dates[i]) for i in picked], np.float32),
+        "q_cover_rec": cover,
+        "q_cover_rec_x_rrbm": cover * rr_m,
+        "rr_bm25_x_len": rr_m * shared["u_mean_words_log"],
+        "rr_bm25_x_name": rr_m * shared["q_has_name"],
+    }
+    matrix = np.empty((len(pool), len(FEATURES)), np.float32)
+    for j, name in enumerate(FEATURES):
+        matrix[:, j] = columns[name] if name in columns else shared[name]
+    return picked, matrix, [(int(rows[i]), score) for i, score in default]
+
+
+@dataclass(frozen=True)
+class RankerModel:
+    """A trained ranker: ``score = alpha · fused_default + trees(features)`` over the candidates."""
+
+    session: onnxruntime.InferenceSession | None  # None: no trees were kept (the default's order)
+    alpha: float
+    iterations: int
+    folder: Path
+    info: dict[str, Any]
+
+    @classmethod
+    def load(cls, spec: str | Path) -> RankerModel:
+        """A shipped ranker by name (``mixed``) or a folder from ``personamem train ranker``.
+
+        Raises:
+            CheckpointError: no such ranker, a model file whose checksum differs from its
+                ``ranker.json``, or a feature list other than this version's.
+        """
+        return _load(str(spec))
+
+    def score(self, features: np.ndarray) -> np.ndarray:
+        """Each candidate's score (higher first)."""
+        start = self.alpha * features[:, FEATURES.index("fused_default")]
+        if self.session is None:
+            return start
+        return start + self.session.run(None, {MODEL_INPUT: features})[0].ravel()
+
+
+@functools.cache
+def _load(spec: str) -> RankerModel:
+    folder = SHIPPED_RANKERS / spec if (SHIPPED_RANKERS / spec / INFO_FILE).is_file() else Path(spec)
+    try:
+        info = json.loads((folder / INFO_FILE).read_text(encoding="utf-8"))
+        graph = (folder / MODEL_FILE).read_bytes() if info["iterations"] else b""
+    except (OSError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"ranker {spec!r}: not a ranker folder ({folder}: {exc})") from None
+    if graph and hashlib.sha256(graph).hexdigest() != info.get("sha256"):
+        raise CheckpointError(f"ranker {spec!r}: {MODEL_FILE} does not match the sha256 in {INFO_FILE}")
+    if tuple(info.get("features", ())) != FEATURES:
+        raise CheckpointError(f"ranker {spec!r}: trained on other features than this version computes")
+    session = None
+    if graph:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1  # ~100 rows: threads cost more
+        session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+    return RankerModel(session, float(info["alpha"]), int(info["iterations"]), folder, info)
+
+
+class LearnedRanker:
+    """The default first stage reordered by a :class:`RankerModel`; a :class:`Retriever` over one store."""
+
+    def __init__(self, store: Store, adapter: QueryAdapter, bm25: BM25Retriever, model: RankerModel) -> None:
+        self.store = store
+        self.adapter = adapter
+        self.model = model
+        self._bm25 = bm25
+        self._signals = store.user_cache(self._build, max_users=64)
+
+    def _build(self, user_id: str) -> UserSignals:
+        index = self._bm25.index(user_id)
+        stored = self.store.record_vectors(user_id, [r.id for r in index.records])
+        missing = np.zeros(self.store.encoder.dim, dtype=np.float32)  # no vector (yet): no cosine
+        vectors = np.array([stored.get(r.id, missing) for r in index.records], dtype=np.float32)
+        return UserSignals.build(index, vectors.reshape(len(index.records), self.store.encoder.dim))
+
+    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
+        """The user's top ``k``: the candidates in the model's order, then the default's."""
+        user = self._signals.get(user_id)
+        records = user.index.records
+        if not records or k <= 0:
+            return []
+        hidden = self.store.hidden(user_id)
+        visible = np.array([r.id not in hidden for r in records], dtype=bool)
+        if not visible.any():
+            return []
+        base = self.store.encoder.encode([query])
+        adapted = self.adapter.transform(base)[0]
+        rows, features, default = candidate_features(user, query, base[0], adapted, visible)
+        scores = self.model.score(features)
+        order = np.argsort(-scores, kind="stable")
+        top = [(records[rows[i]], float(scores[i])) for i in order[:k]]
+        if len(top) < k:  # below the candidates, the default's order (scores below every candidate's)
+            floor = float(scores.min()) if len(scores) else 0.0
+            taken = set(rows.tolist())
+            rest = [(records[i], floor - 1.0 - r) for r, (i, _) in enumerate(default) if i not in taken]
+            top += rest[: k - len(top)]
+        return ranked(top)

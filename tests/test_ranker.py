@@ -1,0 +1,105 @@
+"""The learned ranker in the default first stage: real store, real encoder, the shipped model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from personamem import PersonaMem, PipelineConfig
+from personamem.errors import CheckpointError, ConfigError
+from personamem.pipeline.config import pipeline_config
+from personamem.retrieval.ranker import INFO_FILE, MODEL_FILE, SHIPPED_RANKERS, RankerModel
+from personamem.trainers.ranker.export import save_ranker
+
+TEXTS = [
+    "Caroline went to the LGBTQ support group on 7 May 2023.",
+    "Melanie painted a sunrise over the lake last year.",
+    "I'm vegan and cook lentils most nights.",
+    "My favourite dish is a spicy tofu curry.",
+    "I take the 8:15 train to work.",
+    "Caroline is researching adoption agencies.",
+    "Melanie ran a charity race for mental health.",
+    "I am allergic to peanuts.",
+    "We went camping in the mountains in June.",
+    "My sister Ana lives in Porto.",
+]
+QUERIES = [
+    "When did Caroline go to the support group?",
+    "what should I cook tonight?",
+    "Where does Ana live?",
+]
+
+
+@pytest.fixture
+def mem(mem: PersonaMem) -> PersonaMem:
+    mem.add_many([{"id": f"r{i}", "text": t} for i, t in enumerate(TEXTS)], user_id="u")
+    mem.add("other", "Caroline's support group meets on Tuesdays.")
+    return mem
+
+
+def _ids(mem: PersonaMem, query: str, config: PipelineConfig | str | None = None, k: int = 10) -> list[str]:
+    return [hit.record.id for hit in mem.search("u", query, k=k, method=config)]
+
+
+def test_the_default_runs_the_shipped_ranker_and_says_so(mem: PersonaMem) -> None:
+    pipeline = mem.pipeline()
+    assert pipeline.ranker_name == "mixed" and pipeline.first_stage["ranker"] == "mixed"
+    assert mem.context("u", QUERIES[0]).first_stage["ranker"] == "mixed"
+    for method in ("hybrid", "adapter-rrf:mixed", "dense"):  # names keep their meaning: no ranker
+        assert mem.pipeline(method).ranker is None
+    assert mem.pipeline(PipelineConfig(dense_weight=0.6)).ranker is None  # not the default's fusion
+
+
+def test_a_ranker_without_trees_ranks_as_the_default_before_it(mem: PersonaMem, tmp_path: Path) -> None:
+    save_ranker(tmp_path / "flat", None, alpha=10.0, iterations=0, info={})
+    for query in QUERIES:
+        assert _ids(mem, query, PipelineConfig(ranker=str(tmp_path / "flat"))) == _ids(
+            mem, query, PipelineConfig(ranker="none")
+        )
+
+
+def test_every_record_of_the_user_and_no_other_comes_back(mem: PersonaMem) -> None:
+    for query in QUERIES:
+        found = _ids(mem, query, k=50)
+        assert sorted(found) == sorted(f"r{i}" for i in range(len(TEXTS)))  # the candidates, then the rest
+    assert _ids(mem, QUERIES[0], k=3) == _ids(mem, QUERIES[0], k=10)[:3]
+
+
+def test_a_superseded_record_is_never_ranked_unless_asked(mem: PersonaMem) -> None:
+    mem.supersede("u", "r9", "My sister Ana moved to Lisbon.", id="r10")
+    assert "r9" not in _ids(mem, QUERIES[2]) and "r10" in _ids(mem, QUERIES[2])
+    every = [hit.record.id for hit in mem.search("u", QUERIES[2], k=20, include_superseded=True)]
+    assert {"r9", "r10"} <= set(every)
+
+
+def test_a_tenant_ranks_its_own_users_only(mem: PersonaMem) -> None:
+    acme = mem.tenant("acme")
+    acme.add_many([{"id": "a0", "text": "Caroline went to the support group."}], user_id="u")
+    assert [hit.record.id for hit in acme.search("u", QUERIES[0])] == ["a0"]
+    assert "a0" not in _ids(mem, QUERIES[0])
+
+
+def test_a_tampered_or_foreign_model_does_not_load(tmp_path: Path) -> None:
+    folder = tmp_path / "mine"
+    for name in (INFO_FILE, MODEL_FILE):
+        folder.mkdir(exist_ok=True)
+        (folder / name).write_bytes((SHIPPED_RANKERS / "mixed" / name).read_bytes())
+    (folder / MODEL_FILE).write_bytes((folder / MODEL_FILE).read_bytes() + b"\n")
+    with pytest.raises(CheckpointError, match="does not match the sha256"):
+        RankerModel.load(folder)
+    info = json.loads((SHIPPED_RANKERS / "mixed" / INFO_FILE).read_text())
+    (folder / MODEL_FILE).write_bytes((SHIPPED_RANKERS / "mixed" / MODEL_FILE).read_bytes())
+    (folder / INFO_FILE).write_text(json.dumps({**info, "features": ["cos_base"]}))
+    with pytest.raises(CheckpointError, match="other features"):
+        RankerModel.load(folder)
+    with pytest.raises(CheckpointError, match="not a ranker folder"):
+        RankerModel.load(tmp_path / "missing")
+
+
+def test_a_ranker_needs_hybrid_with_an_adapter(mem: PersonaMem) -> None:
+    with pytest.raises(ConfigError, match="use the hybrid first stage"):
+        pipeline_config({"first_stage": "bm25", "ranker": "mixed"})
+    with pytest.raises(Exception, match="reads a query adapter's vectors"):
+        mem.pipeline(PipelineConfig(ranker="mixed", query_encoder="base"))

@@ -1,0 +1,83 @@
+"""The learned ranker's training settings, beside the trainer that reads them.
+
+Each field's docstring is also its ``--help`` in ``personamem train ranker`` (options are built from
+these models, see :mod:`personamem.cli.options`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from personamem.datasets import BenchmarkName, dataset
+from personamem.pipeline.config import DEFAULT_ADAPTER
+from personamem.trainers.run import TrainerRun
+
+__all__ = ["RankerDataConfig", "RankerRunConfig", "RankerTrainConfig"]
+
+
+class RankerDataConfig(BaseModel):
+    """Which benchmarks' gold labels train the ranker, and how their users are held out."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    benchmark: tuple[BenchmarkName, ...] = (
+        BenchmarkName("locomo"),
+        BenchmarkName("personabench"),
+        BenchmarkName("ikat"),
+        BenchmarkName("prefeval"),
+    )
+    """Benchmarks whose training users' questions and gold records train the ranker (repeatable;
+    each one's held-out users are named in split-<benchmark>.json)."""
+    data_root: Path | None = None
+    """The folder holding the benchmarks in the shared data's layout (locomo/, personabench/,
+    trec_ikat/, prefeval/: each one's folder in the dataset table)."""
+    test_share: float = Field(default=0.4, gt=0, lt=1)
+    """Share of each benchmark's users held out for testing (never trained on)."""
+    validation_share: float = Field(default=0.15, gt=0, lt=1)
+    """Share of each benchmark's users that choose alpha and the number of trees."""
+    split_seed: int = 0
+    """Seeds which users are held out; the default is the shipped adapter's split (its test users
+    are the ranker's too), so keep it fixed to compare training seeds."""
+    adapter: str = DEFAULT_ADAPTER
+    """The query adapter whose vectors the features read: the pipeline's query_encoder
+    adapter:<name> that the ranker will serve behind."""
+    features_dir: Path | None = None
+    """Where each benchmark's candidate features are cached, named by a digest of its records and
+    questions, the encoder, the adapter and the feature code, so a rerun, another seed or another mix
+    of benchmarks reuses them. [default: ranker-features in the user cache, beside the corpus
+    vectors]"""
+
+    def folder(self, benchmark: BenchmarkName) -> Path:
+        """Where ``benchmark``'s data lies.
+
+        Raises:
+            ValueError: no --data-root.
+        """
+        if self.data_root is None:
+            raise ValueError("give --data-root: the folder holding the benchmarks (locomo/, trec_ikat/...)")
+        return self.data_root / str(dataset(benchmark).folder)
+
+
+class RankerTrainConfig(BaseModel):
+    """The LightGBM lambdarank fit and how its size is chosen."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    alpha: tuple[float, ...] = (10.0, 30.0)
+    """Weights of the default's fused score that the trees start from (repeatable): each is fitted,
+    and validation keeps one with its number of trees."""
+    rounds: int = Field(default=500, ge=1)
+    """Boosting rounds per alpha; validation scores every 10th (and none: the default's order)."""
+    seed: int = 0
+    """Seeds LightGBM's row and feature sampling."""
+
+
+class RankerRunConfig(TrainerRun):
+    """A ``personamem train ranker`` run."""
+
+    data: RankerDataConfig = RankerDataConfig()
+    train: RankerTrainConfig = RankerTrainConfig()
+    out_dir: Path = Field(default=Path("runs/ranker"), alias="out")
+    """The ranker folder (ranker.txt, ranker.json, split-*.json)."""
