@@ -204,7 +204,7 @@ def improve(
         signal,
         counts,
         {**_served(memory.pipeline(live)), metric: before},
-        {**_stage(chosen, encoder), metric: after},
+        {**_served(memory.pipeline(chosen)), metric: after},
         live=after > before,
         adapter=folder,
         notes=[
