@@ -37,9 +37,7 @@ def demo_records_path() -> Path:
     return Path(str(resources.files("personamem") / "data" / "demo.jsonl"))
 
 
-def run_demo(
-    mem: PersonaMem, *, k: int = 2, method: str | None = None
-) -> dict[str, dict[str, list[Hit]]]:
+def run_demo(mem: PersonaMem, *, k: int = 2, method: str | None = None) -> dict[str, dict[str, list[Hit]]]:
     """Ingest the demo users into ``mem`` and search each demo query for each of them.
 
     Returns:

@@ -323,9 +323,7 @@ class Pipeline:
         while True:
             hits = self._first_stage(user_id, query, vector, depth, timings)
             start = time.perf_counter()
-            stored = self.store.record_vectors(user_id, [hit.record.id for hit in hits])
-            missing = np.zeros(self.store.encoder.dim, dtype=np.float32)  # written since: no redundancy
-            matrix = np.array([stored.get(hit.record.id, missing) for hit in hits], dtype=np.float32)
+            matrix = self.store.record_vectors(user_id, [hit.record.id for hit in hits])
             pool = distinct(matrix, config.duplicate_cosine) if hits else []
             timings["first_stage"] += _ms(start)  # about a millisecond: not a stage of its own
             if len(pool) >= want or len(hits) < depth or depth >= _MAX_DEPTH * want:

@@ -42,9 +42,8 @@ class UserIndex:
     bm25: bm25s.BM25 | None  # None when no record has a searchable term
     tokens: list[list[str]]
 
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every record for ``query`` (rows as :attr:`records`; 0 shares no term)."""
-        terms = tokenize([query])[0]
+    def scores(self, terms: list[str]) -> np.ndarray:
+        """BM25 score of every record for a query's :func:`tokenize` ``terms`` (rows as :attr:`records`)."""
         if self.bm25 is None or not terms:
             return np.zeros(len(self.records), dtype=np.float32)
         return np.asarray(self.bm25.get_scores(terms), dtype=np.float32)

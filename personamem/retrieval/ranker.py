@@ -151,6 +151,11 @@ class UserSignals:
     stats: dict[str, float]
 
     @classmethod
+    def of(cls, store: Store, index: UserIndex, user_id: str) -> UserSignals:
+        """The signals of ``user_id``'s ``index`` and its records' stored vectors (searches and training)."""
+        return cls.build(index, store.record_vectors(user_id, [r.id for r in index.records]))
+
+    @classmethod
     def build(cls, index: UserIndex, vectors: np.ndarray) -> UserSignals:
         """The signals of ``index``'s records, with ``vectors`` their stored vectors (rows aligned)."""
         records = index.records
@@ -205,7 +210,8 @@ def candidate_features(
     rows = np.flatnonzero(visible)
     vectors = user.vectors[rows]
     cos_b, cos_a = vectors @ base, vectors @ adapted
-    bm = user.index.scores(query)[rows]
+    terms = tokenize([query])[0]
+    bm = user.index.scores(terms)[rows]
     n = len(rows)
     dense_b, dense_a = _top(cos_b, DEPTH), _top(cos_a, DEPTH)
     bm_list = [int(i) for i in _top(bm, DEPTH) if bm[i] > 0]
@@ -236,11 +242,12 @@ def candidate_features(
         fused_p[i] = score
     best_b, best_a, best_m = np.sort(cos_b)[::-1], np.sort(cos_a)[::-1], np.sort(bm)[::-1]
     bm_max = float(best_m[0]) if n else 0.0
-    terms = set(tokenize([query])[0])
+    query_terms = set(terms)
     q_names, q_numbers, q_dates = _names(query[1:]), set(_NUMBER.findall(query)), _dates(query)
     picked = rows[pool]  # the candidates' rows in the user's signals
     cover = np.array(
-        [len(terms & user.token_sets[i]) / len(terms) if terms else 0.0 for i in picked], np.float32
+        [len(query_terms & user.token_sets[i]) / len(query_terms) if query_terms else 0.0 for i in picked],
+        np.float32,
     )
     rr_m = 1.0 / (rank_m[pool] + 1)
     shared: dict[str, float] = {
@@ -251,7 +258,7 @@ def candidate_features(
         "adapt_margin": float(best_a[0] - best_a[1]) if n > 1 else 0.0,
         "base_margin": float(best_b[0] - best_b[1]) if n > 1 else 0.0,
         "adapt_top": float(best_a[0]) if n else 0.0,
-        "q_cover_user": len(terms & user.vocabulary) / len(terms) if terms else 0.0,
+        "q_cover_user": len(query_terms & user.vocabulary) / len(query_terms) if query_terms else 0.0,
         "q_words": float(len(query.split())),
         **_question_form(query),
     }
@@ -352,11 +359,7 @@ class LearnedRanker:
         self._signals = store.user_cache(self._build, max_users=64)
 
     def _build(self, user_id: str) -> UserSignals:
-        index = self._bm25.index(user_id)
-        stored = self.store.record_vectors(user_id, [r.id for r in index.records])
-        missing = np.zeros(self.store.encoder.dim, dtype=np.float32)  # no vector (yet): no cosine
-        vectors = np.array([stored.get(r.id, missing) for r in index.records], dtype=np.float32)
-        return UserSignals.build(index, vectors.reshape(len(index.records), self.store.encoder.dim))
+        return UserSignals.of(self.store, self._bm25.index(user_id), user_id)
 
     def search(self, user_id: str, query: str, k: int) -> list[Hit]:
         """The user's top ``k``: the candidates in the model's order, then the default's."""

@@ -679,30 +679,36 @@ class Store:
         keep = [i for i, vid in enumerate(vector_ids) if vid in found and vid not in hidden]
         return self._outward([found[vector_ids[i]] for i in keep]), matrix[keep] if keep else matrix[:0]
 
-    def record_vectors(self, user_id: str, record_ids: Sequence[str]) -> dict[str, np.ndarray]:
-        """The stored vectors of those of ``record_ids`` the user has, by record id.
+    def record_vectors(self, user_id: str, record_ids: Sequence[str]) -> np.ndarray:
+        """The stored vectors of ``record_ids``, rows aligned; a zero row where the user has no such vector.
 
-        For a few records of a search's results (the profile's redundancy): read from this process's
-        view and the pending vectors, as a search reads them, not the user's whole history.
+        For the records of a search's results (the profile's redundancy, the ranker's signals): read
+        from this process's view and the pending vectors, as a search reads them. A zero row has
+        cosine 0 to everything, so a record written since counts as unrelated rather than failing.
         """
+        found = np.zeros((len(record_ids), self.encoder.dim), dtype=np.float32)
         key = self._key(user_id)
         state = self.catalog.search_state(key)
         if state is None or not record_ids:
-            return {}
-        wanted = {self.names.vector_id(key, record_id): record_id for record_id in record_ids}
-        found: dict[str, np.ndarray] = {}
+            return found
+        wanted = {self.names.vector_id(key, record_id): i for i, record_id in enumerate(record_ids)}
+        pending = set()
         if state.pending is not None:
-            pending = zip(state.pending_ids, state.pending, strict=True)
-            found.update({wanted[vid]: row for vid, row in pending if vid in wanted})
-        rest = [vid for vid, record_id in wanted.items() if record_id not in found]
+            for vid, row in zip(state.pending_ids, state.pending, strict=True):
+                if vid in wanted:
+                    found[wanted[vid]] = row
+                    pending.add(vid)
+        rest = [vid for vid in wanted if vid not in pending]
         view = self._view(key, state.index_token)
         if view.matrix is not None:
-            matrix = view.matrix
-            rows = ((vid, view.position.get(vid)) for vid in rest)
-            found.update({wanted[vid]: matrix[i] for vid, i in rows if i is not None and i < len(matrix)})
+            matrix = view.matrix  # the indexer may grow the view meanwhile: rows past it wait
+            for vid in rest:
+                if (i := view.position.get(vid)) is not None and i < len(matrix):
+                    found[wanted[vid]] = matrix[i]
         elif rest:
             ids, matrix = self.index.vectors(self.names.collection(key), rest)
-            found.update({wanted[vid]: row for vid, row in zip(ids, matrix, strict=True)})
+            for vid, row in zip(ids, matrix, strict=True):
+                found[wanted[vid]] = row
         return found
 
     def _view(self, user_id: str, token: str | None) -> UserView:

@@ -180,14 +180,9 @@ def store_features(
     features, labels, groups = [], [], []
     for i, question in enumerate(questions):
         user = signals.get(question.user_id)
-        if user is None:
-            # what LearnedRanker._build reads: the BM25 index's records and their stored vectors
-            index = bm25.index(question.user_id)
-            stored = store.record_vectors(question.user_id, [r.id for r in index.records])
-            missing = np.zeros(dim, dtype=np.float32)
-            vectors = np.array([stored.get(r.id, missing) for r in index.records], dtype=np.float32)
-            user = signals[question.user_id] = UserSignals.build(
-                index, vectors.reshape(len(index.records), dim)
+        if user is None:  # what LearnedRanker reads at search time
+            user = signals[question.user_id] = UserSignals.of(
+                store, bm25.index(question.user_id), question.user_id
             )
         records = user.index.records
         visible = np.ones(len(records), dtype=bool)
