@@ -126,11 +126,12 @@ class PersonaMem(MemoryApi):
     @classmethod
     def _opened(cls, store: Store, pipeline: PipelineConfig | None, llm: FrozenLLM | None) -> PersonaMem:
         """The memory over ``store``; a pipeline given at open wins over the store's live one, and says so."""
-        live = store.live_pipeline
-        if pipeline is not None and live is not None and pipeline != stored_pipeline(live):
-            chosen_by = json.loads(live).get("chosen_by") or "set in the store"
+        stored = store.live_pipeline
+        live = None if pipeline is None or stored is None else stored_pipeline(stored)
+        if live is not None and pipeline != live:
             warnings.warn(
-                f"serving the pipeline given at open, not the store's live pipeline ({chosen_by}); "
+                f"serving the pipeline given at open, not the store's live pipeline "
+                f"({live.chosen_by or 'set in the store'}); "
                 "open without pipeline= (the CLI: without --config or ./personamem.toml) to serve it",
                 PersonaMemWarning,
                 stacklevel=3,
