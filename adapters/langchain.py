@@ -50,6 +50,7 @@ from personamem.pipeline import PipelineConfig
 from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind, check_user_id, parse_record
 from personamem.retrieval.base import Hit
+from personamem.store.filters import parse_filters
 from personamem.store.timeline import reading
 
 __all__ = [
@@ -105,7 +106,8 @@ class PersonaMemRetriever(BaseRetriever):
     checkpoint or an LLM method on a memory without an LLM fails here rather than on the first query.
 
     Only facts current now are found, unless ``as_of`` names another time (a datetime or ISO 8601
-    string) or ``include_superseded`` asks for every version (see :meth:`PersonaMem.supersede`).
+    string) or ``include_superseded`` asks for every version (see :meth:`PersonaMem.supersede`);
+    ``filters`` keeps the records it admits, as in :meth:`PersonaMem.search` (checked here).
 
     ``k`` may also be given per call (``retriever.invoke(query, k=2)``). Async calls run the sync
     search in LangChain's executor (the store is thread-safe and has no async client); the async
@@ -124,11 +126,13 @@ class PersonaMemRetriever(BaseRetriever):
     pipeline: PipelineConfig | None = None
     as_of: datetime | str | None = None
     include_superseded: bool = False
+    filters: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _buildable(self) -> PersonaMemRetriever:
         if self.pipeline is not None and "method" in self.model_fields_set:
             raise ValueError("give method or pipeline, not both")
+        parse_filters(self.filters)  # a bad filter fails here (InvalidInputError is a ValueError)
         # built (and kept by the memory) now, so a missing checkpoint or an LLM method on a memory
         # without an LLM fails here (MethodError is a ValueError; CheckpointError passes through)
         self.memory.pipeline(self.method if self.pipeline is None else self.pipeline)
@@ -141,7 +145,7 @@ class PersonaMemRetriever(BaseRetriever):
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         pipeline = self.memory.pipeline(self.method if self.pipeline is None else self.pipeline)
-        with reading(self.as_of, include_superseded=self.include_superseded):
+        with reading(self.as_of, include_superseded=self.include_superseded, filters=self.filters):
             hits = pipeline.search(self.user_id, query, k)
         return [_hit_to_document(hit, hits.interaction_id) for hit in hits]
 

@@ -35,7 +35,9 @@ Semantics, following LangGraph's own stores where personamem allows:
   updated first (PostgresStore's order; ties in the order first written). With a query: the user's
   memory ranked by ``method`` (any name of :mod:`personamem.methods`; by default the pipeline the
   memory serves, as ``PersonaMem.search`` ranks with no method), kept under the prefix and filter,
-  with the method's score. Filters compare value fields for equality
+  with the method's score. ``filters=`` at construction (personamem's grammar, as in
+  ``PersonaMem.search``) narrows both to the records it admits, e.g. by ``timestamp`` (the item's
+  ``updated_at``). A search's own ``filter`` compares value fields for equality
   (nested objects and lists too) or with ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, as
   InMemoryStore does, except that a missing or non-numeric field fails an ordering instead of raising.
 - ``list_namespaces`` reads every record of every user: linear in the size of the store, meant for
@@ -54,7 +56,7 @@ import asyncio
 import hashlib
 import json
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -80,6 +82,7 @@ except ImportError as exc:  # an adapter module: without its framework it has no
 
 from personamem.memory import PersonaMem
 from personamem.records import Record, RecordKind
+from personamem.store.filters import parse_filters
 
 __all__ = ["TEXT_FIELDS", "PersonaMemStore"]
 
@@ -123,10 +126,12 @@ class PersonaMemStore(BaseStore):
         method: how a search with a query ranks, a name from :mod:`personamem.methods` (None: the
             pipeline the memory serves).
         text_fields: LangGraph field paths tried in order for the text to embed.
+        filters: only records this personamem filter admits are searched or listed (None: all).
 
     Raises:
         MethodError: an unknown method, or one that needs an LLM the memory does not have; the
             pipeline is built here, so this fails at construction rather than on the first search.
+        InvalidInputError: a bad filter.
 
     Examples:
         >>> store = PersonaMemStore(mem)  # doctest: +SKIP
@@ -143,12 +148,15 @@ class PersonaMemStore(BaseStore):
         user_of: Callable[[tuple[str, ...]], str] = _first_element,
         method: str | None = None,
         text_fields: Sequence[str] = TEXT_FIELDS,
+        filters: Mapping[str, Any] | None = None,
     ) -> None:
         memory.pipeline(method)
         self.memory = memory
         self.user_of = user_of
         self.method = method
         self.text_fields = tuple(text_fields)
+        self.filters = filters
+        self._filter = parse_filters(filters)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` and return their results in order; reads see the store as before the writes.
@@ -194,10 +202,16 @@ class PersonaMemStore(BaseStore):
             # lose matches to other namespaces or to the application's records, and pages of one
             # ranking stay consistent; per-user memories are small, and searches score every record
             count = self.memory.count(user)
-            hits = self.memory.search(user, op.query, k=count, method=self.method) if count else []
+            hits = (
+                self.memory.search(user, op.query, k=count, method=self.method, filters=self.filters)
+                if count
+                else []
+            )
             found = [(self._item(hit.record), hit.score) for hit in hits]
         else:
-            items = [self._item(record) for record in self.memory.records(user)]
+            records = self.memory.records(user)
+            admitted = records if self._filter is None else [r for r in records if self._filter.matches(r)]
+            items = [self._item(record) for record in admitted]
             newest = sorted((item for item in items if item is not None), key=_updated, reverse=True)
             found = [(item, None) for item in newest]
         prefix = tuple(op.namespace_prefix)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,6 +43,7 @@ from personamem.pipeline import Context, PipelineConfig
 from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind, check_user_id
 from personamem.retrieval.base import Hit
+from personamem.store.filters import parse_filters
 from personamem.store.timeline import epoch, reading
 
 try:
@@ -119,7 +120,8 @@ class PersonaMemRetriever(BaseRetriever):
     without an LLM fails at construction.
 
     Only facts current now are found, unless ``as_of`` names another time or ``include_superseded``
-    asks for every version (see :meth:`PersonaMem.supersede`).
+    asks for every version (see :meth:`PersonaMem.supersede`); ``filters`` keeps the records it
+    admits, as in :meth:`PersonaMem.search`.
 
     A query bundle with an ``embedding`` is searched densely with that vector (``method`` and
     ``pipeline`` do not apply): it must be in the store encoder's space, e.g. a personalized query
@@ -128,6 +130,7 @@ class PersonaMemRetriever(BaseRetriever):
     Raises:
         MethodError: an unknown method (the message lists the choices), both ``method`` and
             ``pipeline``, or a method that needs an LLM on a memory without one.
+        InvalidInputError: an ``as_of`` that is not a time, or a bad filter.
         CheckpointError: a PURPLE checkpoint that cannot be loaded.
     """
 
@@ -141,6 +144,7 @@ class PersonaMemRetriever(BaseRetriever):
         pipeline: PipelineConfig | None = None,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
         callback_manager: CallbackManager | None = None,
     ) -> None:
         if k < 1:
@@ -154,11 +158,12 @@ class PersonaMemRetriever(BaseRetriever):
         self.k = k
         self.method = method
         self.pipeline = pipeline
-        epoch(as_of)  # a bad time fails here, not on the first query
-        self.as_of, self.include_superseded = as_of, include_superseded
+        epoch(as_of)  # a bad time or filter fails here, not on the first query
+        parse_filters(filters)
+        self.as_of, self.include_superseded, self.filters = as_of, include_superseded, filters
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        with reading(self.as_of, include_superseded=self.include_superseded):
+        with reading(self.as_of, include_superseded=self.include_superseded, filters=self.filters):
             return self._search(query_bundle)
 
     def _search(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

@@ -170,9 +170,10 @@ class Client(MemoryApi):
         *,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
     ) -> Hits:
         """The user's top ``k`` records for ``query`` by ``method`` (``interaction_id`` where logged)."""
-        return self._run(remote.search(user_id, query, k, method, as_of, include_superseded))
+        return self._run(remote.search(user_id, query, k, method, as_of, include_superseded, filters))
 
     def feedback(
         self,
@@ -194,6 +195,7 @@ class Client(MemoryApi):
         method: str | None = None,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
         pipeline: str | None = None,
     ) -> Context:
         """What to paste into the LLM's prompt for ``query`` (``method``: a method name).
@@ -201,7 +203,9 @@ class Client(MemoryApi):
         ``pipeline`` is ``method``'s deprecated name, as in :meth:`PersonaMem.context`.
         """
         chosen = method_of(method, pipeline)
-        return self._run(remote.context(user_id, query, budget_tokens, chosen, as_of, include_superseded))
+        return self._run(
+            remote.context(user_id, query, budget_tokens, chosen, as_of, include_superseded, filters)
+        )
 
     def memory(self, user_id: str) -> PreferenceMemory:
         """The user's preference memory (``stale`` when the server could not rebuild it in time)."""
@@ -359,9 +363,10 @@ class AsyncClient:
         *,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
     ) -> Hits:
         """:meth:`Client.search`."""
-        return await self._run(remote.search(user_id, query, k, method, as_of, include_superseded))
+        return await self._run(remote.search(user_id, query, k, method, as_of, include_superseded, filters))
 
     async def feedback(
         self,
@@ -383,12 +388,13 @@ class AsyncClient:
         method: str | None = None,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
         pipeline: str | None = None,
     ) -> Context:
         """:meth:`Client.context`."""
         chosen = method_of(method, pipeline)
         return await self._run(
-            remote.context(user_id, query, budget_tokens, chosen, as_of, include_superseded)
+            remote.context(user_id, query, budget_tokens, chosen, as_of, include_superseded, filters)
         )
 
     async def memory(self, user_id: str) -> PreferenceMemory:

@@ -351,6 +351,7 @@ class MemoryApi(Protocol):
         *,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
     ) -> Hits:
         """The user's top ``k`` records for ``query`` by ``method`` (None: the pipeline the memory serves)."""
         ...
@@ -364,6 +365,7 @@ class MemoryApi(Protocol):
         method: str | None = None,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
     ) -> Context:
         """What to paste into the LLM's prompt for ``query``, within the budget."""
         ...

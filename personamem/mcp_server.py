@@ -77,6 +77,16 @@ Query = Annotated[
     str,
     Field(description="The user's message or question, in their words; matched by meaning.", min_length=1),
 ]
+Filters = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description='Only records matching this filter, e.g. {"metadata.topic": "food", "timestamp": '
+        '{"gte": "2025-01-01"}} or {"or": [{"kind": "knowledge"}, {"metadata.source": {"in": '
+        '["chat-1"]}}]}. Fields: kind, category, timestamp, valid_from, valid_until, metadata.<key>; a '
+        "value means equals, or an object of operators eq, ne, in, nin, gt, gte, lt, lte, contains; "
+        "'and'/'or' take a list of filters, 'not' one. Times are ISO 8601. Default: no filter."
+    ),
+]
 
 MemoryOf = Callable[[Context], PersonaMem]
 _Tool = TypeVar("_Tool", bound=Callable[..., Any])
@@ -193,6 +203,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
                 "default: the facts current now."
             ),
         ] = None,
+        filters: Filters = None,
     ) -> dict[str, Any]:
         """The user's stored records that best match the query, best first: id, text, score, the record.
 
@@ -201,7 +212,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         """
         with _tool_errors():
             mem = memory_for(ctx, KeyScope.READ)
-            hits = mem.search(check_user_id(user_id), query, k=k, method=method, as_of=as_of)
+            hits = mem.search(check_user_id(user_id), query, k=k, method=method, as_of=as_of, filters=filters)
         return SearchResult.of(hits).model_dump(mode="json")
 
     @tool(ToolAnnotations(read_only_hint=True))
@@ -216,6 +227,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
                 ge=1,
             ),
         ] = None,
+        filters: Filters = None,
     ) -> str:
         """The text to put in your prompt before answering the user: what their memory says about the query.
 
@@ -224,7 +236,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         """
         with _tool_errors():
             mem = memory_for(ctx, KeyScope.READ)
-            return mem.context(check_user_id(user_id), query, budget_tokens=budget).text
+            return mem.context(check_user_id(user_id), query, budget_tokens=budget, filters=filters).text
 
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
     def forget_record(

@@ -388,6 +388,7 @@ class PersonaMem(MemoryApi):
         *,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
     ) -> Hits:
         """The user's top ``k`` records for ``query`` by ``method`` (see :mod:`personamem.methods`).
 
@@ -397,15 +398,18 @@ class PersonaMem(MemoryApi):
         unknown user gets an empty list. With ``log_interactions`` on, ``hits.interaction_id`` names
         the logged call for :meth:`feedback`. Only facts current now are searched, unless ``as_of``
         (a datetime or ISO 8601 string; naive means UTC) names another time or
-        ``include_superseded`` asks for every version; expired records never are.
+        ``include_superseded`` asks for every version; expired records never are. ``filters``
+        keeps only the records it admits, e.g. ``{"metadata.topic": "food", "timestamp": {"gte":
+        "2025-01-01"}}`` (the grammar: :mod:`personamem.store.filters`); the top ``k`` is filled from
+        those, whatever the method.
 
         Raises:
             MethodError: an unknown method, or one that needs an LLM when none is configured.
-            InvalidInputError: an ``as_of`` that is not a time.
+            InvalidInputError: an ``as_of`` that is not a time, or a bad filter (the message names the part).
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        with reading(as_of, include_superseded=include_superseded):
+        with reading(as_of, include_superseded=include_superseded, filters=filters):
             return self.pipeline(method).search(user_id, query, k)
 
     def context(
@@ -417,6 +421,7 @@ class PersonaMem(MemoryApi):
         method: PipelineConfig | str | None = None,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
         pipeline: PipelineConfig | str | None = None,
     ) -> Context:
         """What to paste into the LLM's prompt for ``query``: the user's profile, within the budget.
@@ -429,15 +434,17 @@ class PersonaMem(MemoryApi):
                 (default: the configured pipeline).
             as_of: build it from the facts current at this time (default: now).
             include_superseded: from every version of every fact instead.
+            filters: only from the records this filter admits, as in :meth:`search` (the
+                preference memory, a summary of the whole history, is not narrowed).
             pipeline: the deprecated name of ``method`` (a
                 :class:`~personamem.errors.PersonaMemDeprecationWarning`).
 
         Raises:
             MethodError: an unknown method, or one that needs an LLM when none is configured.
-            InvalidInputError: both ``method`` and ``pipeline``.
+            InvalidInputError: both ``method`` and ``pipeline``, or a bad filter.
         """
         chosen = method_of(method, pipeline)
-        with reading(as_of, include_superseded=include_superseded):
+        with reading(as_of, include_superseded=include_superseded, filters=filters):
             return self.pipeline(chosen).context(user_id, query, budget_tokens=budget_tokens)
 
     # -- for event loops: the same calls on a worker thread -----------------------------------------
@@ -455,10 +462,18 @@ class PersonaMem(MemoryApi):
         *,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
     ) -> Hits:
         """:meth:`search` without blocking the event loop."""
         return await asyncio.to_thread(
-            self.search, user_id, query, k, method, as_of=as_of, include_superseded=include_superseded
+            self.search,
+            user_id,
+            query,
+            k,
+            method,
+            as_of=as_of,
+            include_superseded=include_superseded,
+            filters=filters,
         )
 
     async def acontext(
@@ -470,6 +485,7 @@ class PersonaMem(MemoryApi):
         method: PipelineConfig | str | None = None,
         as_of: datetime | str | None = None,
         include_superseded: bool = False,
+        filters: Mapping[str, Any] | None = None,
         pipeline: PipelineConfig | str | None = None,
     ) -> Context:
         """:meth:`context` without blocking the event loop (an LLM stage's wait included)."""
@@ -481,6 +497,7 @@ class PersonaMem(MemoryApi):
             method=method_of(method, pipeline),
             as_of=as_of,
             include_superseded=include_superseded,
+            filters=filters,
         )
 
     # -- interaction log ----------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from personamem.preference import PreferenceMemory
 from personamem.records import Record, parse_record, parse_records
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
 from personamem.store.expiry import check_ttl
+from personamem.store.filters import parse_filters
 from personamem.store.timeline import epoch
 
 __all__ = ["Call", "Request", "error_from"]
@@ -163,11 +164,12 @@ def search(
     method: str | None,
     as_of: datetime | str | None,
     include_superseded: bool,
+    filters: Mapping[str, Any] | None,
 ) -> Call[Hits]:
     request: dict[str, object] = {"user_id": _user(user_id), "query": query, "k": k}
     if method is not None:  # none: the server's served pipeline
         request["method"] = method
-    body = yield Request("POST", "/v1/search", {**request, **_when(as_of, include_superseded)})
+    body = yield Request("POST", "/v1/search", {**request, **_read(as_of, include_superseded, filters)})
     return SearchResult.model_validate(body).to_hits()
 
 
@@ -185,9 +187,10 @@ def context(
     method: str | None,
     as_of: datetime | str | None,
     include_superseded: bool,
+    filters: Mapping[str, Any] | None,
 ) -> Call[Context]:
     request = {"user_id": _user(user_id), "query": query, "budget_tokens": budget_tokens, "method": method}
-    body = yield Request("POST", "/v1/context", {**request, **_when(as_of, include_superseded)})
+    body = yield Request("POST", "/v1/context", {**request, **_read(as_of, include_superseded, filters)})
     return Context.model_validate(body)
 
 
@@ -267,11 +270,16 @@ def health() -> Call[dict[str, Any]]:
     return dict((yield Request("GET", "/v1/health")))
 
 
-def _when(as_of: datetime | str | None, include_superseded: bool) -> dict[str, Any]:
-    """The read time of a search or context request, checked as the SDK checks it."""
+def _read(
+    as_of: datetime | str | None, include_superseded: bool, filters: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The read time and filter of a search or context request, checked as the SDK checks them."""
     seconds = epoch(as_of)
     at = None if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat()
-    return {"as_of": at, "include_superseded": bool(include_superseded)}
+    read: dict[str, Any] = {"as_of": at, "include_superseded": bool(include_superseded)}
+    if parse_filters(filters) is not None:  # sent only when given: older servers refuse the key
+        read["filters"] = dict(filters or {})
+    return read
 
 
 def _user(user_id: str) -> str:

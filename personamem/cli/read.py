@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -11,12 +11,31 @@ from rich.table import Table
 from personamem.cli.options import config_options, runtime_option
 from personamem.console import err, out
 from personamem.contract import hit_json
+from personamem.errors import InvalidInputError
 from personamem.llm.load import Runtime
 from personamem.methods import method_help
 from personamem.pipeline import PipelineConfig
+from personamem.store.filters import parse_filters
 
 _AS_OF = typer.Option(help="Answer from the facts current at this time (ISO 8601; UTC if naive).")
 _ALL_VERSIONS = typer.Option("--include-superseded", help="Include superseded and not-yet-valid records.")
+_FILTERS = typer.Option(
+    help='Only records this JSON filter admits, e.g. \'{"metadata.topic": "food", "timestamp": {"gte": '
+    '"2025-01-01"}}\' (fields kind, category, timestamp, valid_from, valid_until, metadata.<key>; '
+    "operators eq, ne, in, nin, gt, gte, lt, lte, contains; and, or, not)."
+)
+
+
+def _filters(text: str | None) -> dict[str, Any] | None:
+    """``--filters``' JSON, checked here so a mistake is a usage error naming the option."""
+    if text is None:
+        return None
+    try:
+        filters = json.loads(text)
+        parse_filters(filters)
+    except (ValueError, InvalidInputError) as exc:  # JSONDecodeError is a ValueError
+        raise typer.BadParameter(str(exc), param_hint="--filters") from None
+    return None if filters is None else dict(filters)
 
 
 def search(
@@ -41,10 +60,14 @@ def search(
     ] = False,
     as_of: Annotated[str | None, _AS_OF] = None,
     include_superseded: Annotated[bool, _ALL_VERSIONS] = False,
+    filters: Annotated[str | None, _FILTERS] = None,
 ) -> None:
     """Search one user's memory with any method (the facts current now, unless --as-of says when)."""
+    chosen = _filters(filters)
     with ctx.obj.open(llm=llm, llm_runtime=llm_runtime) as mem:
-        hits = mem.search(user, query, k=k, method=method, as_of=as_of, include_superseded=include_superseded)
+        hits = mem.search(
+            user, query, k, method, as_of=as_of, include_superseded=include_superseded, filters=chosen
+        )
     if as_json:
         for hit in hits:  # one object per line, no wrapping
             typer.echo(json.dumps(hit_json(hit), ensure_ascii=False))
@@ -71,6 +94,7 @@ def context(
     ] = False,
     as_of: Annotated[str | None, _AS_OF] = None,
     include_superseded: Annotated[bool, _ALL_VERSIONS] = False,
+    filters: Annotated[str | None, _FILTERS] = None,
     *,
     pipeline: PipelineConfig,
 ) -> None:
@@ -79,8 +103,11 @@ def context(
     The pipeline is --config's (or ./personamem.toml's); the pipeline options given here override it.
     """
     given = pipeline.model_dump(include=pipeline.model_fields_set)  # options given override the file
+    chosen = _filters(filters)
     with ctx.obj.open(**given) as mem:
-        result = mem.context(user, query, method=method, as_of=as_of, include_superseded=include_superseded)
+        result = mem.context(
+            user, query, method=method, as_of=as_of, include_superseded=include_superseded, filters=chosen
+        )
     if as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
         return

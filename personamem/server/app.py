@@ -336,6 +336,7 @@ def create_app(
                 method=body.method,
                 as_of=body.as_of,
                 include_superseded=body.include_superseded,
+                filters=body.filters,
             )
         return _answer(SearchResult.of(hits, notes))
 
@@ -355,6 +356,7 @@ def create_app(
             method=body.method,
             as_of=body.as_of,
             include_superseded=body.include_superseded,
+            filters=body.filters,
         )
         return _answer(result)
 

@@ -59,6 +59,8 @@ class SearchIn(_Body):
     """A method name; none: the pipeline the server serves (its store's live pipeline, else the default)."""
     as_of: datetime | None = None
     include_superseded: bool = False
+    filters: dict[str, Any] | None = None
+    """Only records this filter admits (the grammar: ``personamem.store.filters``); a bad one is a 422."""
 
     @field_validator("k")
     @classmethod
@@ -81,6 +83,8 @@ class ContextIn(_Body):
     method: str | None = None
     as_of: datetime | None = None
     include_superseded: bool = False
+    filters: dict[str, Any] | None = None
+    """As in ``POST /v1/search``."""
 
     @model_validator(mode="before")
     @classmethod

@@ -45,6 +45,7 @@ from personamem.records import Record
 from personamem.store.cache import UserCache
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy
 from personamem.store.expiry import ExpirySweeper, check_ttl
+from personamem.store.filters import FilterIndex, Verdict, read_filter
 from personamem.store.indexer import BackgroundIndexer
 from personamem.store.interaction_log import InteractionLog
 from personamem.store.keys import KeyRing
@@ -55,7 +56,7 @@ from personamem.store.sql import PSEUDONYM_KEY, SqlCatalog
 from personamem.store.tenants import Scope
 from personamem.store.timeline import Timeline
 from personamem.store.vectors import VectorIndex
-from personamem.store.views import UserView, VectorViews
+from personamem.store.views import UserView, VectorViews, best
 
 __all__ = ["ConsistencyReport", "Store"]
 
@@ -88,6 +89,9 @@ class Store:
         self._caches: weakref.WeakSet[UserCache[Any]] = weakref.WeakSet()
         self.views = VectorViews()
         self._timelines: dict[str, tuple[str, Timeline]] = {}
+        # per store key, at its revision: which records each filter asked of the user admits
+        self._filters: UserCache[FilterIndex] = UserCache(self.catalog.revision, self._filter_index)
+        self._caches.add(self._filters)
         # settings kept with the data, per tenant; one of each shared by every view
         self._ttl = TenantSetting(catalog, TTL_KEY)
         self._live = TenantSetting(catalog, PIPELINE_KEY)
@@ -574,10 +578,21 @@ class Store:
         return self._outward(_unexpired(self.catalog.records(self._key(user_id))))
 
     def hidden(self, user_id: str) -> set[str]:
-        """Ids of the user's records the read time in force must not see (``store/timeline.py``)."""
+        """Ids of the user's records this read must not see, by its time (``store/timeline.py``) or filter."""
         key = self._key(user_id)
         token = self.catalog.bounds_token(key)
-        return set() if token is None else self._timeline(key, token).hidden()[0]
+        hidden = set() if token is None else self._timeline(key, token).hidden()[0]
+        verdict = self._verdict(key)
+        return hidden if verdict is None else hidden | verdict.rejected
+
+    def _verdict(self, key: str) -> Verdict | None:
+        """What the filter in force says of the user's records (None: no filter)."""
+        read = read_filter()
+        return None if read is None else self._filters.get(key).verdict(read)
+
+    def _filter_index(self, key: str) -> FilterIndex:
+        records = self.catalog.records_by_vector(key)
+        return FilterIndex(list(records.values()), list(records))
 
     def _hidden_vectors(self, key: str, token: str | None) -> set[str]:
         """Vector ids of the user's records hidden from the read time in force."""
@@ -640,11 +655,19 @@ class Store:
         if state is None or k <= 0:
             return [], None, None
         hidden = self._hidden_vectors(user_id, state.bounds_token)
+        verdict = self._verdict(user_id)
         scores = [] if state.pending is None else (state.pending @ vector).tolist()
-        fresh = {vid: s for vid, s in zip(state.pending_ids, scores, strict=True) if vid not in hidden}
+        fresh = {
+            vid: s
+            for vid, s in zip(state.pending_ids, scores, strict=True)
+            if vid not in hidden and (verdict is None or vid in verdict.kept_vector_set)
+        }
         skip = set(state.pending_ids) | hidden
         view = self._view(user_id, state.index_token)
-        if view.matrix is not None:
+        if verdict is not None:  # filtered: only the vectors the filter keeps are scored, exactly
+            kept = [vid for vid in verdict.kept_vectors if vid not in skip]
+            hits = self._nearest_among(user_id, view, vector, k, kept)
+        elif view.matrix is not None:
             hits = view.nearest(vector, k, skip=skip)
         else:  # too large to copy: the index's HNSW, asked for enough to cover what is skipped
             hits = self.index.query(self.names.collection(user_id), vector, k + len(skip))
@@ -653,12 +676,32 @@ class Store:
             hits = sorted(hits + list(fresh.items()), key=lambda hit: -hit[1])
         return hits[:k], view, state.revision
 
+    def _nearest_among(
+        self, key: str, view: UserView, vector: np.ndarray, k: int, kept: list[str]
+    ) -> list[tuple[str, float]]:
+        """The ``k`` best indexed vectors of ``kept`` (a filter's), so a filter never leaves k unfilled.
+
+        From the view's copy; for a user too large to copy, the kept vectors are read from the index
+        and scored exactly while they are few enough to copy, else HNSW is asked for enough to cover
+        every vector left out.
+        """
+        if view.matrix is not None:
+            return view.among(vector, k, kept)
+        collection = self.names.collection(key)
+        if len(kept) <= self.views.max_user_vectors:
+            ids, matrix = self.index.vectors(collection, kept)
+            return best(ids, matrix @ np.asarray(vector, dtype=np.float32), k) if ids else []
+        allowed = set(kept)
+        hits = self.index.query(collection, vector, k + self.index.count(collection) - len(allowed))
+        return [(vid, score) for vid, score in hits if vid in allowed][:k]
+
     def vectors(self, user_id: str) -> tuple[list[Record], np.ndarray]:
         """The user's records and their vectors (rows aligned), for corpus-level methods.
 
         P-Anchor's similarity graph needs every vector of a user at once. Pending records are in
         when their vector is kept in SQL (from :meth:`add`), as they are in search; records the
-        read time in force hides are out.
+        read time in force hides are out. A read's filter is not applied: it narrows the candidates
+        of one call, not the history such a method summarizes (and caches per revision).
         """
         user_id = self._key(user_id)
         state = self.catalog.search_state(user_id)

@@ -9,19 +9,22 @@ the row it reads anyway (``users.bounds_token`` is NULL), so their reads pay not
 Which time a read looks at travels in a context variable set by :func:`reading` around a search or
 context call, so the retriever protocol (``search(user_id, query, k)``) and every stage built on it
 stay as they are: the two places that produce candidates (``Store.nearest`` and BM25) apply it.
+:func:`reading` sets the call's filter (``store/filters.py``) beside it, which travels the same way.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from personamem.errors import InvalidInputError
 from personamem.records import Record, as_utc
+from personamem.store.filters import filtering, parse_filters
 
 __all__ = ["Bounds", "ReadTime", "Timeline", "epoch", "holds", "is_current", "read_time", "reading"]
 
@@ -62,11 +65,25 @@ def epoch(moment: datetime | str | None) -> float | None:
 
 
 @contextmanager
-def reading(as_of: datetime | str | None = None, *, include_superseded: bool = False) -> Iterator[None]:
-    """Reads inside see the facts current at ``as_of`` (default now), or all with ``include_superseded``."""
-    token = _READ_TIME.set(ReadTime(epoch(as_of), include_superseded))
+def reading(
+    as_of: datetime | str | None = None,
+    *,
+    include_superseded: bool = False,
+    filters: Mapping[str, Any] | None = None,
+) -> Iterator[None]:
+    """Reads inside see the facts current at ``as_of`` (default now), of those the ones ``filters`` admits.
+
+    ``include_superseded`` shows every version instead of the current ones; the filter grammar is in
+    ``store/filters.py``.
+
+    Raises:
+        InvalidInputError: an ``as_of`` that is not a time, or a bad filter; before any read.
+    """
+    read, chosen = ReadTime(epoch(as_of), include_superseded), parse_filters(filters)
+    token = _READ_TIME.set(read)
     try:
-        yield
+        with filtering(chosen):
+            yield
     finally:
         _READ_TIME.reset(token)
 

@@ -22,7 +22,7 @@ import numpy as np
 if TYPE_CHECKING:
     from personamem.records import Record
 
-__all__ = ["UserView", "VectorViews"]
+__all__ = ["UserView", "VectorViews", "best"]
 
 MAX_BYTES = 128 << 20  # all copies together; least recently used go first
 MAX_USER_VECTORS = 20_000  # about 30 MB at 384 dimensions, and a 2 ms matrix product
@@ -70,9 +70,19 @@ class UserView:
         for vid in skip:
             if (i := self.position.get(vid)) is not None and i < len(scores):
                 scores[i] = -np.inf
-        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [(self.ids[i], float(scores[i])) for i in top if scores[i] != -np.inf]
+        return best(self.ids, scores, k)
+
+    def among(self, vector: np.ndarray, k: int, ids: Sequence[str]) -> list[tuple[str, float]]:
+        """The ``k`` best of ``ids`` only (those the view holds), by exact search over their rows.
+
+        A filtered search asks this: its cost follows the records the filter keeps, not those it drops.
+        """
+        matrix = self.matrix
+        assert matrix is not None
+        rows = [i for vid in ids if (i := self.position.get(vid)) is not None and i < len(matrix)]
+        if not rows:
+            return []
+        return best([self.ids[i] for i in rows], matrix[rows] @ np.asarray(vector, dtype=np.float32), k)
 
     def upsert(self, ids: Sequence[str], vectors: np.ndarray) -> None:
         """Replace the vectors of known ids and append the others, as the index's upsert did."""
@@ -88,6 +98,15 @@ class UserView:
         if fresh:
             old = self.matrix.reshape(-1, vectors.shape[1])
             self.matrix = np.vstack([old, np.asarray(fresh, np.float32)])
+
+
+def best(ids: Sequence[str], scores: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """The ``k`` best (id, score) of rows ``ids`` scored ``scores``, best first; -inf rows left out."""
+    if len(scores) == 0 or k <= 0:
+        return []
+    top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+    top = top[np.argsort(-scores[top], kind="stable")]
+    return [(ids[i], float(scores[i])) for i in top if scores[i] != -np.inf]
 
 
 class VectorViews:

@@ -206,6 +206,45 @@ class MemoryContract:
             mem.search("u", "name", as_of="yesterday")
         assert self.consistent(mem)
 
+    def test_filters_narrow_search_and_context(self, mem: MemoryApi) -> None:
+        food = {"topic": "food"}
+        mem.add_many(
+            [
+                {"text": "I'm vegetarian and allergic to peanuts.", "kind": "knowledge", "metadata": food},
+                {
+                    "text": "Lunch was a lentil soup.",
+                    "kind": "dialog",
+                    "metadata": food,
+                    "timestamp": "2025-03-01",
+                },
+                {"text": "I play the cello.", "kind": "knowledge", "metadata": {"topic": "music"}},
+                {
+                    "text": "Dinner was a Thai soup.",
+                    "kind": "dialog",
+                    "metadata": food,
+                    "timestamp": "2024-06-01",
+                },
+            ],
+            user_id="alice",
+        )
+        mem.add("bob", "My lunch was a tomato soup.", metadata=food, timestamp=datetime(2025, 5, 1))
+        recent = {"metadata.topic": "food", "timestamp": {"gte": "2025-01-01"}}
+        for method in (*FIRST_STAGES, None):
+            hits = mem.search("alice", "which soup did I have for lunch?", k=3, method=method, filters=recent)
+            assert [h.record.text for h in hits] == ["Lunch was a lentil soup."], method  # never bob's
+        either = {"or": [{"kind": "knowledge"}, {"metadata.topic": {"in": ["music"]}}]}
+        hits = mem.search("alice", "what do I like?", k=5, filters=either)
+        assert {h.record.text for h in hits} == {
+            "I'm vegetarian and allergic to peanuts.",
+            "I play the cello.",
+        }
+        text = mem.context("alice", "what should I cook?", filters={"kind": {"ne": "knowledge"}}).text
+        assert "soup" in text and "vegetarian" not in text and "cello" not in text
+        with pytest.raises(InvalidInputError, match="unknown operator 'gtx' at timestamp"):
+            mem.search("alice", "soup", filters={"timestamp": {"gtx": "2025-01-01"}})
+        with pytest.raises(InvalidInputError, match="field 'colour' is not filterable"):
+            mem.context("alice", "soup", filters={"colour": "red"})
+
     def test_expired_records_are_hidden_then_purged(self, mem: MemoryApi) -> None:
         past = datetime.now(UTC) - timedelta(seconds=1)
         gone = mem.add("u", "My locker code is 4417.", expires_at=past)
