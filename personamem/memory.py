@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
 from personamem.store import Store
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
 from personamem.store.timeline import reading
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 __all__ = ["PersonaMem", "open_memory", "stored_pipeline"]
 
@@ -557,13 +560,13 @@ class PersonaMem(MemoryApi):
         logged = self.store.interactions.import_(data.interactions) if data.interactions else 0
         return Imported(written, logged)
 
-    def improve(self, **settings: Any) -> Any:
+    def improve(self, *, progress: Progress | None = None, **settings: Any) -> Any:
         """Fit the first stage to this store and put it live in the store only if it validates better.
 
         The SDK's door to ``personamem improve`` (keyword settings as its options, e.g.
-        ``max_synthetic=600``); on success every process that serves the store's live pipeline (this
-        one included, unless it was opened with ``pipeline=``) serves the new one. Returns the
-        :class:`~personamem.trainers.adapter.improve.ImproveResult`.
+        ``max_synthetic=600``; ``progress`` shows its steps); on success every process that serves
+        the store's live pipeline (this one included, unless it was opened with ``pipeline=``) serves
+        the new one. Returns the :class:`~personamem.trainers.adapter.improve.ImproveResult`.
 
         Raises:
             InsufficientDataError: too few users or questions (the message gives the counts).
@@ -571,7 +574,7 @@ class PersonaMem(MemoryApi):
         from personamem.trainers.adapter.config import ImproveConfig  # the one door into trainers/
         from personamem.trainers.adapter.improve import improve
 
-        return improve(self, ImproveConfig(**settings))
+        return improve(self, ImproveConfig(**settings), progress=progress)
 
     def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
         """The pipeline for a method name or config (default: the configured one), built once and kept.

@@ -252,7 +252,7 @@ def test_improve_goes_live_in_the_store_for_every_process_and_rolls_back(
         result = improve(mem, ImproveConfig(steps=100, weights=(0.8, 1.0)))
         assert result.signal == "feedback" and result.counts["users"] == 4
         assert result.counts["validation_users"] == 1 and result.counts["train_questions"] > 100
-        assert result.after["recall@10"] > result.before["recall@10"] and result.live
+        assert result.after["ndcg@10"] > result.before["ndcg@10"] and result.live
         assert result.adapter is not None and result.adapter.parent == store.resolve() / "adapters"
         served = mem.context(mem.users()[0], "what do I like?").first_stage  # this process at once
         assert served["query_encoder"] == result.after["query_encoder"]

@@ -24,7 +24,7 @@ def improve(
         bool, typer.Option("--rollback", help="Put back the pipeline file the last improve replaced.")
     ] = False,
 ) -> None:
-    """Fit the query adapter and hybrid's weights to this store; go live only if validation improves.
+    """Fit the query adapter, hybrid's weight and the ranker to this store; live only if validation improves.
 
     Learns from feedback on logged calls where there is enough, else from questions the packaged LLM
     writes for sampled records (cached in the store, so an interrupted run resumes). The store's
@@ -67,10 +67,8 @@ def improve(
                 f"  note: {pinned} pins a pipeline: processes started with it serve that file, not the store"
             )
     else:
-        out.print(
-            "kept the live pipeline: the candidate did not validate better "
-            f"(adapter left in {result.adapter})"
-        )
+        left = f"adapter left in {result.adapter}" + (f", ranker in {result.ranker}" if result.ranker else "")
+        out.print(f"kept the live pipeline: the candidate did not validate better ({left})")
 
 
 def _cell(value: object) -> str:

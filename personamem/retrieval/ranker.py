@@ -16,7 +16,9 @@ the encoder already loads: ``import lightgbm`` costs 1.3 s, as it imports scikit
 search would pay it every time), ``trees.txt`` (LightGBM's own text, for inspection) and
 ``ranker.json`` (the feature list, ``alpha``, the trees used, the sha256 of ``ranker.onnx``, the
 recipe and the user split). ``mixed`` ships with the package (``personamem/data/rankers/mixed``);
-``personamem train ranker`` rebuilds it.
+``personamem train ranker`` rebuilds it. A folder that ``personamem improve`` fits to one store names
+a ``base`` ranker in its ``ranker.json`` and adds its trees to the base's score: a residual learned
+where the data is, which with no trees is the base exactly.
 """
 
 from __future__ import annotations
@@ -300,13 +302,17 @@ def candidate_features(
 
 @dataclass(frozen=True)
 class RankerModel:
-    """A trained ranker: ``score = alpha · fused_default + trees(features)`` over the candidates."""
+    """A trained ranker: ``score = start + trees(features)`` over the candidates.
 
-    session: onnxruntime.InferenceSession | None  # None: no trees were kept (the default's order)
+    ``start`` is ``alpha · fused_default``, or the ``base`` ranker's score for a residual fitted to a store.
+    """
+
+    session: onnxruntime.InferenceSession | None  # None: no trees were kept (the start's order)
     alpha: float
     iterations: int
     folder: Path
     info: dict[str, Any]
+    base: RankerModel | None = None
 
     @classmethod
     def load(cls, spec: str | Path) -> RankerModel:
@@ -318,9 +324,20 @@ class RankerModel:
         """
         return _load(str(spec))
 
+    @property
+    def root(self) -> RankerModel:
+        """The ranker a chain of residuals starts from (itself when it has no base)."""
+        return self.base.root if self.base is not None else self
+
+    def start(self, features: np.ndarray) -> np.ndarray:
+        """The score before this model's own trees: the base's, else ``alpha · fused_default``."""
+        if self.base is not None:
+            return self.base.score(features)
+        return self.alpha * features[:, FEATURES.index("fused_default")]
+
     def score(self, features: np.ndarray) -> np.ndarray:
         """Each candidate's score (higher first)."""
-        start = self.alpha * features[:, FEATURES.index("fused_default")]
+        start = self.start(features)
         if self.session is None:
             return start
         return start + self.session.run(None, {MODEL_INPUT: features})[0].ravel()
@@ -338,6 +355,14 @@ def _load(spec: str) -> RankerModel:
         raise CheckpointError(f"ranker {spec!r}: {MODEL_FILE} does not match the sha256 in {INFO_FILE}")
     if tuple(info.get("features", ())) != FEATURES:
         raise CheckpointError(f"ranker {spec!r}: trained on other features than this version computes")
+    base = None
+    if "base" in info:  # a residual: its trees were fitted on top of exactly this base's scores
+        base = _load(str(info["base"]["ranker"]))
+        if base.info.get("sha256") != info["base"].get("sha256"):
+            raise CheckpointError(
+                f"ranker {spec!r}: its base ranker {info['base']['ranker']!r} is not the one it was "
+                "fitted on (sha256 differs); run personamem improve again"
+            )
     session = None
     if graph:
         import onnxruntime
@@ -345,7 +370,7 @@ def _load(spec: str) -> RankerModel:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = 1  # ~100 rows: threads cost more
         session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
-    return RankerModel(session, float(info["alpha"]), int(info["iterations"]), folder, info)
+    return RankerModel(session, float(info["alpha"]), int(info["iterations"]), folder, info, base)
 
 
 class LearnedRanker:

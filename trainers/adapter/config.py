@@ -120,10 +120,18 @@ class ImproveConfig(BaseModel):
     """Most questions the dense weight is chosen on (each weight searches each once)."""
     steps: int = Field(default=400, ge=1)
     """Adapter optimizer steps."""
+    ranker_rounds: int = Field(default=60, ge=10)
+    """Most trees added to the live ranker (their number, zero included, is chosen in steps of 10 on
+    training users the fit did not see)."""
+    max_p: float = Field(default=0.05, gt=0, le=1)
+    """The candidate goes live only if a one-sided sign test over the validation questions it changed
+    (better against worse) gives p below this (1: any higher mean). Synthetic questions once put a
+    candidate live at 12 better / 10 worse that lost recall@10 on LoCoMo's real questions."""
     k: int = Field(default=10, ge=1)
-    """The decision compares recall@k."""
+    """The decision compares nDCG@k (feedback names records the live pipeline served, so its recall@k
+    on them is 1 by construction; their order is what a candidate can improve)."""
     seed: int = 0
     """Seeds the user split, the sampled records and the fit."""
     adapters_dir: Path | None = None
-    """Where fitted adapters are written (default: ``adapters`` in a local store's folder, else
-    ``./personamem-adapters``); every process that serves the store must be able to read it."""
+    """Where fitted adapters and rankers are written (default: ``adapters`` in a local store's folder,
+    else ``./personamem-adapters``); every process that serves the store must be able to read it."""

@@ -1,12 +1,19 @@
-"""``personamem improve``: fit the query adapter and fusion weight to a store, and go live only if better.
+"""``personamem improve``: fit the first stage to a store, and go live only if better.
 
 A deployment schedules one command. It reads what the store has, feedback naming the records that
 answers used where there is enough of it, else questions the packaged LLM writes for sampled
-records; fits an adapter (starting from the shipped one where it fits the store's encoder) on most
-training users; picks hybrid's dense weight on the training users left out of that fit; then runs
-the live pipeline and the candidate through the real store on the validation users' questions.
+records. On most training users it fits two kinds of candidate: a query adapter (starting from the
+shipped one where it fits the store's encoder) at each of hybrid's dense weights, and, from
+feedback where the live pipeline runs a learned ranker, trees added to that ranker's scores (a
+residual, seconds to fit; with none it is the live ranker). The training users left out of those
+fits choose among them; then the live pipeline and the chosen candidate run through the real store
+on the validation users' questions.
 The candidate becomes the store's live pipeline (kept with the data, so every process and server
-worker serves it) only when its recall@k is higher; the one it replaces is kept for ``--rollback``.
+worker serves it) only when its nDCG@k is higher and more validation questions gain than lose
+beyond chance (a sign test); the one it replaces is kept for ``--rollback``.
+nDCG, not recall: feedback names useful records among those a call served, so the live pipeline
+that served them has them all in its top k by construction, and only their order can tell a
+better candidate.
 Synthetic questions are cached in the store and the fit keeps its state, so an interrupted run
 resumes.
 """
@@ -24,6 +31,7 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
+from personamem.datasets.benchmark import Question
 from personamem.datasets.traffic import accepted
 from personamem.errors import ConfigError, InsufficientDataError
 from personamem.llm.base import FrozenLLM
@@ -36,12 +44,19 @@ from personamem.pipeline.config import (
     pipeline_config,
 )
 from personamem.retrieval.query_adapter import QueryAdapter, fits, save_query_adapter
+from personamem.retrieval.ranker import SHIPPED_RANKERS, RankerModel
 from personamem.trainers.adapter.config import AdapterTrainConfig, ImproveConfig
 from personamem.trainers.adapter.data import QuerySet
 from personamem.trainers.adapter.run import store_query_sets
 from personamem.trainers.adapter.trainer import fit_adapter
 
-__all__ = ["ImproveConfig", "ImproveResult", "improve", "rollback"]
+__all__ = ["ImproveConfig", "ImproveResult", "improve", "rollback", "sign_test"]
+
+SYNTHETIC_RANKER = (
+    "no ranker fitted: synthetic questions borrow their record's words, and trees fitted on them learn "
+    "to trust that overlap (on LoCoMo such a ranker won on synthetic questions and lost recall@10 on "
+    "real ones); the ranker learns from feedback only"
+)
 
 
 @dataclass
@@ -51,7 +66,8 @@ class ImproveResult:
     Attributes:
         signal: ``feedback`` or ``synthetic``; counts: users and questions on each side.
         before / after: the live and the candidate pipeline's settings and validation scores.
-        live: whether the candidate went live (the store's live pipeline); adapter: its folder.
+        live: whether the candidate went live (the store's live pipeline).
+        adapter / ranker: the folders fitted (ranker: None when the live pipeline has no ranker).
     """
 
     signal: str
@@ -60,6 +76,7 @@ class ImproveResult:
     after: dict[str, Any]
     live: bool
     adapter: Path | None = None
+    ranker: Path | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -171,47 +188,68 @@ def improve(
         },
     )
     encoder = f"adapter:{folder}"
-    fitted = ("query_encoder", "dense_weight", "rrf_k", "chosen_by")
+    fitted = ("query_encoder", "dense_weight", "rrf_k", "ranker", "chosen_by")
     fixed = {k: v for k, v in live.model_dump().items() if k not in fitted}
     rrf_k = ADAPTER_FUSION[1]
     candidates = {
-        w: pipeline_config(
+        f"adapter, dense weight {w}": pipeline_config(
             {
                 **fixed,
                 "first_stage": "hybrid" if w < 1 else "dense",
                 "query_encoder": encoder,
                 "dense_weight": w,
                 "rrf_k": rrf_k,
+                "ranker": "auto",  # the live ranker's features are another adapter's
             }
         )
         for w in settings.weights
     }
     sample = _subset(tuning, settings.max_weight_questions, settings.seed)
+    ranker_dir = adapters_dir / f"{created}-ranker"
+    residual = (
+        _residual(memory, live, fitting, sample, ranker_dir, settings, progress)
+        if signal == "feedback"
+        else SYNTHETIC_RANKER
+    )
+    notes: list[str] = []
+    if isinstance(residual, str):
+        notes.append(residual)
+    else:
+        candidates["live first stage, ranker fitted to this store"] = residual[0]
+        notes.append(residual[1])
     scored = {
-        w: _mean(_recalls(memory, config, sample, settings.k, progress, f"dense weight {w}"))
-        for w, config in candidates.items()
+        name: _mean(_ndcgs(memory, config, sample, settings.k, progress, name))
+        for name, config in candidates.items()
         if len(sample)
     }
-    # ties (and no tuning question at all) go to the weight nearest the shipped one
-    nearest = {w: -abs(w - ADAPTER_FUSION[0]) for w in candidates}
-    weight = max(candidates, key=lambda w: (scored.get(w, 0.0), nearest[w]))
-    chosen = candidates[weight]
-    before_scores = np.array(_recalls(memory, live, validation, settings.k, progress, "live pipeline"))
-    after_scores = np.array(_recalls(memory, chosen, validation, settings.k, progress, "candidate"))
+    # ties (and no tuning question at all) go to the candidate nearest the live pipeline: the
+    # ranker fitted to it, else the adapter at the shipped weight
+    nearest = {
+        name: (name.startswith("live"), -abs(config.fusion(config.query_encoder)[0] - ADAPTER_FUSION[0]))
+        for name, config in candidates.items()
+    }
+    name = max(candidates, key=lambda n: (scored.get(n, 0.0), nearest[n]))
+    chosen = candidates[name]
+    before_scores = np.array(_ndcgs(memory, live, validation, settings.k, progress, "live pipeline"))
+    after_scores = np.array(_ndcgs(memory, chosen, validation, settings.k, progress, "candidate"))
     before, after = float(before_scores.mean()), float(after_scores.mean())
-    metric = f"recall@{settings.k}"
+    wins, losses = int((after_scores > before_scores).sum()), int((after_scores < before_scores).sum())
+    p_value = sign_test(wins, losses)
+    metric = f"ndcg@{settings.k}"
     result = ImproveResult(
         signal,
         counts,
         {**_served(memory.pipeline(live)), metric: before},
         {**_served(memory.pipeline(chosen)), metric: after},
-        live=after > before,
+        live=after > before and p_value < settings.max_p,
         adapter=folder,
+        ranker=None if isinstance(residual, str) else Path(residual[0].ranker),
         notes=[
-            f"dense weight chosen on {len(sample)} question(s) of {len(tune_users)} training user(s) "
-            "the adapter was not fitted on: " + ", ".join(f"{w}: {score:.3f}" for w, score in scored.items()),
-            "validation questions better / worse with the candidate: "
-            f"{int((after_scores > before_scores).sum())} / {int((after_scores < before_scores).sum())}",
+            *notes,
+            f"candidate chosen on {len(sample)} question(s) of {len(tune_users)} training user(s) "
+            f"no fit saw, {metric}: " + "; ".join(f"{n}: {score:.3f}" for n, score in scored.items()),
+            f"validation questions better / worse with the candidate: {wins} / {losses} "
+            f"(sign test p {p_value:.2g}; live below {settings.max_p:g})",
         ],
     )
     if "synthetic_asked" in counts:
@@ -223,13 +261,13 @@ def improve(
         )
     if result.live:
         chosen_by = (
-            f"personamem improve {created}: adapter and dense weight {weight} fitted on {len(train)} "
+            f"personamem improve {created}: {name}, fitted on {len(train)} "
             f"{signal} question(s) of {counts['train_users']} user(s); validation {metric} "
             f"{before:.3f} -> {after:.3f} on {len(validation)} question(s) of "
             f"{counts['validation_users']} user(s)"
         )
         table = json.loads(store.live_pipeline or "{}")
-        table.update(_stage(chosen, encoder), chosen_by=chosen_by)
+        table.update(_stage(chosen), chosen_by=chosen_by)
         table = {key: value for key, value in table.items() if value is not None}
         pipeline_config(table, source="the candidate")  # never put live a table that fails to load
         store.set_live_pipeline(table)
@@ -251,14 +289,93 @@ def rollback(memory: PersonaMem) -> None:
         raise ConfigError("nothing to roll back: no 'personamem improve' went live since the last rollback")
 
 
-def _stage(config: PipelineConfig, encoder: str) -> dict[str, Any]:
+def _stage(config: PipelineConfig) -> dict[str, Any]:
     """The first-stage fields improve fits, as the pipeline file writes them."""
     return {
         "first_stage": config.first_stage,
-        "query_encoder": encoder,
+        "query_encoder": config.query_encoder,
         "dense_weight": config.dense_weight,
         "rrf_k": config.rrf_k,
+        "ranker": config.ranker,
     }
+
+
+def _residual(
+    memory: PersonaMem,
+    live: PipelineConfig,
+    fitting: QuerySet,
+    tuning: QuerySet,
+    folder: Path,
+    settings: ImproveConfig,
+    progress: Progress | None,
+) -> tuple[PipelineConfig, str] | str:
+    """The live pipeline with trees fitted to this store added to its ranker, and what the fit chose.
+
+    The trees are fitted on ``fitting`` over the live ranker's own root (so scheduled runs do not
+    stack residuals), and their number, zero included, is chosen on ``tuning``. A string says why no
+    such candidate was made.
+    """
+    served = memory.pipeline(live)
+    if served.ranker is None:
+        return "no ranker fitted: the live pipeline runs none"
+    try:
+        import lightgbm  # noqa: F401  (the train extra)
+    except ImportError:
+        return "no ranker fitted: lightgbm is not installed (pip install 'personamem[train]')"
+    from personamem.trainers.ranker.data import store_features
+    from personamem.trainers.ranker.export import save_ranker
+    from personamem.trainers.ranker.run import fit_residual
+
+    base = served.ranker.model.root
+    adapter = served.ranker.adapter
+    found = [
+        store_features(memory.store, _questions(part), part.source, adapter, progress=progress)
+        for part in (fitting, tuning)
+    ]
+    if not len(found[0]) or not len(found[1]):
+        return "no ranker fitted: no question to fit the trees on, or none left out to choose their number"
+    fit = fit_residual(found[0], found[1], base, rounds=settings.ranker_rounds, seed=settings.seed)
+    save_ranker(
+        folder,
+        fit.booster,
+        alpha=base.alpha,
+        iterations=fit.iterations,
+        info={
+            "base": {"ranker": _spec(base), "sha256": base.info.get("sha256")},
+            "recipe": {"improve": settings.model_dump(mode="json"), "signal": fitting.source},
+            "query_encoder": served.query_encoder_name,
+            # counts, not ids: this folder lives outside the store, where forget would not reach an id
+            "sources": {"store": {"train_questions": len(found[0]), "validation_questions": len(found[1])}},
+            "validation": {"metric": "nDCG@10 over the candidates", "curve": fit.curve[base.alpha]},
+        },
+    )
+    served_encoder = served.query_encoder_name  # the adapter the trees were fitted with, named
+    config = pipeline_config(
+        {**live.model_dump(), "query_encoder": served_encoder, "ranker": str(folder), "chosen_by": None}
+    )
+    return config, (
+        f"ranker: {fit.iterations} tree(s) added to {_spec(base)!r} (nDCG@10 on the left-out users' "
+        f"questions {fit.start:.3f} -> {fit.best:.3f}; {fit.seconds:.1f} s)"
+    )
+
+
+def _spec(model: RankerModel) -> str:
+    """How a ranker folder names ``model``: a shipped ranker by name, another by its folder."""
+    folder = Path(model.folder).resolve()
+    return folder.name if folder.parent == SHIPPED_RANKERS else str(folder)
+
+
+def _questions(queries: QuerySet) -> list[Question]:
+    """``queries`` as benchmark questions over the store's record ids (each gold record relevance 1)."""
+    return [
+        Question(
+            id=f"{queries.source}-{i}",
+            user_id=user,
+            text=text,
+            relevant={queries.record_ids[user][row]: 1 for row in gold},
+        )
+        for i, (user, text, gold) in enumerate(zip(queries.users, queries.texts, queries.gold, strict=True))
+    ]
 
 
 def _served(pipeline: Pipeline) -> dict[str, Any]:
@@ -301,13 +418,23 @@ def _feedback_sets(
     return sets[0], sets[1], "feedback"
 
 
+def sign_test(wins: int, losses: int) -> float:
+    """One-sided sign test: the chance of at least ``wins`` of ``wins + losses`` fair coin flips.
+
+    Ties are left out. Improve decides on one or two users' questions, where a higher mean is
+    often a handful of questions; the test asks that more of them improve than chance would give.
+    """
+    n = wins + losses
+    return sum(math.comb(n, i) for i in range(wins, n + 1)) / 2**n if n else 1.0
+
+
 def _subset(queries: QuerySet, n: int, seed: int) -> QuerySet:
     if len(queries) <= n:
         return queries
     return queries.take(sorted(random.Random(seed).sample(range(len(queries)), n)))
 
 
-def _recalls(
+def _ndcgs(
     memory: PersonaMem,
     config: PipelineConfig,
     queries: QuerySet,
@@ -315,14 +442,19 @@ def _recalls(
     progress: Progress | None,
     label: str,
 ) -> list[float]:
-    """Recall@k of each question, searched through ``config``'s pipeline on the real store (unlogged)."""
+    """Binary nDCG@k of each question, searched through ``config``'s pipeline on the real store (unlogged).
+
+    Written out rather than through ranx: improve runs in deployments without the ``eval`` extra.
+    """
     pipeline = memory.pipeline(config.model_copy(update={"log_interactions": False}))
     task = progress.add_task(f"validate: {label}", total=len(queries)) if progress else None
+    discount = 1.0 / np.log2(np.arange(2, k + 2))
     scores = []
     for user, text, gold in zip(queries.users, queries.texts, queries.gold, strict=True):
         wanted = {queries.record_ids[user][row] for row in gold}
-        found = {hit.record.id for hit in pipeline.search(user, text, k)}
-        scores.append(len(wanted & found) / len(wanted))
+        found = np.array([hit.record.id in wanted for hit in pipeline.search(user, text, k)], dtype=bool)
+        ideal = discount[: min(len(wanted), k)].sum()
+        scores.append(float(discount[: len(found)][found].sum() / ideal))
         if progress is not None and task is not None:
             progress.advance(task)
     return scores

@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from rich.progress import Progress
 
-from personamem.datasets.benchmark import Benchmark
+from personamem.datasets.benchmark import Benchmark, Question
 from personamem.datasets.vectors import build_store
 from personamem.encoder import Encoder
 from personamem.retrieval import bm25 as bm25_module
@@ -30,7 +30,7 @@ from personamem.retrieval.query_adapter import QueryAdapter
 from personamem.retrieval.ranker import FEATURES, UserSignals, candidate_features
 from personamem.store import Store
 
-__all__ = ["FeatureSet", "benchmark_features", "default_features_dir"]
+__all__ = ["FeatureSet", "benchmark_features", "default_features_dir", "store_features"]
 
 DISCOUNT = 1.0 / np.log2(np.arange(2, 12))
 """nDCG@10's position discounts."""
@@ -147,7 +147,7 @@ def benchmark_features(
     with tempfile.TemporaryDirectory(prefix="personamem-ranker-") as folder:
         store = build_store(benchmark, Path(folder), encoder, cache_dir=cache_dir, progress=progress)
         try:
-            found = store_features(store, benchmark, source, adapter, progress=progress)
+            found = store_features(store, benchmark.questions, source, adapter, progress=progress)
         finally:
             store.close()
     found.save(path)
@@ -156,18 +156,16 @@ def benchmark_features(
 
 def store_features(
     store: Store,
-    benchmark: Benchmark,
+    questions: Sequence[Question],
     source: str,
     adapter: QueryAdapter,
     *,
     progress: Progress | None = None,
 ) -> FeatureSet:
-    """The features of ``benchmark``'s gold-labelled questions over ``store``, computed as served."""
+    """The features of the gold-labelled ``questions`` of ``store``'s users, computed as served."""
     bm25 = BM25Retriever(store)
     owners = set(store.users())
-    questions = [
-        q for q in benchmark.questions if q.user_id in owners and any(g > 0 for g in q.relevant.values())
-    ]
+    questions = [q for q in questions if q.user_id in owners and any(g > 0 for g in q.relevant.values())]
     dim = store.encoder.dim
     base = (
         np.asarray(store.encoder.encode([q.text for q in questions]), np.float32)
@@ -177,7 +175,8 @@ def store_features(
     adapted = adapter.transform(base) if len(base) else base
     task = progress.add_task(f"{source}: features", total=len(questions)) if progress else None
     signals: dict[str, UserSignals] = {}
-    features, labels, groups = [], [], []
+    hidden_of: dict[str, set[str]] = {}
+    features, labels, groups, kept = [], [], [], []
     for i, question in enumerate(questions):
         user = signals.get(question.user_id)
         if user is None:  # what LearnedRanker reads at search time
@@ -185,21 +184,26 @@ def store_features(
                 store, bm25.index(question.user_id), question.user_id
             )
         records = user.index.records
-        visible = np.ones(len(records), dtype=bool)
+        if question.user_id not in hidden_of:
+            hidden_of[question.user_id] = store.hidden(question.user_id)
+        visible = np.array([r.id not in hidden_of[question.user_id] for r in records], dtype=bool)
+        if progress is not None and task is not None:
+            progress.advance(task)
+        if not visible.any():  # every record hidden at the read time in force: nothing to rank
+            continue
         rows, matrix, _ = candidate_features(user, question.text, base[i], adapted[i], visible)
+        kept.append(question)
         features.append(matrix)
         labels.append(np.array([question.relevant.get(records[r].id, 0) for r in rows], np.float32))
         groups.append(len(rows))
-        if progress is not None and task is not None:
-            progress.advance(task)
-    ideal = [_ideal_dcg(list(q.relevant.values())) for q in questions]
+    ideal = [_ideal_dcg(list(q.relevant.values())) for q in kept]
     return FeatureSet(
         source,
         np.concatenate(features) if features else np.zeros((0, len(FEATURES)), np.float32),
         np.concatenate(labels) if labels else np.zeros(0, np.float32),
         np.array(groups, dtype=np.int64),
-        np.array([q.user_id for q in questions], dtype=str),
-        np.array([q.id for q in questions], dtype=str),
+        np.array([q.user_id for q in kept], dtype=str),
+        np.array([q.id for q in kept], dtype=str),
         np.array(ideal, dtype=np.float64),
     )
 

@@ -13,8 +13,10 @@ split, plus a ``split-<benchmark>.json`` per benchmark for ``personamem eval --h
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +29,7 @@ from personamem.datasets import DataSource, UserSplit
 from personamem.encoder import Encoder
 from personamem.errors import InsufficientDataError
 from personamem.retrieval.query_adapter import QueryAdapter
-from personamem.retrieval.ranker import CATEGORICAL, FEATURES, INFO_FILE
+from personamem.retrieval.ranker import CATEGORICAL, FEATURES, INFO_FILE, RankerModel
 from personamem.trainers.ranker.config import RankerDataConfig, RankerRunConfig, RankerTrainConfig
 from personamem.trainers.ranker.data import FeatureSet, benchmark_features, default_features_dir
 from personamem.trainers.ranker.export import save_ranker
@@ -36,7 +38,7 @@ from personamem.trainers.run import TrainSummary
 if TYPE_CHECKING:
     import lightgbm
 
-__all__ = ["PARAMS", "RankerFit", "RankerRun", "fit_ranker", "run", "train_ranker"]
+__all__ = ["PARAMS", "RankerFit", "RankerRun", "fit_ranker", "fit_residual", "run", "train_ranker"]
 
 MIN_TRAIN_QUESTIONS = 30
 """Fewer training questions than this fit noise: the run refuses with the counts."""
@@ -250,42 +252,17 @@ def fit_ranker(
     candidates; a later setting is kept only if strictly better, so ties go to fewer trees and the
     first alpha.
     """
-    import lightgbm
-
-    used = [s for s in train if len(s)]
-    features = np.concatenate([s.features for s in used])
-    labels = np.concatenate([s.labels for s in used])
-    groups = np.concatenate([s.groups for s in used])
-    # every benchmark's questions weigh the same in all (LightGBM weighs a query by its rows' mean)
-    scale = 1000.0 / len(used)
-    weights = np.concatenate([np.full(len(s.labels), scale / len(s), np.float32) for s in used])
-    scored = [s for s in validation if len(s)]
-    fused = FEATURES.index("fused_default")
-    params = _params(config.seed)
     task = progress.add_task("ranker: fit", total=len(config.alpha)) if progress else None
     start_time = time.perf_counter()
     best: tuple[float, lightgbm.Booster | None, float, int] = (-1.0, None, config.alpha[0], 0)
     curve: dict[float, list[float]] = {}
     for alpha in config.alpha:
-        dataset = lightgbm.Dataset(
-            features,
-            labels,
-            group=groups,
-            weight=weights,
-            feature_name=list(FEATURES),
-            init_score=alpha * features[:, fused],
-            categorical_feature=list(CATEGORICAL),
-            free_raw_data=False,
+        booster, curve[alpha] = _fit_from(
+            train, validation, functools.partial(_fused_start, alpha), config.rounds, config.seed
         )
-        booster = lightgbm.train(params, dataset, num_boost_round=config.rounds)
-        curve[alpha] = []
-        for trees in range(0, config.rounds + 1, STEP):
-            value = float(
-                np.mean([s.ndcg10(_score(booster, alpha, trees, s.features, fused)) for s in scored])
-            )
-            curve[alpha].append(value)
+        for step, value in enumerate(curve[alpha]):
             if value > best[0] + 1e-9:
-                best = (value, booster, alpha, trees)
+                best = (value, booster, alpha, step * STEP)
         if progress is not None and task is not None:
             progress.advance(task)
     value, kept, alpha, trees = best
@@ -295,11 +272,69 @@ def fit_ranker(
     )
 
 
-def _score(
-    booster: lightgbm.Booster, alpha: float, trees: int, features: np.ndarray, fused: int
-) -> np.ndarray:
-    """What :meth:`RankerModel.score` gives with ``trees`` trees of ``booster``."""
-    start = alpha * features[:, fused]
+def fit_residual(
+    train: FeatureSet, validation: FeatureSet, base: RankerModel, *, rounds: int, seed: int = 0
+) -> RankerFit:
+    """Trees added to ``base``'s scores on ``train``; their number (zero included) chosen on ``validation``.
+
+    What ``personamem improve`` fits to one store: a correction to the ranker it serves, learned
+    from that store's questions, which with no trees is the served ranker exactly.
+    """
+    start_time = time.perf_counter()
+    booster, values = _fit_from([train], [validation], base.score, rounds, seed)
+    step = max(range(len(values)), key=lambda i: values[i] - 1e-9 * i)  # ties: fewer trees
+    return RankerFit(
+        booster if step else None,
+        base.alpha,
+        step * STEP,
+        values[0],
+        values[step],
+        {base.alpha: values},
+        time.perf_counter() - start_time,
+    )
+
+
+def _fit_from(
+    train: list[FeatureSet],
+    validation: list[FeatureSet],
+    start: Callable[[np.ndarray], np.ndarray],
+    rounds: int,
+    seed: int,
+) -> tuple[lightgbm.Booster, list[float]]:
+    """Trees fitted on top of ``start``'s scores, and validation nDCG@10 at 0, STEP, 2·STEP, ... trees."""
+    import lightgbm
+
+    used = [s for s in train if len(s)]
+    features = np.concatenate([s.features for s in used])
+    # every source's questions weigh the same in all (LightGBM weighs a query by its rows' mean)
+    scale = 1000.0 / len(used)
+    weights = np.concatenate([np.full(len(s.labels), scale / len(s), np.float32) for s in used])
+    dataset = lightgbm.Dataset(
+        features,
+        np.concatenate([s.labels for s in used]),
+        group=np.concatenate([s.groups for s in used]),
+        weight=weights,
+        feature_name=list(FEATURES),
+        init_score=start(features),
+        categorical_feature=list(CATEGORICAL),
+        free_raw_data=False,
+    )
+    booster = lightgbm.train(_params(seed), dataset, num_boost_round=rounds)
+    scored = [(s, start(s.features)) for s in validation if len(s)]
+    values = [
+        float(np.mean([s.ndcg10(_score(booster, trees, s.features, begin)) for s, begin in scored]))
+        for trees in range(0, rounds + 1, STEP)
+    ]
+    return booster, values
+
+
+def _fused_start(alpha: float, features: np.ndarray) -> np.ndarray:
+    """The default's order as a score: ``alpha · fused_default``."""
+    return alpha * features[:, FEATURES.index("fused_default")]
+
+
+def _score(booster: lightgbm.Booster, trees: int, features: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """What :meth:`RankerModel.score` gives with ``trees`` trees of ``booster`` over ``start``."""
     if not trees:
         return start
     return start + np.asarray(booster.predict(features, num_iteration=trees, num_threads=1))

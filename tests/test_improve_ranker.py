@@ -1,0 +1,119 @@
+"""``personamem improve`` fits the live ranker to a store: trees on the shipped ones, live only if better."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from personamem import PersonaMem, Record, SentenceEncoder
+from personamem.errors import CheckpointError
+from personamem.pipeline import PipelineConfig
+from personamem.retrieval.ranker import INFO_FILE, SHIPPED_RANKERS, RankerModel
+from personamem.testing.llm import FakeLLM
+from personamem.trainers.adapter.config import ImproveConfig
+from personamem.trainers.adapter.improve import SYNTHETIC_RANKER, improve, rollback, sign_test
+
+TOPICS = ("cooking", "running", "painting", "chess", "gardening", "cycling")
+TOPICS += ("baking", "hiking", "guitar", "swimming", "knitting", "camping")
+
+
+@pytest.fixture
+def store(tmp_path: Path, encoder: SentenceEncoder) -> Path:
+    """Six users whose answers are stated facts, buried under chat turns that echo the question.
+
+    "How long have I been into chess?" is answered by "Started chess back in 2003." (a knowledge
+    record), while three chat turns repeat the question's words: the shipped ranker puts them
+    first, and the feedback on every call names the fact.
+    """
+    records, asked = [], []
+    for u in range(6):
+        user = f"user-{u}"
+        for t, topic in enumerate(TOPICS):
+            fact = Record(
+                user_id=user,
+                id=f"{user}-fact-{t}",
+                kind="knowledge",
+                text=f"Started {topic} back in {2000 + u + t}.",
+            )
+            records.append(fact)
+            records += [
+                Record(
+                    user_id=user,
+                    id=f"{user}-chat-{t}-{c}",
+                    kind="conversation",
+                    text=f"Friend {c} asked me: how long have you been into {topic}? No reply ({topic}).",
+                )
+                for c in range(3)
+            ]
+            asked.append((user, f"How long have I been into {topic}?", fact.id))
+    with PersonaMem.open(
+        tmp_path / "store", encoder=encoder, pipeline=PipelineConfig(log_interactions=True)
+    ) as mem:
+        mem.add_many(records)
+        for user, question, fact_id in asked:
+            hits = mem.search(user, question, k=10)
+            assert hits.interaction_id
+            mem.feedback(hits.interaction_id, used_record_ids=[fact_id])
+    return tmp_path / "store"
+
+
+def test_improve_fits_the_ranker_to_the_store_and_it_goes_live(store: Path, encoder: SentenceEncoder) -> None:
+    question = ("user-0", "How long have I been into chess?")
+    with PersonaMem.open(store, encoder=encoder) as mem:
+        before = [h.record.id for h in mem.search(*question, k=3)]
+        assert before[0].startswith("user-0-chat-3")  # the shipped ranker: the echoing chat turn first
+        result = improve(mem, ImproveConfig(steps=50, weights=(0.8,)))
+        assert result.signal == "feedback" and result.ranker is not None
+        assert result.live and result.after["ndcg@10"] > result.before["ndcg@10"]
+        assert result.after["ranker"] == str(result.ranker) and result.before["ranker"] == "mixed"
+        assert any(note.startswith("ranker: ") and "added to 'mixed'" in note for note in result.notes)
+        fitted = RankerModel.load(result.ranker)
+        assert fitted.iterations > 0 and fitted.base is not None
+        assert fitted.base.folder == SHIPPED_RANKERS / "mixed"
+    # a fresh process's memory serves it with no method: the stated fact first
+    with PersonaMem.open(store, encoder=encoder) as mem:
+        assert mem.pipeline().ranker_name == str(result.ranker)
+        assert "personamem improve" in (mem.config.chosen_by or "")
+        assert [h.record.id for h in mem.search(*question, k=1)] == ["user-0-fact-3"]
+        # a scheduled rerun fits on the shipped ranker again, never on the last run's trees
+        again = improve(mem, ImproveConfig(steps=50, weights=(0.8,)))
+        assert again.ranker is not None
+        assert json.loads((again.ranker / INFO_FILE).read_text())["base"]["ranker"] == "mixed"
+        rollback(mem)  # back to what the last run that went live replaced
+        assert mem.pipeline().ranker_name == (str(result.ranker) if again.live else "mixed")
+
+
+def test_a_residual_whose_base_changed_refuses_to_load(
+    store: Path, encoder: SentenceEncoder, tmp_path: Path
+) -> None:
+    with PersonaMem.open(store, encoder=encoder) as mem:
+        result = improve(mem, ImproveConfig(steps=50, weights=(0.8,)))
+    assert result.ranker is not None
+    copy = tmp_path / "copied-ranker"
+    shutil.copytree(result.ranker, copy)
+    info = json.loads((copy / INFO_FILE).read_text())
+    info["base"]["sha256"] = "0" * 64  # fitted on other trees than the base now holds
+    (copy / INFO_FILE).write_text(json.dumps(info))
+    with pytest.raises(CheckpointError, match="base ranker 'mixed' is not the one it was fitted on"):
+        RankerModel.load(copy)
+
+
+def test_synthetic_questions_never_fit_the_ranker(store: Path, encoder: SentenceEncoder) -> None:
+    def ask(prompt: str) -> str:  # control flow only: a question quoting the record it was asked about
+        record = prompt.rsplit("Text: ", 1)[1].split("\n")[0]
+        return f" What does the note '{record[:60]}' say?"
+
+    settings = ImproveConfig(steps=20, weights=(0.8,), min_feedback=10_000, max_synthetic=120)
+    with PersonaMem.open(store, encoder=encoder) as mem:
+        result = improve(mem, settings, llm=FakeLLM(ask))
+    assert result.signal == "synthetic" and result.ranker is None and SYNTHETIC_RANKER in result.notes
+    assert not list((store / "adapters").glob("*-ranker"))
+
+
+def test_improve_goes_live_only_when_more_questions_gain_than_chance_gives() -> None:
+    assert sign_test(12, 0) == 0.5**12 and sign_test(0, 0) == 1.0
+    assert sign_test(10, 10) > 0.5 and 0.4 < sign_test(12, 10) < 0.42  # the synthetic run that went live
+    assert sign_test(10, 2) < 0.05 < sign_test(9, 3)
