@@ -19,7 +19,9 @@ def _trial(seed: int, default: dict[str, float], improved: dict[str, float]) -> 
         "default": {m: dict(default) for m in ("recall@5", "recall@10", "ndcg@10", "mrr")},
         "improved": {m: dict(improved) for m in ("recall@5", "recall@10", "ndcg@10", "mrr")},
     }
-    return ImproveTrial("b", "feedback", "feedback", seed, 0.2, 10, 8, 0.5, True, "x", {}, [], 1.0, scores)
+    return ImproveTrial(
+        "b", "feedback", "feedback", seed, 0.2, 10, 8, 0.5, True, "x", {}, [], 1.0, scores=scores
+    )
 
 
 def test_summary_pairs_each_question_over_the_seeds_that_scored_it() -> None:

@@ -321,6 +321,13 @@ def improve_gain(
         str, typer.Option(help="improve's question writer where it writes synthetic questions.")
     ] = "smollm2-135m",
     max_synthetic: Annotated[int, typer.Option(min=1, help="improve's --max-synthetic.")] = 600,
+    ranker: Annotated[
+        str,
+        typer.Option(
+            help="The store's live ranker before improve, which it is compared with: auto (the shipped "
+            "default's) or a ranker folder, e.g. one trained without the benchmark."
+        ),
+    ] = "auto",
     out_file: Annotated[
         Path,
         typer.Option("--out", help="The report (JSON); trials are kept beside it (<out>.trials.jsonl)."),
@@ -329,7 +336,7 @@ def improve_gain(
     """What personamem improve gains on held-out users, from feedback on a share of calls or from no label.
 
     Per benchmark and seed: a store of all its users, the logged calls (with feedback), improve, then
-    the store's live pipeline against the shipped default on the held-out users' unlogged questions
+    the store's live pipeline after improve against before it on the held-out users' unlogged questions
     (recall@5/10, nDCG@10, MRR; paired t-test). Each finished trial is kept, so a rerun resumes.
     """
     import shlex
@@ -360,7 +367,7 @@ def improve_gain(
             for kind in signals:
                 used_share = share if kind == "feedback" else 0.0
                 for seed in range(seeds):
-                    if (name.value, kind, seed, used_share) in done:
+                    if (name.value, kind, seed, used_share, ranker) in done:
                         continue
                     trial = improve_trial(
                         loaded,
@@ -370,6 +377,7 @@ def improve_gain(
                         share=used_share,
                         settings=settings,
                         encoder=encoder,
+                        ranker=ranker,
                         cache_dir=default_vector_cache(),
                         progress=progress,
                     )
@@ -378,16 +386,14 @@ def improve_gain(
     given = ["--data-root", str(data_root), *[a for b in benchmarks for a in ("--benchmark", b.value)]]
     given += [a for k in signals for a in ("--signal", k)] + ["--share", f"{share:g}", "--seeds", str(seeds)]
     given += ["--llm", llm, "--max-synthetic", str(max_synthetic)]
-    asked = {(b.value, k) for b in benchmarks for k in signals}
-    rows = summarize_trials([t for t in trials if (t.benchmark, t.signal) in asked and t.seed < seeds])
+    given += [] if ranker == "auto" else ["--ranker", ranker]
+    asked = {(b.value, k, ranker) for b in benchmarks for k in signals}
+    trials = [t for t in trials if (t.benchmark, t.signal, t.ranker) in asked]
+    rows = summarize_trials([t for t in trials if t.seed < seeds])
     report = {
         "command": shlex.join(["personamem", "analyze", "improve", *given, "--out", str(out_file)]),
         "rows": rows,
-        "trials": [
-            {k: v for k, v in asdict(t).items() if k != "scores"}
-            for t in trials
-            if (t.benchmark, t.signal) in asked
-        ],
+        "trials": [{k: v for k, v in asdict(t).items() if k != "scores"} for t in trials],
     }
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -396,7 +402,7 @@ def improve_gain(
 
 
 def _improve_markdown(rows: list[dict[str, Any]]) -> str:
-    """The report's table: improved (mean ± std over seeds) vs the default, difference and paired p."""
+    """The report's table: after improve (mean ± std over seeds) vs before it, difference and paired p."""
     from personamem.eval.improve_eval import METRICS
 
     lines = [

@@ -227,7 +227,7 @@ COMMANDS = (
         "improve",
         "improve",
         TRAIN,
-        "Fit the query adapter and hybrid's weights to this store; go live only if validation improves.",
+        "Fit the adapter, hybrid's weight and the ranker to this store; live only if validation improves.",
     ),
     Command(
         "models",

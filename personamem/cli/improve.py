@@ -24,7 +24,7 @@ def improve(
         bool, typer.Option("--rollback", help="Put back the pipeline file the last improve replaced.")
     ] = False,
 ) -> None:
-    """Fit the query adapter, hybrid's weight and the ranker to this store; live only if validation improves.
+    """Fit the adapter, hybrid's weight and the ranker to this store; live only if validation improves.
 
     Learns from feedback on logged calls where there is enough, else from questions the packaged LLM
     writes for sampled records (cached in the store, so an interrupted run resumes). The store's

@@ -5,8 +5,9 @@ all questions as logged calls, searched with the live default (top 10), whose us
 records among those served: what someone marking the useful records of what they saw can report
 (so the feedback is always right, and misses the gold the default did not serve; the trial counts
 both). With ``synthetic``, no call is logged and improve writes its own questions with the LLM.
-Then improve runs as a deployment would run it, and the store's live pipeline after it and the
-shipped default are scored on the held-out users' questions that were not logged (the shipped
+Then improve runs as a deployment would run it, and the store's live pipeline after it and before
+it (the shipped default, or that default with another ranker, e.g. one trained without this
+benchmark) are scored on the held-out users' questions that were not logged (the shipped
 adapter's and ranker's split, so no shipped model saw those users), paired per question.
 
 Trials are appended to a JSON-lines file as they finish, so a long run resumes where it stopped.
@@ -54,7 +55,9 @@ class ImproveTrial:
         calls: logged calls; reported: those whose user reported a record (a gold one was served);
             gold_reported: share of the reported calls' gold records that were reported.
         live: whether improve put its candidate live; chosen_by: the live pipeline's reason.
-        scores: ``default`` / ``improved`` -> metric -> question id -> score.
+        ranker: the live ranker before improve (``auto``: the shipped default's).
+        scores: ``default`` (the live pipeline before improve) / ``improved`` (after) -> metric ->
+            question id -> score.
     """
 
     benchmark: str
@@ -70,12 +73,13 @@ class ImproveTrial:
     counts: dict[str, int]
     notes: list[str]
     seconds: float
+    ranker: str = "auto"
     scores: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     @property
-    def key(self) -> tuple[str, str, int, float]:
+    def key(self) -> tuple[str, str, int, float, str]:
         """What identifies the trial in a resumed run."""
-        return (self.benchmark, self.signal, self.seed, self.share)
+        return (self.benchmark, self.signal, self.seed, self.share, self.ranker)
 
 
 def improve_trial(
@@ -87,6 +91,7 @@ def improve_trial(
     share: float,
     settings: dict[str, Any],
     encoder: Encoder,
+    ranker: str = "auto",
     split_seed: int = 0,
     cache_dir: Path | None = None,
     progress: Progress | None = None,
@@ -94,7 +99,7 @@ def improve_trial(
     """Build the store, log the calls (``feedback``), run improve with ``settings``, score both pipelines.
 
     ``name`` labels the trial (the benchmark's CLI name); ``settings`` are :meth:`PersonaMem.improve`'s
-    keyword settings (its ``seed`` is ``seed``).
+    keyword settings (its ``seed`` is ``seed``); ``ranker`` is the store's live ranker before improve.
     """
     asked = [q for q in loaded.questions if any(g > 0 for g in q.relevant.values())]
     split = UserSplit.by_share(
@@ -112,13 +117,16 @@ def improve_trial(
     with tempfile.TemporaryDirectory(prefix="personamem-improve-eval-") as tmp:
         build_store(loaded, Path(tmp) / "store", encoder, cache_dir=cache_dir, progress=progress).close()
         with PersonaMem.open(Path(tmp) / "store", encoder=encoder) as mem:
-            reported, gold_shares = _log_feedback(mem, logged, progress)
+            if ranker != "auto":
+                mem.store.set_live_pipeline({"ranker": ranker})
+            before = stored_pipeline(mem.store.live_pipeline)
+            reported, gold_shares = _log_feedback(mem, before, logged, progress)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a pinned-pipeline note: the eval reads the store's table
                 result = mem.improve(progress=progress, **{**settings, "seed": seed})
             live = stored_pipeline(mem.store.live_pipeline)
             scores = {
-                "default": _score(mem, PipelineConfig(), held, progress, "default"),
+                "default": _score(mem, before, held, progress, "before improve"),
                 "improved": _score(mem, live, held, progress, "improved") if result.live else {},
             }
     if not result.live:  # the store still serves the default: the same rankings
@@ -137,15 +145,16 @@ def improve_trial(
         result.counts,
         result.notes,
         time.perf_counter() - start,
+        ranker,
         scores,
     )
 
 
 def _log_feedback(
-    mem: PersonaMem, logged: Sequence[Question], progress: Progress | None
+    mem: PersonaMem, live: PipelineConfig, logged: Sequence[Question], progress: Progress | None
 ) -> tuple[int, list[float]]:
-    """Search each logged question (logged, with the default) and report the gold records it served."""
-    pipeline = mem.pipeline(PipelineConfig(log_interactions=True))
+    """Search each logged question (logged, with ``live``) and report the gold records it served."""
+    pipeline = mem.pipeline(live.model_copy(update={"log_interactions": True}))
     task = progress.add_task("logged calls", total=len(logged)) if progress and logged else None
     reported, shares = 0, []
     for question in logged:

@@ -124,9 +124,10 @@ class ImproveConfig(BaseModel):
     """Most trees added to the live ranker (their number, zero included, is chosen in steps of 10 on
     training users the fit did not see)."""
     max_p: float = Field(default=0.05, gt=0, le=1)
-    """The candidate goes live only if a one-sided sign test over the validation questions it changed
-    (better against worse) gives p below this (1: any higher mean). Synthetic questions once put a
-    candidate live at 12 better / 10 worse that lost recall@10 on LoCoMo's real questions."""
+    """Learning from synthetic questions, the candidate goes live only if a one-sided sign test over
+    the validation questions it changed (better against worse) gives p below this (1: any higher
+    mean, as with feedback). They once put a candidate live at 12 better / 10 worse that lost
+    recall@10 on LoCoMo's real questions."""
     k: int = Field(default=10, ge=1)
     """The decision compares nDCG@k (feedback names records the live pipeline served, so its recall@k
     on them is 1 by construction; their order is what a candidate can improve)."""

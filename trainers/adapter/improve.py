@@ -9,8 +9,9 @@ residual, seconds to fit; with none it is the live ranker). The training users l
 fits choose among them; then the live pipeline and the chosen candidate run through the real store
 on the validation users' questions.
 The candidate becomes the store's live pipeline (kept with the data, so every process and server
-worker serves it) only when its nDCG@k is higher and more validation questions gain than lose
-beyond chance (a sign test); the one it replaces is kept for ``--rollback``.
+worker serves it) only when its nDCG@k is higher (on synthetic questions, a proxy that can favour
+the wrong candidate, also only when more questions gain than lose beyond chance: a sign test); the
+one it replaces is kept for ``--rollback``.
 nDCG, not recall: feedback names useful records among those a call served, so the live pipeline
 that served them has them all in its top k by construction, and only their order can tell a
 better candidate.
@@ -241,15 +242,19 @@ def improve(
         counts,
         {**_served(memory.pipeline(live)), metric: before},
         {**_served(memory.pipeline(chosen)), metric: after},
-        live=after > before and p_value < settings.max_p,
+        live=after > before and (signal == "feedback" or p_value < settings.max_p),
         adapter=folder,
         ranker=None if isinstance(residual, str) else Path(residual[0].ranker),
         notes=[
             *notes,
             f"candidate chosen on {len(sample)} question(s) of {len(tune_users)} training user(s) "
             f"no fit saw, {metric}: " + "; ".join(f"{n}: {score:.3f}" for n, score in scored.items()),
-            f"validation questions better / worse with the candidate: {wins} / {losses} "
-            f"(sign test p {p_value:.2g}; live below {settings.max_p:g})",
+            f"validation questions better / worse with the candidate: {wins} / {losses}"
+            + (
+                ""
+                if signal == "feedback"
+                else f" (sign test p {p_value:.2g}, below {settings.max_p:g} to go live)"
+            ),
         ],
     )
     if "synthetic_asked" in counts:
@@ -421,8 +426,10 @@ def _feedback_sets(
 def sign_test(wins: int, losses: int) -> float:
     """One-sided sign test: the chance of at least ``wins`` of ``wins + losses`` fair coin flips.
 
-    Ties are left out. Improve decides on one or two users' questions, where a higher mean is
-    often a handful of questions; the test asks that more of them improve than chance would give.
+    Ties are left out. On synthetic questions a higher mean put a candidate live (12 better, 10
+    worse) that lost recall@10 on LoCoMo's real questions; the test asks that more of them improve
+    than chance would give. Feedback is the real traffic's own labels: there a higher mean suffices
+    (the test refused fits from feedback that gained recall@5 +0.047 on held-out users).
     """
     n = wins + losses
     return sum(math.comb(n, i) for i in range(wins, n + 1)) / 2**n if n else 1.0
