@@ -22,7 +22,7 @@ from personamem.contract import Context, Hits, MemoryApi, method_of
 from personamem.errors import MissingExtraError, RemoteError
 from personamem.portability import Imported
 from personamem.preference import PreferenceMemory
-from personamem.records import Record
+from personamem.records import Record, RecordEvent
 from personamem.remote import Call, Request, error_from
 from personamem.store.duplicates import DuplicatePolicy
 
@@ -237,6 +237,10 @@ class Client(MemoryApi):
         """All of the user's records, in insertion order."""
         return self._run(remote.records(user_id))
 
+    def history(self, user_id: str, record_id: str) -> list[RecordEvent]:
+        """The events of the user's record, oldest first (:meth:`PersonaMem.history`)."""
+        return self._run(remote.history(user_id, record_id))
+
     def export(self, user_id: str, path: str | Path, *, interactions: bool = False) -> int:
         """Write the user's export (JSON Lines) to ``path``; returns the lines after the header."""
         return self._run(remote.export(user_id, path, interactions))
@@ -424,6 +428,10 @@ class AsyncClient:
     async def records(self, user_id: str) -> list[Record]:
         """:meth:`Client.records`."""
         return await self._run(remote.records(user_id))
+
+    async def history(self, user_id: str, record_id: str) -> list[RecordEvent]:
+        """:meth:`Client.history`."""
+        return await self._run(remote.history(user_id, record_id))
 
     async def export(self, user_id: str, path: str | Path, *, interactions: bool = False) -> int:
         """:meth:`Client.export`."""

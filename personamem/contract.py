@@ -29,7 +29,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainSerializer
 
 from personamem.errors import InvalidInputError, PersonaMemDeprecationWarning
 from personamem.llm.base import Usage
-from personamem.records import Record
+from personamem.records import Record, RecordEvent
 from personamem.retrieval.base import Hit
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ __all__ = [
     "MemoryApi",
     "Purged",
     "RecordBatch",
+    "RecordHistory",
     "RecordPage",
     "Reranked",
     "SearchResult",
@@ -190,6 +191,12 @@ class RecordPage(BaseModel):
 
     count: int
     records: JsonRecords
+
+
+class RecordHistory(BaseModel):
+    """A record's events, oldest first (``GET /v1/history``, MCP ``record_history``)."""
+
+    events: list[RecordEvent]
 
 
 class RecordBatch(BaseModel):
@@ -405,6 +412,10 @@ class MemoryApi(Protocol):
 
     def records(self, user_id: str) -> list[Record]:
         """All of the user's records, in insertion order."""
+        ...
+
+    def history(self, user_id: str, record_id: str) -> list[RecordEvent]:
+        """The events of the user's record, oldest first; an erased record's without its text."""
         ...
 
     def export(self, user_id: str, path: str | Path, *, interactions: bool = False) -> int:

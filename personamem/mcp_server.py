@@ -1,22 +1,25 @@
 """The memory as MCP tools: ``personamem mcp`` (stdio) and ``/mcp`` in ``personamem serve`` (HTTP).
 
-Six tools, each one ``PersonaMem`` call: ``remember`` (:meth:`~PersonaMem.add`, or
+Seven tools, each one ``PersonaMem`` call: ``remember`` (:meth:`~PersonaMem.add`, or
 :meth:`~PersonaMem.supersede` when it ``replaces`` a record), ``recall``
 (:meth:`~PersonaMem.search`), ``context`` (:meth:`~PersonaMem.context`), ``forget_record``
-(:meth:`~PersonaMem.delete` of one record), ``list_records`` (:meth:`~PersonaMem.records`, a page)
-and ``preferences`` (the stored preference memory, read without an LLM call). Erasing a whole user
+(:meth:`~PersonaMem.delete` of one record), ``list_records`` (:meth:`~PersonaMem.records`, a page),
+``record_history`` (:meth:`~PersonaMem.history`) and ``preferences`` (the stored preference memory,
+read without an LLM call). Erasing a whole user
 is left to the SDK, the CLI and the REST API: an agent should not be one tool call from it.
 
 Over stdio every call works on the memory the command opened. Over HTTP a gate in front of the
 transport resolves the request's API key to its tenant exactly as the REST routes do (a request
 without a valid key, or over its key's rate, never reaches the transport) and hands the tools that
-tenant's view and the key's scope, so isolation is the store's, as everywhere else. A tool that
+tenant's view and the key's scope, so isolation is the store's, as everywhere else; the key is the
+actor of the writes its calls make, as in the REST API. A tool that
 changes records (``remember``, ``forget_record``: those without ``read_only_hint``) needs a ``write``
 key; a ``read`` key's call is refused as a tool error naming both scopes. The transport is
 stateless, so ``serve --workers N`` needs no session affinity. Answers are
 :mod:`personamem.contract`'s JSON shapes, the REST API's: a record is ``record_json``'s,
 ``recall`` a ``SearchResult`` (each hit with its rank, score, id, text and whole record),
-``list_records`` a ``RecordPage``, ``forget_record`` a ``Deleted``. A
+``list_records`` a ``RecordPage``, ``record_history`` a ``RecordHistory``, ``forget_record`` a
+``Deleted``. A
 :class:`~personamem.errors.PersonaMemError` becomes a tool error with its message (what the REST API
 puts in ``error.message``); anything else is logged and reported as a failed call without details,
 and the server keeps serving.
@@ -42,13 +45,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from personamem.contract import Deleted, RecordPage, SearchResult, record_json
+from personamem.contract import Deleted, RecordHistory, RecordPage, SearchResult, record_json
 from personamem.errors import PersonaMemError
 from personamem.memory import PersonaMem
 from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
 from personamem.preference import PreferenceMemory
 from personamem.records import JsonScalar, RecordKind, check_user_id
-from personamem.store.keys import KeyScope, require_scope
+from personamem.store.history import key_actor, set_actor
+from personamem.store.keys import ApiKey, KeyScope, require_scope
 
 __all__ = ["HttpEndpoint", "build_server", "http_endpoint", "run_stdio"]
 
@@ -72,6 +76,9 @@ INSTRUCTIONS = (
 UserId = Annotated[
     str,
     Field(description="Whose memory: the application's id for the user (a non-empty string, e.g. 'alice')."),
+]
+RecordId = Annotated[
+    str, Field(description="The id of one of the user's records (from remember, recall or list_records).")
 ]
 Query = Annotated[
     str,
@@ -114,7 +121,7 @@ def _root_logging_kept() -> Iterator[None]:
 
 
 def _build(memory_of: MemoryOf) -> MCPServer:
-    """The six tools over the memory ``memory_of`` gives each call."""
+    """The seven tools over the memory ``memory_of`` gives each call."""
     with _root_logging_kept():
         server: MCPServer = MCPServer(
             "personamem", instructions=INSTRUCTIONS, version=version("personamem"), log_level="WARNING"
@@ -241,9 +248,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
     def forget_record(
         user_id: UserId,
-        record_id: Annotated[
-            str, Field(description="The id of the record to erase (from remember, recall or list_records).")
-        ],
+        record_id: RecordId,
         ctx: Context,
     ) -> dict[str, Any]:
         """Erase one of the user's records for good (text, vector and anything derived from it).
@@ -269,6 +274,22 @@ def _build(memory_of: MemoryOf) -> MCPServer:
             records = mem.records(check_user_id(user_id))
         page = RecordPage(count=len(records), records=records[offset : offset + limit])
         return page.model_dump(mode="json")
+
+    @tool(ToolAnnotations(read_only_hint=True))
+    def record_history(
+        user_id: UserId,
+        record_id: RecordId,
+        ctx: Context,
+    ) -> dict[str, Any]:
+        """What happened to one record, oldest first: added, updated, superseded, deleted, expired, forgotten.
+
+        Each event has its time, who made it and the record's text as of then; an erased record's events
+        have no text. Empty when the user never had a record with this id.
+        """
+        with _tool_errors():
+            mem = memory_for(ctx, KeyScope.READ)
+            events = mem.history(check_user_id(user_id), record_id)
+        return RecordHistory(events=events).model_dump(mode="json")
 
     @tool(ToolAnnotations(read_only_hint=True))
     def preferences(user_id: UserId, ctx: Context) -> dict[str, Any]:
@@ -315,15 +336,16 @@ class _Gate:
     """ASGI: a request whose key names a tenant goes on with that tenant's memory in its scope."""
 
     def __init__(
-        self, authenticate: Callable[[Request], tuple[PersonaMem, KeyScope]], server: MCPServer
+        self, authenticate: Callable[[Request], tuple[PersonaMem, ApiKey]], server: MCPServer
     ) -> None:
         self.authenticate = authenticate
         self.server = server
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # the key lookup reads SQL; raising here (a 401) is answered by the host app's error handler
-        mem, key_scope = await run_in_threadpool(self.authenticate, Request(scope))
-        passed = {**scope, _SCOPE_KEY: mem, _KEY_SCOPE_KEY: key_scope}
+        mem, key = await run_in_threadpool(self.authenticate, Request(scope))
+        set_actor(key_actor(key.key_id, key.tenant))  # in this request's task, which runs its tools
+        passed = {**scope, _SCOPE_KEY: mem, _KEY_SCOPE_KEY: key.scope}
         await self.server.session_manager.handle_request(passed, receive, send)
 
 
@@ -369,12 +391,13 @@ class HttpEndpoint:
             yield
 
 
-def http_endpoint(authenticate: Callable[[Request], tuple[PersonaMem, KeyScope]]) -> HttpEndpoint:
+def http_endpoint(authenticate: Callable[[Request], tuple[PersonaMem, ApiKey]]) -> HttpEndpoint:
     """The MCP endpoint whose calls work on the memory ``authenticate`` gives the request.
 
     ``authenticate`` runs in a worker thread for every request; it returns the key's tenant view and
-    the key's scope (which each tool checks), or raises (an ``HTTPException(401)`` for a missing or
-    unknown key, a 429 over the key's rate), and nothing reaches the tools.
+    the key (whose scope each tool checks, and which is the actor of the calls' writes), or raises
+    (an ``HTTPException(401)`` for a missing or unknown key, a 429 over the key's rate), and nothing
+    reaches the tools.
     """
     server = _build(_memory_in_request)
     return HttpEndpoint(_Gate(authenticate, server), server)

@@ -39,7 +39,7 @@ from personamem.pipeline.stages import build_extractor
 from personamem.portability import Imported, export_lines, read_export, write_export
 from personamem.preference import PreferenceMemories, PreferenceMemory, PromptedExtractor, SetwiseReranker
 from personamem.profile import ProfileSelector
-from personamem.records import Record, RecordKind, check_user_id, parse_record, parse_records
+from personamem.records import Record, RecordEvent, RecordKind, check_user_id, parse_record, parse_records
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
 from personamem.store import Store
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
@@ -799,6 +799,18 @@ class PersonaMem(MemoryApi):
     def records(self, user_id: str) -> list[Record]:
         """All of the user's records, in insertion order."""
         return self.store.records(check_user_id(user_id))
+
+    def history(self, user_id: str, record_id: str) -> list[RecordEvent]:
+        """The events of the user's record, oldest first: added, updated, superseded, then erased.
+
+        Each says when and who (``"sdk"``, or the API key and tenant of a server request) and, while
+        the record exists, its text as of that event. Erasure wins: after ``delete``, expiry or
+        ``forget`` only the events, their times and actors are left, with no text. A record id the
+        user never had has no events.
+        """
+        if not isinstance(record_id, str):
+            raise InvalidInputError(f"record_id must be a string, got {record_id!r}")
+        return self.store.history(check_user_id(user_id), record_id)
 
     def users(self) -> list[str]:
         """Users with at least one record."""

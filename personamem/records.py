@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -27,7 +27,17 @@ from pydantic import (
 
 from personamem.errors import InvalidInputError, InvalidRecordError
 
-__all__ = ["Record", "RecordKind", "as_utc", "check_user_id", "content_id", "parse_record", "parse_records"]
+__all__ = [
+    "EventKind",
+    "Record",
+    "RecordEvent",
+    "RecordKind",
+    "as_utc",
+    "check_user_id",
+    "content_id",
+    "parse_record",
+    "parse_records",
+]
 
 JsonScalar = str | int | float | bool | None
 
@@ -134,6 +144,28 @@ class Record(BaseModel):
                 self, "id", content_id(self.kind.value, text, self.input, self.output, self.timestamp)
             )
         return self
+
+
+EventKind = Literal["added", "updated", "superseded", "deleted", "expired", "forgotten"]
+"""What happened to a record: written new, changed, replaced as the current fact, or erased (by
+``delete``, by its expiry, or by ``forget`` of its user)."""
+
+
+class RecordEvent(BaseModel):
+    """One event of a record's history (``PersonaMem.history``), oldest first.
+
+    ``actor`` is who did it: ``"sdk"`` in process, ``"key:<key id>@<tenant>"`` through the server.
+    ``text`` is the record's text as of the event while the record exists; once it is erased only
+    the event, its time and its actor are kept, so ``text`` is None in every event.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    record_id: str
+    event: EventKind
+    at: datetime
+    actor: str
+    text: str | None = None
 
 
 def as_utc(moment: datetime) -> datetime:

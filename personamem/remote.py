@@ -28,6 +28,7 @@ from personamem.contract import (
     Hits,
     Purged,
     RecordBatch,
+    RecordHistory,
     RecordPage,
     Reranked,
     SearchResult,
@@ -44,7 +45,7 @@ from personamem.errors import (
 from personamem.interactions import FeedbackReport
 from personamem.portability import Imported, write_export
 from personamem.preference import PreferenceMemory
-from personamem.records import Record, parse_record, parse_records
+from personamem.records import Record, RecordEvent, parse_record, parse_records
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
 from personamem.store.expiry import check_ttl
 from personamem.store.filters import parse_filters
@@ -243,6 +244,13 @@ def records(user_id: str) -> Call[list[Record]]:
         found.extend(page.records)
         if not page.records or len(found) >= page.count:
             return found
+
+
+def history(user_id: str, record_id: str) -> Call[list[RecordEvent]]:
+    if not isinstance(record_id, str):
+        raise errors.InvalidInputError(f"record_id must be a string, got {record_id!r}")
+    params = {"user_id": _user(user_id), "record_id": record_id}
+    return RecordHistory.model_validate((yield Request("GET", "/v1/history", params=params))).events
 
 
 def export(user_id: str, path: str | Path, interactions: bool) -> Call[int]:

@@ -33,7 +33,7 @@ from personamem.store.sql import SqlCatalog
 from personamem.testing import FakeLLM
 from personamem.testing.servers import personamem_server
 
-TOOLS = {"remember", "recall", "context", "forget_record", "list_records", "preferences"}
+TOOLS = {"remember", "recall", "context", "forget_record", "list_records", "record_history", "preferences"}
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mcp_langgraph_agent.py"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -154,7 +154,7 @@ async def test_preferences_without_a_preference_memory_says_so(mem: PersonaMem) 
 @pytest.mark.enable_socket
 async def test_http_tools_need_a_key_and_see_only_the_keys_tenant(tmp_path: Path) -> None:
     catalog = SqlCatalog(f"sqlite:///{tmp_path / 'personamem.sqlite'}")
-    acme, _ = KeyRing(catalog).create("acme")
+    acme, acme_key = KeyRing(catalog).create("acme")
     other, _ = KeyRing(catalog).create("other")
     catalog.close()
     with personamem_server(tmp_path) as url:
@@ -163,9 +163,14 @@ async def test_http_tools_need_a_key_and_see_only_the_keys_tenant(tmp_path: Path
             stored = await _call(a, "remember", user_id="alice", text="My locker code is 4711.")
             hits = (await _call(a, "recall", user_id="alice", query="locker code"))["hits"]
             assert [h["id"] for h in hits] == [stored["id"]]
+            history = await _call(a, "record_history", user_id="alice", record_id=stored["id"])
+            [added] = history["events"]  # the key is the actor of what its calls wrote
+            assert (added["event"], added["actor"]) == ("added", f"key:{acme_key.key_id}@acme")
         async with _over_http(url, {"X-API-Key": other}) as b:  # the REST API's other header
             assert (await _call(b, "recall", user_id="alice", query="locker code"))["hits"] == []
             assert (await _call(b, "list_records", user_id="alice"))["count"] == 0
+            history = await _call(b, "record_history", user_id="alice", record_id=stored["id"])
+            assert history == {"events": []}
             forget = {"user_id": "alice", "record_id": stored["id"]}
             assert (await _call(b, "forget_record", **forget)) == {"deleted": []}
             assert "4711" not in (await _call(b, "context", user_id="alice", query="locker code"))["result"]

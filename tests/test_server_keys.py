@@ -126,6 +126,11 @@ ROUTES: dict[tuple[str, str], tuple[KeyScope | None, int, Build]] = {
     ),
     ("GET", "/v1/records"): (KeyScope.READ, 200, lambda c: {"params": {"user_id": c.user}}),
     ("GET", "/v1/export"): (KeyScope.READ, 200, lambda c: {"params": {"user_id": c.user}}),
+    ("GET", "/v1/history"): (
+        KeyScope.READ,
+        200,
+        lambda c: {"params": {"user_id": c.user, "record_id": "r1"}},
+    ),
     ("POST", "/v1/import"): (
         KeyScope.WRITE,
         201,
@@ -321,6 +326,7 @@ MCP_CALLS: dict[str, Callable[[str], dict[str, Any]]] = {
     "context": lambda user: {"user_id": user, "query": "insects"},
     "forget_record": lambda user: {"user_id": user, "record_id": "r1"},
     "list_records": lambda user: {"user_id": user},
+    "record_history": lambda user: {"user_id": user, "record_id": "r1"},
     "preferences": lambda user: {"user_id": user},
 }
 

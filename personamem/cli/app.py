@@ -92,6 +92,13 @@ COMMANDS = (
         "Store a fact that replaces an older one; the old one stays in the history, no longer current.",
     ),
     Command(
+        "history",
+        "facts",
+        "history",
+        MEMORY,
+        "Show what happened to one record: when, by whom, and its text while it exists.",
+    ),
+    Command(
         "ttl",
         "facts",
         "ttl",

@@ -1,4 +1,4 @@
-"""``personamem supersede``, ``purge`` and ``ttl``: facts that change and records that expire."""
+"""``personamem supersede``, ``history``, ``purge`` and ``ttl``: facts that change and records that expire."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from typing import Annotated
 import typer
 
 from personamem.console import out
+from personamem.contract import RecordHistory
 
-__all__ = ["parse_duration", "purge", "supersede", "ttl"]
+__all__ = ["history", "parse_duration", "purge", "supersede", "ttl"]
+
+_ERASURES = ("deleted", "expired", "forgotten")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -44,6 +47,28 @@ def supersede(
         record = mem.supersede(user, old, text, kind=kind, valid_from=valid_from)
     start = record.valid_from.isoformat() if record.valid_from else "now"
     out.print(f"stored {record.id}, current from {start}; {old} is history from then", highlight=False)
+
+
+def history(
+    ctx: typer.Context,
+    record: Annotated[str, typer.Argument(help="The record's id.")],
+    user: Annotated[str, typer.Option(help="Whose record.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the REST answer's JSON (GET /v1/history) instead of lines.")
+    ] = False,
+) -> None:
+    """Show what happened to one record: when, by whom, and its text while it exists."""
+    with ctx.obj.open() as mem:
+        events = mem.history(user, record)
+    if as_json:
+        typer.echo(RecordHistory(events=events).model_dump_json())
+        return
+    if not events:
+        out.print(f"user {user} has no history of a record {record}", highlight=False, markup=False)
+    for event in events:
+        text = event.text if event.text is not None else ("" if event.event in _ERASURES else "(erased)")
+        line = f"{event.at:%Y-%m-%d %H:%M:%S}  {event.event:<10}  {event.actor}  {text}"
+        out.print(line.rstrip(), highlight=False, markup=False)
 
 
 def purge(ctx: typer.Context) -> None:

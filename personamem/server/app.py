@@ -43,6 +43,7 @@ from personamem.contract import (
     Forgotten,
     Purged,
     RecordBatch,
+    RecordHistory,
     RecordPage,
     Reranked,
     SearchResult,
@@ -88,7 +89,7 @@ from personamem.server.schemas import (
     TtlIn,
 )
 from personamem.server.ui import install_ui
-from personamem.store.keys import KeyScope
+from personamem.store.keys import ApiKey, KeyScope
 
 if TYPE_CHECKING:
     from personamem.mcp_server import HttpEndpoint
@@ -167,10 +168,9 @@ class _Metrics:
         self.seconds.labels(request.method, route).observe(seconds)
 
 
-def _mcp_access(request: Request) -> tuple[PersonaMem, KeyScope]:
+def _mcp_access(request: Request) -> tuple[PersonaMem, ApiKey]:
     """MCP's gate: any valid key within its rate passes; each tool then checks the key's scope."""
-    tenant, key = authorize(request, KeyScope.READ)
-    return tenant, key.scope
+    return authorize(request, KeyScope.READ)
 
 
 def _tenant_name(tenant: PersonaMem) -> str:
@@ -287,6 +287,11 @@ def create_app(
             raise InvalidInputError(f"need offset >= 0 and 1 <= limit <= {MAX_BATCH}, got {offset}, {limit}")
         records = tenant.records(user_id)
         return _answer(RecordPage(count=len(records), records=records[offset : offset + limit]))
+
+    @app.get("/v1/history", tags=["records"], response_model=RecordHistory)
+    def history(user_id: str, record_id: str, tenant: Reader) -> Response:
+        """A record's events, oldest first, with who made them; an erased record's without its text."""
+        return _answer(RecordHistory(events=tenant.history(user_id, record_id)))
 
     @app.get("/v1/export", tags=["records"], response_class=StreamingResponse)
     def export(user_id: str, tenant: Reader, interactions: bool = False) -> StreamingResponse:

@@ -15,10 +15,12 @@ otherwise hands the route its tenant's view of the memory. ``create_app`` puts t
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from personamem.errors import RateLimitedError
 from personamem.memory import PersonaMem
+from personamem.store.history import key_actor, set_actor
 from personamem.store.keys import ApiKey, KeyScope, require_scope, retry_seconds
 
 __all__ = ["Admin", "Reader", "Writer", "authorize"]
@@ -55,16 +57,27 @@ def authorize(request: Request, needed: KeyScope) -> tuple[PersonaMem, ApiKey]:
     return mem.tenant(found.tenant), found
 
 
-def _reader(request: Request) -> PersonaMem:
-    return authorize(request, KeyScope.READ)[0]
+async def _access(request: Request, needed: KeyScope) -> PersonaMem:
+    """:func:`authorize` (in a worker thread: it reads SQL), then the key as the request's actor.
+
+    Async so the actor is set in the request's own task, where the route runs (a sync dependency
+    runs in a copy of the context, and what it sets is lost): the records' events name the key.
+    """
+    mem, key = await run_in_threadpool(authorize, request, needed)
+    set_actor(key_actor(key.key_id, key.tenant))
+    return mem
 
 
-def _writer(request: Request) -> PersonaMem:
-    return authorize(request, KeyScope.WRITE)[0]
+async def _reader(request: Request) -> PersonaMem:
+    return await _access(request, KeyScope.READ)
 
 
-def _admin(request: Request) -> PersonaMem:
-    return authorize(request, KeyScope.ADMIN)[0]
+async def _writer(request: Request) -> PersonaMem:
+    return await _access(request, KeyScope.WRITE)
+
+
+async def _admin(request: Request) -> PersonaMem:
+    return await _access(request, KeyScope.ADMIN)
 
 
 Reader = Annotated[PersonaMem, Depends(_reader)]

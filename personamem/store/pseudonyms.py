@@ -23,7 +23,7 @@ def new_key() -> str:
 
 
 class Pseudonyms:
-    """Collection names and vector ids derived from user and record ids under one store's key."""
+    """Collection names, vector ids and history keys from user and record ids under one store's key."""
 
     def __init__(self, key: str) -> None:
         self._key = bytes.fromhex(key)
@@ -39,6 +39,10 @@ class Pseudonyms:
     def vector_id(self, user_id: str, record_id: str) -> str:
         """The id of a record's vector; distinct per user, so equal record ids never collide."""
         return self._digest("vector", user_id, record_id)
+
+    def history(self, user_id: str, record_id: str) -> str:
+        """The key of a record's events: unlike the vector id, it outlives the record's erasure."""
+        return self._digest("history", user_id, record_id)
 
 
 def legacy_collection(user_id: str) -> str:

@@ -1,9 +1,10 @@
 """The store's catalog: records and users in SQL, the source of truth for the write protocol.
 
-:class:`SqlCatalog` is the database (``engine.py``) with the derived values (``derived.py``) and the
-interaction log's table (``interaction_table.py``) mixed in; here are the records and users: staging
-and indexing (the protocol ``store.py`` numbers), deletes, forgetting, and the read path. The tables
-are in ``tables.py``; their names stay importable from here.
+:class:`SqlCatalog` is the database (``engine.py``) with the derived values (``derived.py``), the
+interaction log's table (``interaction_table.py``) and the records' events (``history.py``) mixed
+in; here are the records and users: staging and indexing (the protocol ``store.py`` numbers),
+deletes, forgetting, and the read path. The tables are in ``tables.py``; their names stay importable
+from here.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
 from personamem.errors import UserBeingForgottenError
-from personamem.records import Record
+from personamem.records import EventKind, Record
 from personamem.store.derived import DerivedValues
 from personamem.store.engine import chunks
+from personamem.store.history import EventTable
 from personamem.store.interaction_table import InteractionTable
 from personamem.store.pseudonyms import Pseudonyms
 from personamem.store.tables import (
@@ -136,7 +138,7 @@ _TIMELINE = (
 )
 
 
-class SqlCatalog(DerivedValues, InteractionTable):
+class SqlCatalog(DerivedValues, InteractionTable, EventTable):
     """Records and users in any SQLAlchemy database; every query names the user it reads.
 
     Safe for several processes over one database: besides :class:`~personamem.store.engine.Database`'s
@@ -215,11 +217,13 @@ class SqlCatalog(DerivedValues, InteractionTable):
         vectors: np.ndarray | None = None,
         *,
         relabel: Sequence[Record] = (),
+        relabel_event: EventKind = "updated",
     ) -> list[Record]:
         """Write ``records`` as pending in one transaction; return those that need (re)indexing.
 
         ``relabel`` are stored records whose other fields (times, metadata, category) change in the
-        same transaction, their text and vector kept: ``supersede`` ends the old fact here.
+        same transaction, their text and vector kept: ``supersede`` ends the old fact here (its
+        ``relabel_event`` is ``superseded``). Every record written gets its event in the transaction.
 
         A record whose id the user already has with identical content is skipped (idempotent
         ingest); one with different content replaces the stored one and is indexed again. Vector
@@ -233,7 +237,7 @@ class SqlCatalog(DerivedValues, InteractionTable):
         deadline = time.monotonic() + FORGET_WAIT_S
         while True:
             try:
-                return self._stage(records, names, vectors, relabel)
+                return self._stage(records, names, vectors, relabel, relabel_event)
             except UserBeingForgottenError as waiting:
                 if time.monotonic() > deadline:
                     raise UserBeingForgottenError(
@@ -248,7 +252,8 @@ class SqlCatalog(DerivedValues, InteractionTable):
         records: Sequence[Record],
         names: Pseudonyms,
         vectors: np.ndarray | None,
-        relabel: Sequence[Record] = (),
+        relabel: Sequence[Record],
+        relabel_event: EventKind,
     ) -> list[Record]:
         blobs = {}
         if vectors is not None:
@@ -294,6 +299,18 @@ class SqlCatalog(DerivedValues, InteractionTable):
                     fields = ("category", "timestamp", "meta", *TIMES, "bounded", "content_hash")
                     s.execute(_RELABEL, {"key": user_id, "rid": record.id, **{f: row[f] for f in fields}})
                 if inserts or updates or relabelled:
+                    self._log_events(
+                        s,
+                        names,
+                        user_id,
+                        [(row["record_id"], "added", row["text"]) for row in inserts]
+                        + [
+                            (row["record_id"], "updated", row["text"])
+                            for row in updates  # a pending row staged again unchanged is no update
+                            if existing[row["record_id"]][0] != row["content_hash"]
+                        ]
+                        + [(r.id, relabel_event, r.text) for r in relabelled],
+                    )
                     bounded = any(is_bounded(r) for r in (*batch.values(), *relabelled))
                     bump = {"key": user_id, "fresh": uuid.uuid4().hex, "bounded": bounded}
                     s.execute(_BUMP_REVISION, bump)
@@ -327,14 +344,21 @@ class SqlCatalog(DerivedValues, InteractionTable):
             return before, after
 
     def delete_records(
-        self, user_id: str, record_ids: Sequence[str], kept: tuple[list[str], np.ndarray]
+        self,
+        user_id: str,
+        record_ids: Sequence[str],
+        kept: tuple[list[str], np.ndarray],
+        names: Pseudonyms,
+        event: EventKind = "deleted",
     ) -> list[str]:
         """Delete the user's records with these ids in one transaction; return the ids deleted.
 
-        The user's other records go back to ``pending`` with their vectors (``kept``: vector ids and
-        vectors as read from the index), because the caller rebuilds the user's collection to erase
-        the deleted vectors; a crash during the rebuild leaves pending rows that repair indexes. The
-        user's derived values are dropped too: an LLM's output may quote a deleted record.
+        Their events lose their text and gain ``event`` (``deleted``, or ``expired`` for the sweep),
+        content free, in the same transaction. The user's other records go back to ``pending`` with
+        their vectors (``kept``: vector ids and vectors as read from the index), because the caller
+        rebuilds the user's collection to erase the deleted vectors; a crash during the rebuild
+        leaves pending rows that repair indexes. The user's derived values are dropped too: an LLM's
+        output may quote a deleted record.
         """
         with self.session(write=True) as s:
             found: list[str] = []
@@ -352,6 +376,7 @@ class SqlCatalog(DerivedValues, InteractionTable):
                         col(RecordRow.user_id) == user_id, col(RecordRow.record_id).in_(ids)
                     )
                 )
+            self._erase_history(s, names, user_id, found, event)
             self._drop_derived(s, user_id)
             self._scrub_interactions(s, user_id, set(found))
             self._requeue(s, user_id, kept)
@@ -393,14 +418,19 @@ class SqlCatalog(DerivedValues, InteractionTable):
             s.add(user)
             return True
 
-    def finish_forget(self, user_id: str) -> None:
+    def finish_forget(self, user_id: str, names: Pseudonyms) -> None:
         """Delete every row of the user in every table that has a ``user_id`` column.
+
+        The events of the user's records (a table without one) lose their text and gain a content
+        free ``forgotten`` event, in the same transaction.
 
         On SQLite the database is then vacuumed: secure-delete zeroes deleted cells, but a b-tree
         page rebuilt while rows move keeps stale bytes in its unused space (an index entry with a
         forgotten user id was found there), and the WAL holds the old pages until checkpointed.
         """
         with self.session(write=True) as s:
+            record_ids = list(s.exec(select(RecordRow.record_id).where(RecordRow.user_id == user_id)))
+            self._erase_history(s, names, user_id, record_ids, "forgotten")
             for table in reversed(SQLModel.metadata.sorted_tables):
                 if "user_id" in table.c:
                     s.execute(table.delete().where(table.c.user_id == user_id))

@@ -41,7 +41,7 @@ import numpy as np
 
 from personamem.encoder import Encoder, default_encoder
 from personamem.errors import InvalidInputError, PartialWriteError, StoreError, UnreadableIndexError
-from personamem.records import Record
+from personamem.records import EventKind, Record, RecordEvent
 from personamem.store.cache import UserCache
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy
 from personamem.store.expiry import ExpirySweeper, check_ttl
@@ -372,7 +372,9 @@ class Store:
         with contextlib.suppress(StoreError):  # a queued old record is marked indexed by its hash
             self._indexer.flush()
         with self._write_lock:
-            changed = self.catalog.stage([new], self.names, vector, relabel=[ended])
+            changed = self.catalog.stage(
+                [new], self.names, vector, relabel=[ended], relabel_event="superseded"
+            )
         if changed:
             self._indexer.submit(changed, vector)
         return self._outward([new])[0]
@@ -442,7 +444,7 @@ class Store:
         purged = 0
         for key, record_ids in self.catalog.expired(time.time()).items():
             if all_tenants or self.scope.user(key) is not None:
-                purged += len(self._erase(key, record_ids))
+                purged += len(self._erase(key, record_ids, "expired"))
         return purged
 
     def _write_batch(self, batch: Sequence[Record], vectors: np.ndarray | None) -> int:
@@ -515,14 +517,15 @@ class Store:
         """
         return self._erase(self._key(user_id), record_ids)
 
-    def _erase(self, user_id: str, record_ids: Sequence[str]) -> list[str]:
-        """``delete`` of a store key."""
+    def _erase(self, user_id: str, record_ids: Sequence[str], event: EventKind = "deleted") -> list[str]:
+        """``delete`` of a store key; the records' histories end with ``event``."""
         with contextlib.suppress(StoreError):
             self._indexer.flush()
         with self._write_lock:
             collection = self.names.collection(user_id)
             self.index.refresh(collection)  # another process may have indexed vectors we must keep
-            deleted = self.catalog.delete_records(user_id, record_ids, readable(self, collection))
+            kept = readable(self, collection)
+            deleted = self.catalog.delete_records(user_id, record_ids, kept, self.names, event)
             if deleted:
                 self.views.evict(user_id)
                 self.index.drop([collection])
@@ -535,7 +538,7 @@ class Store:
             cache.evict(user_id)
         self.views.evict(user_id)
         self.index.drop([self.names.collection(user_id)])
-        self.catalog.finish_forget(user_id)
+        self.catalog.finish_forget(user_id, self.names)
 
     def repair(self) -> int:
         """Finish interrupted forgets and index pending rows; return how many rows were repaired."""
@@ -567,6 +570,18 @@ class Store:
         """The user's record with this id, or None."""
         found = self.get_many(user_id, [record_id])
         return found[0] if found else None
+
+    def history(self, user_id: str, record_id: str) -> list[RecordEvent]:
+        """The events of the user's record, oldest first; an erased record's without any text.
+
+        A record whose expiry has passed is hidden at once, as ``get`` hides it, so its events show
+        no text even before the sweep erases it.
+        """
+        key = self._key(user_id)
+        events = self.catalog.history(self.names, key, record_id)
+        if events and events[-1].text is not None and self.get(user_id, record_id) is None:
+            events = [event.model_copy(update={"text": None}) for event in events]
+        return events
 
     def get_many(self, user_id: str, record_ids: Sequence[str]) -> list[Record]:
         """The user's records with these ids, in the order asked (missing ids are skipped)."""

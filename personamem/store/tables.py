@@ -29,6 +29,7 @@ __all__ = [
     "USER_STATUS",
     "DerivedRow",
     "InteractionRow",
+    "RecordEventRow",
     "RecordRow",
     "RecordStatus",
     "StoreInfo",
@@ -169,6 +170,24 @@ class InteractionRow(SQLModel, table=True):
     # what a context call showed the LLM (text, timings, warnings, usage) for the inspector; dropped
     # when a record it may quote is deleted
     trace: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+class RecordEventRow(SQLModel, table=True):
+    """One event of a record's history (``store/history.py``).
+
+    Keyed by a pseudonym of (user key, record id), never by either id, and without a ``user_id``
+    column on purpose: erasure (``delete``, expiry, ``forget``) keeps the event, its time and its
+    actor but takes ``text`` out, so what is left names nobody and quotes nothing.
+    """
+
+    __tablename__ = "record_events"
+
+    pk: int | None = Field(default=None, primary_key=True)  # the order of events
+    subject: str = Field(index=True)
+    event: str
+    at: float  # epoch seconds, UTC
+    actor: str
+    text: str | None = None
 
 
 TIMES = ("valid_from", "valid_until", "supersedes", "expires_at")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from personamem.contract import Context, MemoryApi, RecordPage, SearchResult, record_json
+from personamem.contract import Context, MemoryApi, RecordHistory, RecordPage, SearchResult, record_json
 from personamem.errors import InvalidInputError, InvalidRecordError, MethodError, PersonaMemDeprecationWarning
 from personamem.memory import PersonaMem
 from personamem.pipeline.config import FIRST_STAGES
@@ -205,6 +205,31 @@ class MemoryContract:
         with pytest.raises(InvalidInputError, match="as_of"):
             mem.search("u", "name", as_of="yesterday")
         assert self.consistent(mem)
+
+    def test_history_keeps_the_events_and_erasure_takes_the_text(self, mem: MemoryApi) -> None:
+        mem.add("u", "I live in Lisbon.", id="home")
+        mem.update("u", "home", text="I live in Porto.")
+        mem.supersede("u", "home", "I moved to Oslo.", id="oslo")
+        events = mem.history("u", "home")
+        assert [(e.event, e.text) for e in events] == [
+            ("added", "I live in Lisbon."),
+            ("updated", "I live in Porto."),
+            ("superseded", "I live in Porto."),
+        ]
+        assert len({e.actor for e in events}) == 1 and [e.at for e in events] == sorted(e.at for e in events)
+        assert mem.history("v", "home") == [] and mem.history("u", "missing") == []
+        params = {"user_id": "u", "record_id": "home"}
+        served = self.served(mem, "GET", "/v1/history", params=params)
+        assert served in (None, RecordHistory(events=events).model_dump(mode="json"))
+        assert mem.delete("u", ["home"]) == ["home"]
+        assert [(e.event, e.text) for e in mem.history("u", "home")] == [
+            ("added", None),
+            ("updated", None),
+            ("superseded", None),
+            ("deleted", None),
+        ]
+        assert mem.forget("u")
+        assert [(e.event, e.text) for e in mem.history("u", "oslo")] == [("added", None), ("forgotten", None)]
 
     def test_filters_narrow_search_and_context(self, mem: MemoryApi) -> None:
         food = {"topic": "food"}
