@@ -14,7 +14,14 @@ from personamem.pipeline import PipelineConfig
 from personamem.retrieval.ranker import INFO_FILE, SHIPPED_RANKERS, RankerModel
 from personamem.testing.llm import FakeLLM
 from personamem.trainers.adapter.config import ImproveConfig
-from personamem.trainers.adapter.improve import SYNTHETIC_RANKER, improve, rollback, sign_test
+from personamem.trainers.adapter.improve import (
+    SYNTHETIC_LIVE,
+    SYNTHETIC_RANKER,
+    goes_live,
+    improve,
+    rollback,
+    sign_test,
+)
 
 TOPICS = ("cooking", "running", "painting", "chess", "gardening", "cycling")
 TOPICS += ("baking", "hiking", "guitar", "swimming", "knitting", "camping")
@@ -111,9 +118,16 @@ def test_synthetic_questions_never_fit_the_ranker(store: Path, encoder: Sentence
         result = improve(mem, settings, llm=FakeLLM(ask))
     assert result.signal == "synthetic" and result.ranker is None and SYNTHETIC_RANKER in result.notes
     assert not list((store / "adapters").glob("*-ranker"))
+    assert not result.live and SYNTHETIC_LIVE in result.notes
 
 
-def test_improve_goes_live_only_when_more_questions_gain_than_chance_gives() -> None:
+def test_feedback_goes_live_on_a_higher_mean_synthetic_questions_only_when_asked_and_significant() -> None:
     assert sign_test(12, 0) == 0.5**12 and sign_test(0, 0) == 1.0
     assert sign_test(10, 10) > 0.5 and 0.4 < sign_test(12, 10) < 0.42  # the synthetic run that went live
     assert sign_test(10, 2) < 0.05 < sign_test(9, 3)
+    default, opted = ImproveConfig(), ImproveConfig(synthetic_live=True)
+    assert goes_live("feedback", 0.50, 0.51, 1, 3, default)  # real labels: the mean decides
+    assert not goes_live("feedback", 0.50, 0.50, 5, 5, default)
+    assert not goes_live("synthetic", 0.50, 0.70, 12, 0, default)  # off unless asked
+    assert goes_live("synthetic", 0.50, 0.70, 12, 0, opted)
+    assert not goes_live("synthetic", 0.50, 0.51, 12, 10, opted)  # and then only beyond chance

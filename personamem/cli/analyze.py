@@ -328,6 +328,13 @@ def improve_gain(
             "default's) or a ranker folder, e.g. one trained without the benchmark."
         ),
     ] = "auto",
+    synthetic_live: Annotated[
+        bool,
+        typer.Option(
+            "--synthetic-live",
+            help="improve's --synthetic-live: let candidates learned from synthetic questions go live.",
+        ),
+    ] = False,
     out_file: Annotated[
         Path,
         typer.Option("--out", help="The report (JSON); trials are kept beside it (<out>.trials.jsonl)."),
@@ -360,14 +367,14 @@ def improve_gain(
     trials = load_trials(trials_file)
     done = {t.key for t in trials}
     encoder = default_encoder()
-    settings = {"llm": llm, "max_synthetic": max_synthetic}
+    settings = {"llm": llm, "max_synthetic": max_synthetic, "synthetic_live": synthetic_live}
     with progress_bar() as progress:
         for name in benchmarks:
             loaded = read_benchmark(data_root, name)
             for kind in signals:
                 used_share = share if kind == "feedback" else 0.0
                 for seed in range(seeds):
-                    if (name.value, kind, seed, used_share, ranker) in done:
+                    if (name.value, kind, seed, used_share, ranker, synthetic_live) in done:
                         continue
                     trial = improve_trial(
                         loaded,
@@ -387,8 +394,9 @@ def improve_gain(
     given += [a for k in signals for a in ("--signal", k)] + ["--share", f"{share:g}", "--seeds", str(seeds)]
     given += ["--llm", llm, "--max-synthetic", str(max_synthetic)]
     given += [] if ranker == "auto" else ["--ranker", ranker]
-    asked = {(b.value, k, ranker) for b in benchmarks for k in signals}
-    trials = [t for t in trials if (t.benchmark, t.signal, t.ranker) in asked]
+    given += ["--synthetic-live"] if synthetic_live else []
+    asked = {(b.value, k, ranker, synthetic_live) for b in benchmarks for k in signals}
+    trials = [t for t in trials if (t.benchmark, t.signal, t.ranker, t.synthetic_live) in asked]
     rows = summarize_trials([t for t in trials if t.seed < seeds])
     report = {
         "command": shlex.join(["personamem", "analyze", "improve", *given, "--out", str(out_file)]),

@@ -55,7 +55,8 @@ class ImproveTrial:
         calls: logged calls; reported: those whose user reported a record (a gold one was served);
             gold_reported: share of the reported calls' gold records that were reported.
         live: whether improve put its candidate live; chosen_by: the live pipeline's reason.
-        ranker: the live ranker before improve (``auto``: the shipped default's).
+        ranker: the live ranker before improve (``auto``: the shipped default's); synthetic_live:
+            improve's setting (whether synthetic questions may put a candidate live).
         scores: ``default`` (the live pipeline before improve) / ``improved`` (after) -> metric ->
             question id -> score.
     """
@@ -74,12 +75,13 @@ class ImproveTrial:
     notes: list[str]
     seconds: float
     ranker: str = "auto"
+    synthetic_live: bool = False
     scores: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     @property
-    def key(self) -> tuple[str, str, int, float, str]:
+    def key(self) -> tuple[str, str, int, float, str, bool]:
         """What identifies the trial in a resumed run."""
-        return (self.benchmark, self.signal, self.seed, self.share, self.ranker)
+        return (self.benchmark, self.signal, self.seed, self.share, self.ranker, self.synthetic_live)
 
 
 def improve_trial(
@@ -146,6 +148,7 @@ def improve_trial(
         result.notes,
         time.perf_counter() - start,
         ranker,
+        bool(settings.get("synthetic_live", False)),
         scores,
     )
 

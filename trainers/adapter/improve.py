@@ -9,8 +9,9 @@ residual, seconds to fit; with none it is the live ranker). The training users l
 fits choose among them; then the live pipeline and the chosen candidate run through the real store
 on the validation users' questions.
 The candidate becomes the store's live pipeline (kept with the data, so every process and server
-worker serves it) only when its nDCG@k is higher (on synthetic questions, a proxy that can favour
-the wrong candidate, also only when more questions gain than lose beyond chance: a sign test); the
+worker serves it) only when its nDCG@k is higher, and learning from feedback: synthetic questions
+are a proxy that favoured candidates which lost on real questions, so from them improve reports and
+keeps the live pipeline unless ``synthetic_live`` is set (then a sign test must also agree); the
 one it replaces is kept for ``--rollback``.
 nDCG, not recall: feedback names useful records among those a call served, so the live pipeline
 that served them has them all in its top k by construction, and only their order can tell a
@@ -51,8 +52,22 @@ from personamem.trainers.adapter.data import QuerySet
 from personamem.trainers.adapter.run import store_query_sets
 from personamem.trainers.adapter.trainer import fit_adapter
 
-__all__ = ["ImproveConfig", "ImproveResult", "improve", "rollback", "sign_test"]
+__all__ = [
+    "SYNTHETIC_LIVE",
+    "SYNTHETIC_RANKER",
+    "ImproveConfig",
+    "ImproveResult",
+    "goes_live",
+    "improve",
+    "rollback",
+    "sign_test",
+]
 
+SYNTHETIC_LIVE = (
+    "kept the live pipeline: candidates learned from synthetic questions go live only with "
+    "synthetic_live (--synthetic-live); on LoCoMo's held-out users those that validated better lost "
+    "recall@10 on real questions. Log calls with feedback for improve to learn from"
+)
 SYNTHETIC_RANKER = (
     "no ranker fitted: synthetic questions borrow their record's words, and trees fitted on them learn "
     "to trust that overlap (on LoCoMo such a ranker won on synthetic questions and lost recall@10 on "
@@ -235,14 +250,13 @@ def improve(
     after_scores = np.array(_ndcgs(memory, chosen, validation, settings.k, progress, "candidate"))
     before, after = float(before_scores.mean()), float(after_scores.mean())
     wins, losses = int((after_scores > before_scores).sum()), int((after_scores < before_scores).sum())
-    p_value = sign_test(wins, losses)
     metric = f"ndcg@{settings.k}"
     result = ImproveResult(
         signal,
         counts,
         {**_served(memory.pipeline(live)), metric: before},
         {**_served(memory.pipeline(chosen)), metric: after},
-        live=after > before and (signal == "feedback" or p_value < settings.max_p),
+        live=goes_live(signal, before, after, wins, losses, settings),
         adapter=folder,
         ranker=None if isinstance(residual, str) else Path(residual[0].ranker),
         notes=[
@@ -250,13 +264,11 @@ def improve(
             f"candidate chosen on {len(sample)} question(s) of {len(tune_users)} training user(s) "
             f"no fit saw, {metric}: " + "; ".join(f"{n}: {score:.3f}" for n, score in scored.items()),
             f"validation questions better / worse with the candidate: {wins} / {losses}"
-            + (
-                ""
-                if signal == "feedback"
-                else f" (sign test p {p_value:.2g}, below {settings.max_p:g} to go live)"
-            ),
+            + ("" if signal == "feedback" else f" (sign test p {sign_test(wins, losses):.2g})"),
         ],
     )
+    if signal == "synthetic" and not settings.synthetic_live:
+        result.notes.append(SYNTHETIC_LIVE)
     if "synthetic_asked" in counts:
         kept = len(train) + len(validation)
         result.notes.append(
@@ -423,13 +435,27 @@ def _feedback_sets(
     return sets[0], sets[1], "feedback"
 
 
+def goes_live(
+    signal: str, before: float, after: float, wins: int, losses: int, settings: ImproveConfig
+) -> bool:
+    """Whether the candidate replaces the live pipeline, given its validation against it.
+
+    From feedback a higher mean suffices; from synthetic questions only with ``synthetic_live`` and
+    a sign test over the questions that changed (wins against losses) below ``max_p``.
+    """
+    if after <= before:
+        return False
+    return signal == "feedback" or (settings.synthetic_live and sign_test(wins, losses) < settings.max_p)
+
+
 def sign_test(wins: int, losses: int) -> float:
     """One-sided sign test: the chance of at least ``wins`` of ``wins + losses`` fair coin flips.
 
-    Ties are left out. On synthetic questions a higher mean put a candidate live (12 better, 10
-    worse) that lost recall@10 on LoCoMo's real questions; the test asks that more of them improve
-    than chance would give. Feedback is the real traffic's own labels: there a higher mean suffices
-    (the test refused fits from feedback that gained recall@5 +0.047 on held-out users).
+    Ties are left out. With ``synthetic_live``, a higher mean on synthetic questions put a candidate
+    live (12 better, 10 worse) that lost recall@10 on LoCoMo's real questions; the test asks that
+    more of them improve than chance would give (it did not stop one at 10 / 0 that lost too, hence
+    the default off). Feedback is the real traffic's own labels: a higher mean suffices there (the
+    test refused fits from feedback that gained recall@5 +0.047 on held-out users).
     """
     n = wins + losses
     return sum(math.comb(n, i) for i in range(wins, n + 1)) / 2**n if n else 1.0
