@@ -104,9 +104,26 @@ JsonHits = Annotated[list[Hit], PlainSerializer(_hits_json, return_type=list[dic
 
 
 class Hits(list[Hit]):
-    """A search's hits, best first, with the logged call's id (None: logging is off or the user unknown)."""
+    """A search's hits, best first, and what the call was (still a list: callers ignoring it see no change).
 
-    interaction_id: str | None = None
+    Attributes:
+        interaction_id: the logged call's id (None: logging is off or the user unknown).
+        usage: tokens the call cost, as :attr:`Context.usage` counts them.
+        timings_ms: milliseconds per stage that ran.
+    """
+
+    def __init__(
+        self,
+        hits: Iterable[Hit] = (),
+        *,
+        interaction_id: str | None = None,
+        usage: Usage | None = None,
+        timings_ms: Mapping[str, float] | None = None,
+    ) -> None:
+        super().__init__(hits)
+        self.interaction_id = interaction_id
+        self.usage = Usage() if usage is None else usage
+        self.timings_ms = dict(timings_ms or {})
 
 
 class Context(BaseModel):
@@ -120,7 +137,8 @@ class Context(BaseModel):
         dropped: profile records left out because they did not fit the budget.
         tokens: tokens ``text`` takes.
         budget_tokens: the budget it was fitted to.
-        usage: LLM tokens this call cost (outputs served from the cache cost none).
+        usage: tokens this call cost: the LLM's (outputs served from the cache cost none) and the
+            word pieces the sentence encoder ran (``encoder_tokens``; an encoder of your own counts none).
         timings_ms: milliseconds per stage.
         warnings: LLM stages that fell back to the stage without them (a stale memory among
             them), and why; a memory cut to fit the budget is noted here too.
@@ -165,6 +183,10 @@ class SearchResult(BaseModel):
 
     hits: JsonHits
     interaction_id: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    """Tokens the call cost, as ``Context.usage`` counts them."""
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    """Milliseconds per stage that ran."""
     warnings: list[str] = Field(default_factory=list)
     """LLM stages that fell back, and why (collected by the server around the call)."""
 
@@ -177,13 +199,19 @@ class SearchResult(BaseModel):
     @classmethod
     def of(cls, hits: Hits, notes: Sequence[str] = ()) -> SearchResult:
         """The result of a search that returned ``hits`` and noted ``notes`` (``collect_fallbacks``)."""
-        return cls(hits=list(hits), interaction_id=hits.interaction_id, warnings=list(notes))
+        return cls(
+            hits=list(hits),
+            interaction_id=hits.interaction_id,
+            usage=hits.usage,
+            timings_ms=hits.timings_ms,
+            warnings=list(notes),
+        )
 
     def to_hits(self) -> Hits:
         """The SDK's :class:`Hits`, as ``PersonaMem.search`` returns them."""
-        hits = Hits(self.hits)
-        hits.interaction_id = self.interaction_id
-        return hits
+        return Hits(
+            self.hits, interaction_id=self.interaction_id, usage=self.usage, timings_ms=self.timings_ms
+        )
 
 
 class RecordPage(BaseModel):

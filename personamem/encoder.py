@@ -13,9 +13,11 @@ sentence-transformers still runs token states (PURPLE), other models and other d
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -24,12 +26,24 @@ import numpy as np
 
 from personamem.errors import PersonaMemWarning, TruncationWarning
 from personamem.onnx_encoder import OnnxBert, export_onnx, plain_bert
+from personamem.tally import tallying
 
 if TYPE_CHECKING:
     import torch
     from sentence_transformers import SentenceTransformer
 
-__all__ = ["Encoder", "SentenceEncoder", "TokenStates", "default_encoder"]
+__all__ = ["Encoder", "SentenceEncoder", "TokenStates", "counting_tokens", "default_encoder"]
+
+_tally: ContextVar[list[int] | None] = ContextVar("personamem_encoder_tokens", default=None)
+
+
+def counting_tokens() -> contextlib.AbstractContextManager[list[int]]:
+    """Within the block, :class:`SentenceEncoder` calls append the word pieces they ran to the list.
+
+    Concurrent calls are counted apart, and encoding outside a block (an add, the background
+    indexer) never is (:mod:`personamem.tally`).
+    """
+    return tallying(_tally)
 
 
 @dataclass(frozen=True)
@@ -150,6 +164,9 @@ class SentenceEncoder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self._warn_if_truncated(texts)
+        tally = _tally.get()
+        if tally is not None:  # tokenizing again costs microseconds, and only where a call is metered
+            tally.append(sum(min(n, self.max_tokens) for n in self.count_tokens(texts)))
         if self._bert is not None:  # thread-safe: onnxruntime sessions take concurrent runs
             return self._bert.encode(texts)
         model = self._model

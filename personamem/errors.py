@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
 from contextvars import ContextVar
+
+from personamem.tally import tallying
 
 __all__ = [
     "AuthenticationError",
@@ -230,12 +231,6 @@ def warn_fallback(message: str, category: type[FallbackWarning], *, stacklevel: 
     warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
-@contextlib.contextmanager
-def collect_fallbacks() -> Iterator[list[str]]:
+def collect_fallbacks() -> contextlib.AbstractContextManager[list[str]]:
     """Collect the messages of :func:`warn_fallback` calls made in this thread or task meanwhile."""
-    notes: list[str] = []
-    token = _collected.set(notes)
-    try:
-        yield notes
-    finally:
-        _collected.reset(token)
+    return tallying(_collected)

@@ -17,7 +17,8 @@ changes records (``remember``, ``forget_record``: those without ``read_only_hint
 key; a ``read`` key's call is refused as a tool error naming both scopes. The transport is
 stateless, so ``serve --workers N`` needs no session affinity. Answers are
 :mod:`personamem.contract`'s JSON shapes, the REST API's: a record is ``record_json``'s,
-``recall`` a ``SearchResult`` (each hit with its rank, score, id, text and whole record),
+``recall`` a ``SearchResult`` (each hit with its rank, score, id, text and whole record, and the
+call's ``usage`` and ``timings_ms``), ``context`` the bare text plus a :class:`ContextAnswer`,
 ``list_records`` a ``RecordPage``, ``record_history`` a ``RecordHistory``, ``forget_record`` a
 ``Deleted``. A
 :class:`~personamem.errors.PersonaMemError` becomes a tool error with its message (what the REST API
@@ -39,14 +40,15 @@ from typing import Annotated, Any, TypeVar
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import ToolAnnotations
-from pydantic import Field
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from personamem.contract import Deleted, RecordHistory, RecordPage, SearchResult, record_json
 from personamem.errors import PersonaMemError
+from personamem.llm.base import Usage
 from personamem.memory import PersonaMem
 from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
 from personamem.preference import PreferenceMemory
@@ -94,6 +96,19 @@ Filters = Annotated[
         "'and'/'or' take a list of filters, 'not' one. Times are ISO 8601. Default: no filter."
     ),
 ]
+
+
+class ContextAnswer(BaseModel):
+    """The ``context`` tool's structured answer: the text the model reads, and what finding it cost.
+
+    ``result`` is the text's key because the tool's structured answer was ``{"result": text}``
+    before the cost was added; the plain content stays the bare text, which is what an agent reads.
+    """
+
+    result: str
+    usage: Usage
+    timings_ms: dict[str, float]
+
 
 MemoryOf = Callable[[Context], PersonaMem]
 _Tool = TypeVar("_Tool", bound=Callable[..., Any])
@@ -235,7 +250,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
             ),
         ] = None,
         filters: Filters = None,
-    ) -> str:
+    ) -> Annotated[CallToolResult, ContextAnswer]:
         """The text to put in your prompt before answering the user: what their memory says about the query.
 
         Fitted to the token budget, most relevant first (with the user's preferences first, where the server
@@ -243,7 +258,12 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         """
         with _tool_errors():
             mem = memory_for(ctx, KeyScope.READ)
-            return mem.context(check_user_id(user_id), query, budget_tokens=budget, filters=filters).text
+            found = mem.context(check_user_id(user_id), query, budget_tokens=budget, filters=filters)
+        answer = ContextAnswer(result=found.text, usage=found.usage, timings_ms=found.timings_ms)
+        return CallToolResult(
+            content=[TextContent(type="text", text=found.text)],
+            structured_content=answer.model_dump(mode="json"),
+        )
 
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
     def forget_record(

@@ -100,7 +100,8 @@ def test_context_renders_the_profile_and_reports_its_cost(alice: PersonaMem) -> 
         "ranker": "mixed",
         "chosen_by": "default",
     }
-    assert context.usage == Usage() and context.warnings == []
+    pieces = alice.store.encoder.count_tokens(["what should I cook tonight?"])[0]
+    assert context.usage == Usage(encoder_tokens=pieces) and context.warnings == []  # no LLM ran
     assert (
         set(context.timings_ms) == {"first_stage", "fit"} and context.tokens <= context.budget_tokens == 512
     )

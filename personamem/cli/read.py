@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
@@ -10,8 +11,9 @@ from rich.table import Table
 
 from personamem.cli.options import config_options, runtime_option
 from personamem.console import err, out
-from personamem.contract import hit_json
+from personamem.contract import SearchResult, hit_json
 from personamem.errors import InvalidInputError
+from personamem.llm.base import Usage
 from personamem.llm.load import Runtime
 from personamem.methods import method_help
 from personamem.pipeline import PipelineConfig
@@ -38,6 +40,16 @@ def _filters(text: str | None) -> dict[str, Any] | None:
     return None if filters is None else dict(filters)
 
 
+def _cost(timings_ms: Mapping[str, float], usage: Usage) -> str:
+    """Time per stage and the tokens spent, as a read reports them on stderr (stdout stays the answer)."""
+    cost = ", ".join(f"{stage} {ms:.0f} ms" for stage, ms in timings_ms.items())
+    if usage.encoder_tokens:
+        cost += f"; {usage.encoder_tokens} encoder tokens"
+    if usage.total_tokens:
+        cost += f"; {usage.total_tokens} LLM tokens"
+    return cost
+
+
 def search(
     ctx: typer.Context,
     query: Annotated[str, typer.Argument(help="What to look for.")],
@@ -56,7 +68,11 @@ def search(
     llm_runtime: Annotated[Runtime | None, runtime_option()] = None,
     as_json: Annotated[
         bool,
-        typer.Option("--json", help="Print one JSON line per hit (the REST shape) instead of a table."),
+        typer.Option(
+            "--json",
+            help="Print one JSON line per hit (the REST shape) instead of a table, and the call's usage "
+            "and timings_ms as JSON on stderr.",
+        ),
     ] = False,
     as_of: Annotated[str | None, _AS_OF] = None,
     include_superseded: Annotated[bool, _ALL_VERSIONS] = False,
@@ -71,6 +87,8 @@ def search(
     if as_json:
         for hit in hits:  # one object per line, no wrapping
             typer.echo(json.dumps(hit_json(hit), ensure_ascii=False))
+        cost = SearchResult.of(hits).model_dump(mode="json", include={"usage", "timings_ms"})
+        typer.echo(json.dumps(cost), err=True)  # stderr, so stdout stays one hit a line
         return
     table = Table("rank", "score", "id", "kind", "text", title=f"{user}: {query}")
     for hit in hits:
@@ -78,6 +96,7 @@ def search(
             str(hit.rank), f"{hit.score:.3f}", hit.record.id, hit.record.kind.value, hit.record.text
         )
     out.print(table)
+    err.print(f"{len(hits)} hit(s); {_cost(hits.timings_ms, hits.usage)}", highlight=False)
 
 
 @config_options()
@@ -112,11 +131,9 @@ def context(
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
         return
     out.print(result.text or "(no records)", markup=False, highlight=False)
-    cost = ", ".join(f"{stage} {ms:.0f} ms" for stage, ms in result.timings_ms.items())
-    llm_tokens = result.usage.total_tokens
     err.print(
-        f"{len(result.hits)} record(s), {result.tokens}/{result.budget_tokens} tokens; {cost}"
-        + (f"; {llm_tokens} LLM tokens" if llm_tokens else ""),
+        f"{len(result.hits)} record(s), {result.tokens}/{result.budget_tokens} tokens; "
+        + _cost(result.timings_ms, result.usage),
         highlight=False,
     )
     for note in result.warnings:

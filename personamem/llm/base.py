@@ -79,19 +79,29 @@ class SamplingOptions(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens a call consumed, so callers can log cost."""
+    """Tokens a call consumed, so callers can log cost.
+
+    Attributes:
+        prompt_tokens: LLM prompt tokens.
+        completion_tokens: LLM completion tokens.
+        encoder_tokens: word pieces the sentence encoder ran (a search's query, a personalizer's
+            expansions); an LLM backend's own usage has none.
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    encoder_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
-        """Prompt plus completion tokens."""
+        """LLM tokens, prompt plus completion (the encoder's are a local model's, counted apart)."""
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.encoder_tokens + other.encoder_tokens,
         )
 
 

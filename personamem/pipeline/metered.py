@@ -1,5 +1,8 @@
 """The pipeline's view of its frozen LLM: token usage counted per call and an optional deadline.
 
+A call's meter also holds the word pieces its sentence encoder ran
+(:func:`~personamem.encoder.counting_tokens`), so :attr:`Meter.usage` is all that the call spent.
+
 A stage never sees a slow backend: past the deadline a call raises :class:`LLMError`, which every LLM
 stage already turns into its fallback (the raw query, the first-stage order). Python cannot stop a
 running thread, so a timed-out call finishes in the background and its result is dropped; a local
@@ -15,12 +18,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TypeVar, Unpack
 
+from personamem.encoder import counting_tokens
 from personamem.errors import LLMError
 from personamem.llm.base import FrozenLLM, Generations, Prompt, SamplingOptions, Scores, Usage
+from personamem.tally import tallying
 
-__all__ = ["MeteredLLM", "metering"]
+__all__ = ["Meter", "MeteredLLM", "metering"]
 
 _R = TypeVar("_R", Scores, Generations)
 
@@ -28,16 +34,27 @@ _deadline: ContextVar[float | None] = ContextVar("personamem_llm_deadline", defa
 _usage: ContextVar[list[Usage] | None] = ContextVar("personamem_llm_usage", default=None)
 
 
+@dataclass(frozen=True)
+class Meter:
+    """What one call has spent so far: its encoder calls' word pieces and its LLM calls' usage."""
+
+    encoded: list[int]
+    llm: list[Usage]
+
+    @property
+    def usage(self) -> Usage:
+        """The call's tokens, LLM and encoder."""
+        return sum(self.llm, Usage(encoder_tokens=sum(self.encoded)))
+
+
 @contextlib.contextmanager
-def metering(timeout_s: float | None) -> Iterator[list[Usage]]:
-    """Within the block, LLM calls add their usage to the yielded list and share one deadline."""
-    usages: list[Usage] = []
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    usage_token, deadline_token = _usage.set(usages), _deadline.set(deadline)
+def metering(timeout_s: float | None) -> Iterator[Meter]:
+    """Within the block, LLM and encoder calls add their tokens to the meter; LLM calls share a deadline."""
+    deadline_token = _deadline.set(None if timeout_s is None else time.monotonic() + timeout_s)
     try:
-        yield usages
+        with counting_tokens() as encoded, tallying(_usage) as llm:
+            yield Meter(encoded, llm)
     finally:
-        _usage.reset(usage_token)
         _deadline.reset(deadline_token)
 
 

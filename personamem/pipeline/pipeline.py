@@ -28,7 +28,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,7 @@ from personamem.errors import (
     collect_fallbacks,
 )
 from personamem.interactions import Call
-from personamem.llm.base import FrozenLLM, Usage
+from personamem.llm.base import FrozenLLM
 from personamem.llm.budget import Fitted, fit_to_budget
 from personamem.personalize import QueryPersonalizer
 from personamem.pipeline.config import PipelineConfig
@@ -145,17 +145,22 @@ class Pipeline:
         so a search without a method stays the first stage's.
         """
         _check(user_id, query)
-        with metering(self.config.llm_timeout_s):
+        timings: dict[str, float] = {}
+        with metering(self.config.llm_timeout_s) as meter:
             if self.selector is None:
-                hits = Hits(self._candidates(user_id, query, k, {}))
+                found = self._candidates(user_id, query, k, timings)
             else:
-                pool = self._candidates(user_id, query, self.config.candidates, {})
-                profile = self._select(user_id, query, pool, {})
+                pool = self._candidates(user_id, query, self.config.candidates, timings)
+                profile = self._select(user_id, query, pool, timings)
                 chosen = {hit.record.id for hit in profile}
                 rest = [(hit.record, 0.0) for hit in pool if hit.record.id not in chosen]
-                hits = Hits(ranked([(hit.record, hit.score) for hit in profile] + rest)[:k])
-        hits.interaction_id = self._log(user_id, "search", query, hits)
-        return hits
+                found = ranked([(hit.record, hit.score) for hit in profile] + rest)[:k]
+        return Hits(
+            found,
+            interaction_id=self._log(user_id, "search", query, found),
+            usage=meter.usage,
+            timings_ms=timings,
+        )
 
     def context(self, user_id: str, query: str, *, budget_tokens: int | None = None) -> Context:
         """The profile for ``query``, rendered and fitted to ``budget_tokens`` (default: the config's).
@@ -170,7 +175,7 @@ class Pipeline:
         if budget < 0:
             raise ValueError(f"budget_tokens must be >= 0, got {budget}")
         timings: dict[str, float] = {}
-        with collect_fallbacks() as notes, metering(self.config.llm_timeout_s) as usages:
+        with collect_fallbacks() as notes, metering(self.config.llm_timeout_s) as meter:
             memory = self._memory(user_id, timings)
             if self.selector is not None:
                 pool = self._candidates(user_id, query, self.config.candidates, timings)
@@ -182,14 +187,14 @@ class Pipeline:
             timings["fit"] = _ms(start)
         if memory is not None and shown < len(memory):
             notes.append(f"preference memory cut to {shown} of {len(memory)} line(s) to fit {budget} tokens")
-        usage = sum(usages, Usage())
+        usage = meter.usage
         trace = {  # what the LLM was shown and what it cost, for the inspector's calls page
             "text": fitted.text,
             "tokens": fitted.tokens,
             "budget_tokens": budget,
             "timings_ms": timings,
             "warnings": list(notes),
-            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+            "usage": asdict(usage),
             "first_stage": self.first_stage,
         }
         return Context(

@@ -130,6 +130,7 @@ const loaders = {
       if (call.trace) {
         const t = call.trace;
         box.append(el("p", `tokens ${t.tokens}/${t.budget_tokens}; LLM tokens ${t.usage.prompt_tokens + t.usage.completion_tokens}; ` +
+          `encoder tokens ${t.usage.encoder_tokens ?? "–"}; ` +
           Object.entries(t.timings_ms).map(([stage, ms]) => `${stage} ${ms.toFixed(1)} ms`).join(", ")));
         for (const warning of t.warnings) box.append(el("p", `warning: ${warning}`, { class: "error" }));
         box.append(el("pre", t.text || "(empty context)"));
