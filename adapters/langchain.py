@@ -10,6 +10,11 @@ takes a selector by name (``relevance``, ``listwise``, ``purple:<checkpoint fold
 ``PersonaMem.selector``, so a trained PURPLE checkpoint can pick the profile from any retriever's
 Documents. Methods and selectors that need an LLM use the one the memory was opened with.
 
+The retriever and the chat history call only the operations of
+:class:`~personamem.contract.MemoryApi`, so they work over a :class:`~personamem.client.Client` of a
+``personamem serve`` as well as in process; the compressor and the LLM run models of this process and
+take a :class:`PersonaMem` or a model.
+
 Install with ``pip install "personamem[langchain]"``. Every component is bound to one user, so a chain
 built for a user can only ever read that user's records.
 
@@ -42,8 +47,10 @@ try:
     from langchain_core.runnables import run_in_executor
 except ImportError as exc:  # an adapter module: without its framework it has nothing to offer
     raise MissingExtraError(["langchain-core"], "langchain") from exc
-from pydantic import ConfigDict, Field, StrictStr, model_validator
+from pydantic import ConfigDict, Field, SkipValidation, StrictStr, model_validator
 
+from personamem.client import AsyncClient
+from personamem.contract import Hits, MemoryApi
 from personamem.llm.base import FrozenLLM, Prompt
 from personamem.memory import PersonaMem
 from personamem.pipeline import PipelineConfig
@@ -51,7 +58,6 @@ from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind, check_user_id, parse_record
 from personamem.retrieval.base import Hit
 from personamem.store.filters import parse_filters
-from personamem.store.timeline import reading
 
 __all__ = [
     "PersonaMemChatMessageHistory",
@@ -94,32 +100,42 @@ def _hit_to_document(hit: Hit, interaction_id: str | None = None) -> Document:
 
 
 class PersonaMemRetriever(BaseRetriever):
-    """One user's records for a query, as Documents, best first.
+    """One user's records for a query, as Documents, best first, in process or from a server.
+
+    ``memory`` is any :class:`~personamem.contract.MemoryApi`: a :class:`PersonaMem` in process, a
+    :class:`~personamem.client.Client` over a ``personamem serve`` (``memory=Client(url, key)``), or an
+    :class:`~personamem.client.AsyncClient` for ``ainvoke`` alone. The retriever calls only the
+    contract's ``search``, so the Documents are the hits ``memory.search`` returns: with a profile
+    selector, the profile first, then the rest of the candidates.
 
     ``method`` is a name from :mod:`personamem.methods` (``dense``, ``bm25``, ``hybrid``, ``pbr``,
     ``listwise``, ``purple:<checkpoint folder>``, ``pipeline:<file.toml>``...), applied over the
-    memory's configured pipeline (none: that pipeline itself, as ``PersonaMem.search`` ranks with no
-    method); ``pipeline`` is a whole :class:`PipelineConfig` instead (give one or
-    the other). Either way the Documents are exactly ``PersonaMem.search``'s hits: with a profile
-    selector, the profile first, then the rest of the candidates. The pipeline is built when the
-    retriever is (a PURPLE checkpoint is loaded once per memory), so an unknown name, a missing
-    checkpoint or an LLM method on a memory without an LLM fails here rather than on the first query.
+    memory's configured pipeline (none: that pipeline itself, as ``search`` ranks with no method).
+    ``pipeline`` is a whole :class:`PipelineConfig` instead (give one or the other); a config is an
+    object of this process, so it needs a ``PersonaMem`` (a client is refused: name a method the
+    server serves). Over a ``PersonaMem`` the pipeline is built when the retriever is (a PURPLE
+    checkpoint is loaded once per memory), so an unknown name, a missing checkpoint or an LLM method
+    on a memory without an LLM fails here rather than on the first query. Over a client that check is
+    left to the first query, where the server answers the same ``MethodError``: the contract has no
+    cheap call that builds a method without searching for some user.
 
     Only facts current now are found, unless ``as_of`` names another time (a datetime or ISO 8601
     string) or ``include_superseded`` asks for every version (see :meth:`PersonaMem.supersede`);
     ``filters`` keeps the records it admits, as in :meth:`PersonaMem.search` (checked here).
 
-    ``k`` may also be given per call (``retriever.invoke(query, k=2)``). Async calls run the sync
-    search in LangChain's executor (the store is thread-safe and has no async client); the async
-    method is overridden only because LangChain's default wrapper drops call keywords such as ``k``.
+    ``k`` may also be given per call (``retriever.invoke(query, k=2)``). Async calls await an
+    ``AsyncClient``'s search, and otherwise run the sync search in LangChain's executor (the memory and
+    the client are thread-safe); the async method is overridden also because LangChain's default
+    wrapper drops call keywords such as ``k``.
 
     Examples:
         >>> retriever = PersonaMemRetriever(memory=mem, user_id="alice", k=3)  # doctest: +SKIP
         >>> retriever.invoke("what should I cook tonight?")  # doctest: +SKIP
-        >>> PersonaMemRetriever(memory=mem, user_id="alice", method="purple:runs/x/best")  # doctest: +SKIP
+        >>> PersonaMemRetriever(memory=Client(url, key), user_id="alice", method="hybrid")  # doctest: +SKIP
     """
 
-    memory: PersonaMem
+    # a protocol pydantic cannot check with isinstance; _buildable checks what the retriever calls
+    memory: SkipValidation[MemoryApi | AsyncClient]
     user_id: StrictStr  # strict: bytes would be coerced to another user's id
     k: int = Field(default=4, ge=1)
     method: str | None = None
@@ -133,32 +149,60 @@ class PersonaMemRetriever(BaseRetriever):
         if self.pipeline is not None and "method" in self.model_fields_set:
             raise ValueError("give method or pipeline, not both")
         parse_filters(self.filters)  # a bad filter fails here (InvalidInputError is a ValueError)
-        # built (and kept by the memory) now, so a missing checkpoint or an LLM method on a memory
-        # without an LLM fails here (MethodError is a ValueError; CheckpointError passes through)
-        self.memory.pipeline(self.method if self.pipeline is None else self.pipeline)
+        if isinstance(self.memory, PersonaMem):
+            # built (and kept by the memory) now, so a missing checkpoint or an LLM method on a memory
+            # without an LLM fails here (MethodError is a ValueError; CheckpointError passes through)
+            self.memory.pipeline(self.method if self.pipeline is None else self.pipeline)
+        elif not callable(getattr(self.memory, "search", None)):
+            raise ValueError(
+                f"memory must be a PersonaMem, a Client or an AsyncClient, got {type(self.memory).__name__}"
+            )
+        elif self.pipeline is not None:
+            raise ValueError(
+                "pipeline= (a PipelineConfig) runs in process only: give a PersonaMem as memory, or "
+                "name a method the server serves with method="
+            )
         return self
+
+    def _k(self, k: int | None) -> int:
+        k = self.k if k is None else k
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        return k
+
+    def _reading(self) -> dict[str, Any]:
+        """The read options every search passes: ``as_of``, ``include_superseded``, ``filters``."""
+        return {"as_of": self.as_of, "include_superseded": self.include_superseded, "filters": self.filters}
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        k = self.k if k is None else k
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        pipeline = self.memory.pipeline(self.method if self.pipeline is None else self.pipeline)
-        with reading(self.as_of, include_superseded=self.include_superseded, filters=self.filters):
-            hits = pipeline.search(self.user_id, query, k)
+        memory = self.memory
+        if isinstance(memory, AsyncClient):
+            raise TypeError("this retriever holds an AsyncClient: call ainvoke, or give it a Client")
+        # a config only with a PersonaMem (_buildable), whose search takes one as its method
+        ranking: Any = self.method if self.pipeline is None else self.pipeline
+        hits = memory.search(self.user_id, query, self._k(k), ranking, **self._reading())
         return [_hit_to_document(hit, hits.interaction_id) for hit in hits]
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        return await run_in_executor(
-            None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k
-        )
+        memory = self.memory
+        if not isinstance(memory, AsyncClient):
+            return await run_in_executor(
+                None, self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k
+            )
+        hits: Hits = await memory.search(self.user_id, query, self._k(k), self.method, **self._reading())
+        return [_hit_to_document(hit, hits.interaction_id) for hit in hits]
 
 
 class PersonaMemCompressor(BaseDocumentCompressor):
     """Picks and orders the profile from any retriever's Documents with a :class:`ProfileSelector`.
+
+    In process only: the selector runs here, on Documents that are not the memory's records, and the
+    contract has no operation that selects among a caller's candidates, so :meth:`from_memory` takes a
+    :class:`PersonaMem` (its ``selector``), not a client.
 
     Documents become the user's candidate records (id from ``doc.id``, else ``metadata["record_id"]``,
     else a content hash; duplicates by id are kept once), the selector chooses up to ``k``, and the
@@ -261,7 +305,9 @@ class PersonaMemChatMessageHistory(BaseChatMessageHistory):
     not stored.
 
     Reading lists the user's records and keeps this session's, in insertion order: fine for chat-sized
-    histories, linear in the user's record count.
+    histories, linear in the user's record count. It calls only the contract's ``records``,
+    ``add_many`` and ``delete``, so ``memory`` may be a :class:`PersonaMem` or a
+    :class:`~personamem.client.Client` of a server.
 
     Note:
         LangChain deprecated ``BaseChatMessageHistory`` in langchain-core 1.6.4 (removal in 2.0) in
@@ -269,7 +315,7 @@ class PersonaMemChatMessageHistory(BaseChatMessageHistory):
         ``RunnableWithMessageHistory`` until then.
     """
 
-    def __init__(self, memory: PersonaMem, user_id: str, session_id: str) -> None:
+    def __init__(self, memory: MemoryApi, user_id: str, session_id: str) -> None:
         super().__init__()
         self.memory = memory
         self.user_id = check_user_id(user_id)
@@ -331,6 +377,8 @@ def _record_to_message(record: Record) -> BaseMessage:
 
 class PersonaMemLLM(LLM):
     """A :class:`~personamem.llm.FrozenLLM` as a LangChain text LLM, so chains run offline.
+
+    In process only, by nature: it runs a model of this process, not a memory's operation.
 
     With ``chat`` (the default) the prompt string is sent as one user message, so an instruct model
     sees its chat template: the default SmolLM2-135M-Instruct answers a raw prompt with an empty

@@ -80,6 +80,7 @@ try:
 except ImportError as exc:  # an adapter module: without its framework it has nothing to offer
     raise MissingExtraError(["langgraph"], "langgraph") from exc
 
+from personamem.contract import MemoryApi
 from personamem.memory import PersonaMem
 from personamem.records import Record, RecordKind
 from personamem.store.filters import parse_filters
@@ -114,13 +115,16 @@ def _record_id(namespace: tuple[str, ...], key: str) -> str:
 
 
 class PersonaMemStore(BaseStore):
-    """LangGraph long-term memory over a :class:`~personamem.PersonaMem`, one user per namespace.
+    """LangGraph long-term memory over any :class:`~personamem.contract.MemoryApi`, one user per namespace.
 
-    The module docstring gives the mapping and the semantics. Async calls run :meth:`batch` in a
-    worker thread: the memory is thread-safe and has no async client.
+    The module docstring gives the mapping and the semantics. The store calls only the contract's
+    operations, so ``memory`` may be a :class:`~personamem.PersonaMem` (or a tenant view of it) or a
+    :class:`~personamem.client.Client` of a ``personamem serve`` (its key's tenant). Async calls run
+    :meth:`batch` in a worker thread: the memory and the client are thread-safe, and a batch is many
+    calls in an order (reads before writes) that one thread keeps simply.
 
     Args:
-        memory: the memory (or a tenant view of it) that holds the items.
+        memory: the memory, tenant view or client that holds the items.
         user_of: picks the user id from a namespace (default: its first element). It also receives
             search prefixes, so every prefix must reach the element it reads.
         method: how a search with a query ranks, a name from :mod:`personamem.methods` (None: the
@@ -129,8 +133,10 @@ class PersonaMemStore(BaseStore):
         filters: only records this personamem filter admits are searched or listed (None: all).
 
     Raises:
-        MethodError: an unknown method, or one that needs an LLM the memory does not have; the
-            pipeline is built here, so this fails at construction rather than on the first search.
+        MethodError: an unknown method, or one that needs an LLM the memory does not have; over a
+            ``PersonaMem`` the pipeline is built here, so this fails at construction rather than on
+            the first search (over a client, the server answers it at the first search: the
+            contract has no cheap call that builds a method).
         InvalidInputError: a bad filter.
 
     Examples:
@@ -143,14 +149,15 @@ class PersonaMemStore(BaseStore):
 
     def __init__(
         self,
-        memory: PersonaMem,
+        memory: MemoryApi,
         *,
         user_of: Callable[[tuple[str, ...]], str] = _first_element,
         method: str | None = None,
         text_fields: Sequence[str] = TEXT_FIELDS,
         filters: Mapping[str, Any] | None = None,
     ) -> None:
-        memory.pipeline(method)
+        if isinstance(memory, PersonaMem):
+            memory.pipeline(method)
         self.memory = memory
         self.user_of = user_of
         self.method = method

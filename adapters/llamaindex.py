@@ -21,6 +21,11 @@ isolation comes from the store's per-user scoping, not from metadata filters a c
 - :class:`PersonaMemLLM` and :class:`PersonaMemEmbedding`: a personamem
   :class:`~personamem.llm.FrozenLLM` and :class:`~personamem.encoder.Encoder` as LlamaIndex models, so
   chat engines run offline and nothing falls back to OpenAI or tiktoken.
+
+The retriever (for text queries) and the memory block call only the operations of
+:class:`~personamem.contract.MemoryApi`, so they work over a :class:`~personamem.client.Client` of a
+``personamem serve`` as well as in process; the postprocessor, the LLM and the embedding run models
+of this process.
 """
 
 from __future__ import annotations
@@ -33,10 +38,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from pydantic import StrictStr, ValidationError
+from pydantic import SkipValidation, StrictStr, ValidationError
 
+from personamem.client import AsyncClient
+from personamem.contract import Hits, MemoryApi
 from personamem.encoder import Encoder
-from personamem.errors import MethodError, MissingExtraError
+from personamem.errors import InvalidInputError, MethodError, MissingExtraError
 from personamem.llm.base import FrozenLLM, Generations, Prompt
 from personamem.memory import PersonaMem
 from personamem.pipeline import Context, PipelineConfig
@@ -108,16 +115,22 @@ def _node(hit: Hit, interaction_id: str | None = None) -> NodeWithScore:
 
 
 class PersonaMemRetriever(BaseRetriever):
-    """One user's records as LlamaIndex nodes, best first.
+    """One user's records as LlamaIndex nodes, best first, in process or from a server.
+
+    ``memory`` is any :class:`~personamem.contract.MemoryApi`: a :class:`PersonaMem` in process, a
+    :class:`~personamem.client.Client` over a ``personamem serve`` (``PersonaMemRetriever(Client(url,
+    key), user_id)``), or an :class:`~personamem.client.AsyncClient` for ``aretrieve`` alone. A text
+    query calls only the contract's ``search``, so the nodes are the hits ``memory.search`` returns:
+    with a profile selector, the profile first, then the rest of the candidates.
 
     ``method`` is a name from :mod:`personamem.methods` (``dense``, ``bm25``, ``hybrid``, ``pbr``,
     ``listwise``, ``purple:<checkpoint folder>``, ``pipeline:<file.toml>``...), applied over the
-    memory's configured pipeline (none: that pipeline itself, as ``PersonaMem.search`` ranks with no
-    method); ``pipeline`` is a whole :class:`PipelineConfig` instead (give one or
-    the other). The nodes are exactly ``PersonaMem.search``'s hits: with a profile selector, the
-    profile first, then the rest of the candidates. The pipeline is built here (a PURPLE checkpoint is
-    loaded once per memory), so an unknown name, a missing checkpoint or an LLM method on a memory
-    without an LLM fails at construction.
+    memory's configured pipeline (none: that pipeline itself, as ``search`` ranks with no method);
+    ``pipeline`` is a whole :class:`PipelineConfig` instead (give one or the other), an object of this
+    process that only a ``PersonaMem`` takes. Over a ``PersonaMem`` the pipeline is built here (a
+    PURPLE checkpoint is loaded once per memory), so an unknown name, a missing checkpoint or an LLM
+    method on a memory without an LLM fails at construction; over a client the server answers the same
+    ``MethodError`` at the first query, since the contract has no cheap call that builds a method.
 
     Only facts current now are found, unless ``as_of`` names another time or ``include_superseded``
     asks for every version (see :meth:`PersonaMem.supersede`); ``filters`` keeps the records it
@@ -125,18 +138,19 @@ class PersonaMemRetriever(BaseRetriever):
 
     A query bundle with an ``embedding`` is searched densely with that vector (``method`` and
     ``pipeline`` do not apply): it must be in the store encoder's space, e.g. a personalized query
-    vector.
+    vector. That search is in process only (the contract sends text, not vectors).
 
     Raises:
         MethodError: an unknown method (the message lists the choices), both ``method`` and
-            ``pipeline``, or a method that needs an LLM on a memory without one.
+            ``pipeline``, a ``pipeline`` with a client, or a method that needs an LLM on a memory
+            without one.
         InvalidInputError: an ``as_of`` that is not a time, or a bad filter.
         CheckpointError: a PURPLE checkpoint that cannot be loaded.
     """
 
     def __init__(
         self,
-        memory: PersonaMem,
+        memory: MemoryApi | AsyncClient,
         user_id: str,
         *,
         k: int = 4,
@@ -151,7 +165,13 @@ class PersonaMemRetriever(BaseRetriever):
             raise ValueError(f"k must be at least 1, got {k}")
         if method is not None and pipeline is not None:
             raise MethodError(f"give method ({method!r}) or pipeline, not both")
-        memory.pipeline(method if pipeline is None else pipeline)  # built and kept by the memory now
+        if isinstance(memory, PersonaMem):
+            memory.pipeline(method if pipeline is None else pipeline)  # built and kept by the memory now
+        elif pipeline is not None:
+            raise MethodError(
+                "pipeline= (a PipelineConfig) runs in process only: give a PersonaMem as memory, or "
+                "name a method the server serves with method="
+            )
         super().__init__(callback_manager=callback_manager)
         self.memory = memory
         self.user_id = check_user_id(user_id)
@@ -163,24 +183,38 @@ class PersonaMemRetriever(BaseRetriever):
         self.as_of, self.include_superseded, self.filters = as_of, include_superseded, filters
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        with reading(self.as_of, include_superseded=self.include_superseded, filters=self.filters):
-            return self._search(query_bundle)
-
-    def _search(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        memory = self.memory
+        if isinstance(memory, AsyncClient):
+            raise TypeError("this retriever holds an AsyncClient: call aretrieve, or give it a Client")
         if query_bundle.embedding is not None:
-            vector = self._query_vector(query_bundle.embedding)
-            hits = self.memory.search_vector(self.user_id, vector, self.k)
-        else:
-            pipeline = self.memory.pipeline(self.method if self.pipeline is None else self.pipeline)
-            found = pipeline.search(self.user_id, query_bundle.query_str, self.k)
-            return [_node(hit, found.interaction_id) for hit in found]
-        return [_node(hit) for hit in hits]
+            return self._search_vector(query_bundle.embedding)
+        # a config only with a PersonaMem (checked in __init__), whose search takes one as its method
+        ranking: Any = self.method if self.pipeline is None else self.pipeline
+        found = memory.search(self.user_id, query_bundle.query_str, self.k, ranking, **self._reading())
+        return [_node(hit, found.interaction_id) for hit in found]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        """Runs the sync search in a thread: the base class would block the event loop on the encoder."""
-        return await asyncio.to_thread(self._retrieve, query_bundle)
+        """Awaits an ``AsyncClient``; else runs the sync search in a thread, sparing the event loop."""
+        memory = self.memory
+        if not isinstance(memory, AsyncClient):
+            return await asyncio.to_thread(self._retrieve, query_bundle)
+        if query_bundle.embedding is not None:
+            return self._search_vector(query_bundle.embedding)  # refuses: a client has no vector search
+        found: Hits = await memory.search(
+            self.user_id, query_bundle.query_str, self.k, self.method, **self._reading()
+        )
+        return [_node(hit, found.interaction_id) for hit in found]
 
-    def _query_vector(self, embedding: Sequence[float]) -> np.ndarray:
+    def _reading(self) -> dict[str, Any]:
+        """The read options every search passes: ``as_of``, ``include_superseded``, ``filters``."""
+        return {"as_of": self.as_of, "include_superseded": self.include_superseded, "filters": self.filters}
+
+    def _search_vector(self, embedding: Sequence[float]) -> list[NodeWithScore]:
+        if not isinstance(self.memory, PersonaMem):
+            raise InvalidInputError(
+                "QueryBundle.embedding is searched in process only (the server takes text): give a "
+                "PersonaMem as memory, or a bundle without an embedding"
+            )
         encoder = self.memory.store.encoder
         vector = np.asarray(embedding, dtype=np.float32)
         if vector.shape != (encoder.dim,):
@@ -189,7 +223,9 @@ class PersonaMemRetriever(BaseRetriever):
                 f"{encoder.name!r} makes vectors of shape ({encoder.dim},): embed the query in the store "
                 "encoder's space (e.g. with PersonaMemEmbedding over mem.store.encoder)"
             )
-        return vector
+        with reading(self.as_of, include_superseded=self.include_superseded, filters=self.filters):
+            hits = self.memory.search_vector(self.user_id, vector, self.k)
+        return [_node(hit) for hit in hits]
 
 
 def _record(node: BaseNode, user_id: str) -> Record | None:
@@ -212,6 +248,10 @@ def _record(node: BaseNode, user_id: str) -> Record | None:
 
 class PersonaMemProfilePostprocessor(BaseNodePostprocessor):
     """Keeps the ``k`` nodes a :class:`~personamem.profile.ProfileSelector` picks, in profile order.
+
+    In process only: the selector runs here, on nodes that are not the memory's records, and the
+    contract has no operation that selects among a caller's candidates, so :meth:`from_memory` takes a
+    :class:`PersonaMem` (its ``selector``), not a client.
 
     The nodes may come from any retriever; each becomes a candidate record of ``user_id`` (a node whose
     metadata names another user is refused). Selected nodes keep their metadata and get the selector's
@@ -277,15 +317,21 @@ class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
     so a chat turn shows its words, not its speaker (the role stays in the record's metadata). The
     block is scoped by ``user_id`` alone: a ``Memory`` for another user needs its own block.
 
+    It calls only the contract's ``context`` and ``add_many``, so ``memory`` may be a
+    :class:`PersonaMem` or a :class:`~personamem.client.Client` of a server; ``pipeline`` is then a
+    method name the server serves (a config is an object of this process), checked by the server at
+    the first turn rather than here (the contract has no cheap call that builds a method).
+
     Raises:
-        ValidationError: an unknown method name or field, or a method that needs an LLM on a memory
-            without one (checked when the block is made).
+        ValidationError: an unknown method name or field, a method that needs an LLM on a memory
+            without one (checked when the block is made, in process), or a config with a client.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     name: str = Field(default="UserProfile", description="The block's name (its tag in the prompt).")
-    memory: PersonaMem = Field(exclude=True, description="Where the user's records live.")
+    # a protocol pydantic cannot check with isinstance: SkipValidation takes any memory or client
+    memory: SkipValidation[MemoryApi] = Field(exclude=True, description="Where the user's records live.")
     user_id: StrictStr = Field(description="Whose records are stored and read.")
     budget_tokens: int | None = Field(
         default=None, ge=0, description="Most tokens of context; None: the pipeline's budget_tokens."
@@ -297,14 +343,20 @@ class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
 
     @model_validator(mode="after")
     def _buildable(self) -> PersonaMemMemoryBlock:
-        self.memory.pipeline(self.pipeline)  # built and kept by the memory now, not at the first turn
+        if isinstance(self.memory, PersonaMem):
+            self.memory.pipeline(self.pipeline)  # built and kept by the memory now, not at the first turn
+        elif isinstance(self.pipeline, PipelineConfig):
+            raise ValueError(
+                "a PipelineConfig runs in process only: give a PersonaMem as memory, or name a method "
+                "the server serves"
+            )
         return self
 
     def context(self, query: str) -> Context:
         """What this block shows the LLM for ``query``: its records, text, tokens and timings."""
-        return self.memory.context(
-            self.user_id, query, budget_tokens=self.budget_tokens, method=self.pipeline
-        )
+        # a config only with a PersonaMem (_buildable), whose context takes one as its method
+        method: Any = self.pipeline
+        return self.memory.context(self.user_id, query, budget_tokens=self.budget_tokens, method=method)
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         query = next((m.content for m in reversed(messages or []) if m.role == MessageRole.USER), None)
@@ -337,7 +389,7 @@ class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
 
 
 class PersonaMemLLM(CustomLLM):
-    """A personamem :class:`~personamem.llm.FrozenLLM` as a LlamaIndex LLM.
+    """A personamem :class:`~personamem.llm.FrozenLLM` as a LlamaIndex LLM (a model of this process).
 
     Chat passes the messages as role/content dicts, so the model's own chat template renders them;
     completion passes the prompt as plain text. Streaming yields the whole answer as one chunk. Token
