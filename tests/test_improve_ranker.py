@@ -123,7 +123,7 @@ def test_synthetic_questions_never_fit_the_ranker(store: Path, encoder: Sentence
 
 def test_feedback_goes_live_on_a_higher_mean_synthetic_questions_only_when_asked_and_significant() -> None:
     assert sign_test(12, 0) == 0.5**12 and sign_test(0, 0) == 1.0
-    assert sign_test(10, 10) > 0.5 and 0.4 < sign_test(12, 10) < 0.42  # the synthetic run that went live
+    assert sign_test(10, 10) > 0.5 and 0.4 < sign_test(12, 10) < 0.42  # no better than chance
     assert sign_test(10, 2) < 0.05 < sign_test(9, 3)
     default, opted = ImproveConfig(), ImproveConfig(synthetic_live=True)
     assert goes_live("feedback", 0.50, 0.51, 1, 3, default)  # real labels: the mean decides

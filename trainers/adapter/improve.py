@@ -451,11 +451,11 @@ def goes_live(
 def sign_test(wins: int, losses: int) -> float:
     """One-sided sign test: the chance of at least ``wins`` of ``wins + losses`` fair coin flips.
 
-    Ties are left out. With ``synthetic_live``, a higher mean on synthetic questions put a candidate
-    live (12 better, 10 worse) that lost recall@10 on LoCoMo's real questions; the test asks that
-    more of them improve than chance would give (it did not stop one at 10 / 0 that lost too, hence
-    the default off). Feedback is the real traffic's own labels: a higher mean suffices there (the
-    test refused fits from feedback that gained recall@5 +0.047 on held-out users).
+    Ties are left out. With ``synthetic_live``, a higher mean on synthetic questions put candidates
+    live that lost recall@10 on LoCoMo's real questions; the test asks that more questions improve
+    than chance would give (it did not stop two, at 12 / 2 and 10 / 0, that lost too: hence the
+    default off). Feedback is the real traffic's own labels: a higher mean suffices there (the test
+    refused fits from feedback that gained recall@5 +0.047 on held-out users).
     """
     n = wins + losses
     return sum(math.comb(n, i) for i in range(wins, n + 1)) / 2**n if n else 1.0
