@@ -27,6 +27,7 @@ import functools
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from personamem.errors import CheckpointError
+from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
 from personamem.store import Store
@@ -50,6 +52,7 @@ __all__ = [
     "RankerModel",
     "UserSignals",
     "candidate_features",
+    "visible_rows",
 ]
 
 SHIPPED_RANKERS = Path(__file__).resolve().parent.parent / "data" / "rankers"
@@ -300,6 +303,12 @@ def candidate_features(
     return picked, matrix, [(int(rows[i]), score) for i, score in default]
 
 
+def visible_rows(store: Store, user_id: str, records: Sequence[Record]) -> np.ndarray:
+    """Which of the user's ``records`` this read may see (its time and filter), as a boolean mask."""
+    hidden = store.hidden(user_id)
+    return np.array([r.id not in hidden for r in records], dtype=bool)
+
+
 @dataclass(frozen=True)
 class RankerModel:
     """A trained ranker: ``score = start + trees(features)`` over the candidates.
@@ -392,8 +401,7 @@ class LearnedRanker:
         records = user.index.records
         if not records or k <= 0:
             return []
-        hidden = self.store.hidden(user_id)
-        visible = np.array([r.id not in hidden for r in records], dtype=bool)
+        visible = visible_rows(self.store, user_id, records)
         if not visible.any():
             return []
         base = self.store.encoder.encode([query])

@@ -27,7 +27,7 @@ from personamem.retrieval import bm25 as bm25_module
 from personamem.retrieval import ranker as ranker_module
 from personamem.retrieval.bm25 import BM25Retriever
 from personamem.retrieval.query_adapter import QueryAdapter
-from personamem.retrieval.ranker import FEATURES, UserSignals, candidate_features
+from personamem.retrieval.ranker import FEATURES, UserSignals, candidate_features, visible_rows
 from personamem.store import Store
 
 __all__ = ["FeatureSet", "benchmark_features", "default_features_dir", "store_features"]
@@ -174,19 +174,14 @@ def store_features(
     )
     adapted = adapter.transform(base) if len(base) else base
     task = progress.add_task(f"{source}: features", total=len(questions)) if progress else None
-    signals: dict[str, UserSignals] = {}
-    hidden_of: dict[str, set[str]] = {}
+    signals: dict[str, tuple[UserSignals, np.ndarray]] = {}
     features, labels, groups, kept = [], [], [], []
     for i, question in enumerate(questions):
-        user = signals.get(question.user_id)
-        if user is None:  # what LearnedRanker reads at search time
-            user = signals[question.user_id] = UserSignals.of(
-                store, bm25.index(question.user_id), question.user_id
-            )
+        if question.user_id not in signals:  # what LearnedRanker reads at search time
+            user = UserSignals.of(store, bm25.index(question.user_id), question.user_id)
+            signals[question.user_id] = (user, visible_rows(store, question.user_id, user.index.records))
+        user, visible = signals[question.user_id]
         records = user.index.records
-        if question.user_id not in hidden_of:
-            hidden_of[question.user_id] = store.hidden(question.user_id)
-        visible = np.array([r.id not in hidden_of[question.user_id] for r in records], dtype=bool)
         if progress is not None and task is not None:
             progress.advance(task)
         if not visible.any():  # every record hidden at the read time in force: nothing to rank
