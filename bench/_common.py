@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["QUERIES", "fill_users", "log", "median_ratio", "realistic_text", "rss_mib"]
+__all__ = ["QUERIES", "fill_users", "ingest_through", "log", "median_ratio", "realistic_text", "rss_mib"]
 
 _OPENERS = [
     "I",
@@ -74,6 +74,21 @@ def fill_users(mem: Any, users: int, records: int, rng: random.Random) -> list[s
     for user in names:
         mem.add_many([realistic_text(rng) for _ in range(records)], user_id=user)
     return names
+
+
+def ingest_through(url: str, key: str, records: list[dict[str, str]], batch: int, errors: list[str]) -> None:
+    """Add ``records`` through the server at ``url`` in ``add_many`` requests of ``batch``.
+
+    For a thread of a scale-out bench: a failure is appended to ``errors`` (the bench fails on it).
+    """
+    from personamem.client import Client
+
+    try:
+        with Client(url, key, timeout=300) as client:
+            for start in range(0, len(records), batch):
+                client.add_many(records[start : start + batch])
+    except Exception as error:
+        errors.append(f"ingest via {url}: {error!r}")
 
 
 def log(message: str) -> None:

@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import QUERIES, log, realistic_text, rss_mib
+from _common import QUERIES, ingest_through, log, realistic_text, rss_mib
 
 from personamem import PersonaMem
 from personamem.client import Client
@@ -75,14 +75,6 @@ def main() -> int:
             done = threading.Event()
             searches, foreign, errors = [0], [0], []
 
-            def ingest(url: str, records: list[dict[str, str]]) -> None:
-                try:
-                    with Client(url, key, timeout=300) as client:
-                        for start in range(0, len(records), args.batch):
-                            client.add_many(records[start : start + args.batch])
-                except Exception as error:  # reported below; the bench fails on it
-                    errors.append(f"ingest via {url}: {error!r}")
-
             def search() -> None:
                 rng = random.Random(args.seed)
                 users = sorted({user for user, _ in expected})
@@ -94,7 +86,7 @@ def main() -> int:
                         searches[0] += 1
 
             ingesters = [
-                threading.Thread(target=ingest, args=(url, records))
+                threading.Thread(target=ingest_through, args=(url, key, records, args.batch, errors))
                 for url, records in zip((first, second), plans, strict=True)
             ]
             searcher = threading.Thread(target=search)

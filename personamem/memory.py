@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from sqlalchemy.engine import make_url
 
 from personamem.conflicts import ConflictDetector
 from personamem.contract import Context, Hits, MemoryApi, method_of
@@ -122,7 +123,11 @@ class PersonaMem(MemoryApi):
         pipeline: PipelineConfig | str | Path | None = None,
         llm: FrozenLLM | None = None,
     ) -> PersonaMem:
-        """Memory on a SQLAlchemy database (e.g. Postgres) and a Chroma server or folder."""
+        """Memory on a SQLAlchemy database and a Chroma server or folder; PostgreSQL alone needs neither.
+
+        ``PersonaMem.connect("postgresql+psycopg://...")`` keeps the vectors in the same database
+        with pgvector (its ``vector`` extension must be installed on the server).
+        """
         store = Store.connect(sql_url, chroma_url=chroma_url, chroma_path=chroma_path, encoder=encoder)
         return cls._opened(store, _pinned(pipeline), llm)
 
@@ -830,7 +835,9 @@ def open_memory(
 ) -> PersonaMem:
     """The memory that the CLI's and the server's settings name: a local folder unless a SQL URL is given.
 
-    With ``sql_url``, vectors go to the Chroma server at ``chroma_url``, else to ``path/chroma``.
+    With ``sql_url``, vectors go to the Chroma server at ``chroma_url``; without one, a PostgreSQL
+    URL keeps them in the database (pgvector) unless ``path/chroma`` holds them from before, and
+    another database keeps them in ``path/chroma``.
 
     Raises:
         ConfigError: ``chroma_url`` without ``sql_url`` (SQL is the source of truth).
@@ -838,10 +845,20 @@ def open_memory(
     if sql_url:
         if chroma_url:
             return PersonaMem.connect(sql_url, chroma_url=chroma_url, pipeline=pipeline)
+        if vectors_in_database(path, sql_url):
+            return PersonaMem.connect(sql_url, pipeline=pipeline)
         return PersonaMem.connect(sql_url, chroma_path=Path(path) / "chroma", pipeline=pipeline)
     if chroma_url:
         raise ConfigError("a Chroma server URL needs a SQL URL too (the SQL side is the source of truth)")
     return PersonaMem.open(path, pipeline=pipeline)
+
+
+def vectors_in_database(path: str | Path, sql_url: str) -> bool:
+    """Whether :func:`open_memory` without a Chroma server keeps vectors in the SQL database (pgvector).
+
+    True for PostgreSQL, unless ``path/chroma`` holds the vectors of a store made before pgvector.
+    """
+    return make_url(sql_url).get_backend_name() == "postgresql" and not (Path(path) / "chroma").is_dir()
 
 
 def _pinned(pipeline: PipelineConfig | str | Path | None) -> PipelineConfig | None:

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -29,10 +30,12 @@ from personamem.client import Client
 from personamem.store import KeyRing
 from personamem.store.sql import SqlCatalog
 from personamem.store.vectors import VectorIndex
+from personamem.testing.postgres import find_postgres, postgres_cluster
 from personamem.testing.servers import free_port
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "store-after-crash"
 DAMAGED = "\x1ft1\x1fbob"  # the fixture's user whose vectors cannot be read back
+PGVECTOR = find_postgres("vector")
 
 pytestmark = pytest.mark.slow
 
@@ -128,10 +131,10 @@ def test_personamem_check_reports_then_repairs_offline(damaged: Path) -> None:
         assert mem.store.check().ok and mem.tenant("t1").count("bob") == 1242
 
 
-def _serve(store: Path, port: int) -> subprocess.Popen[bytes]:
+def _serve(store: Path, port: int, *options: str) -> subprocess.Popen[bytes]:
     """``personamem serve --workers 2`` in its own process group (so a SIGKILL takes every worker)."""
     command = [
-        sys.executable, "-m", "personamem", "--store", str(store),
+        sys.executable, "-m", "personamem", "--store", str(store), *options,
         "serve", "--port", str(port), "--workers", "2", "--log-level", "warning",
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -171,14 +174,30 @@ def _write_until(
 def test_every_acknowledged_record_is_searchable_after_each_of_five_sigkills(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
-    catalog = SqlCatalog(f"sqlite:///{store / 'personamem.sqlite'}")
+    _survives_sigkills(store, f"sqlite:///{store / 'personamem.sqlite'}", lambda: PersonaMem.open(store))
+
+
+@pytest.mark.server
+@pytest.mark.enable_socket
+@pytest.mark.skipif(PGVECTOR is None, reason="no PostgreSQL binaries with pgvector (pgserver's have it)")
+def test_postgres_alone_loses_no_acknowledged_record_to_five_sigkills(tmp_path: Path) -> None:
+    """The same kills on ``serve --workers 2 --sql-url postgresql://...``: vectors in pgvector."""
+    with postgres_cluster(PGVECTOR) as cluster:
+        url = cluster.create_database()
+        _survives_sigkills(tmp_path / "store", url, lambda: PersonaMem.connect(url), "--sql-url", url)
+
+
+def _survives_sigkills(store: Path, sql_url: str, reopen: Callable[[], PersonaMem], *options: str) -> None:
+    """Kill a two-worker server five times mid-traffic; each restart finds what the round before acked."""
+    store.mkdir(exist_ok=True)
+    catalog = SqlCatalog(sql_url)
     keys = [KeyRing(catalog).create(tenant)[0] for tenant in ("t1", "t2")]
     catalog.close()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     acknowledged: list[tuple] = []  # (key, user, id, text) of the round before the last kill
     for round_ in range(6):  # five kills mid-traffic; each restart checks the round before it
-        server = _serve(store, port)
+        server = _serve(store, port, *options)
         try:
             clients = {key: Client(url, key) for key in keys}
             try:
@@ -210,6 +229,6 @@ def test_every_acknowledged_record_is_searchable_after_each_of_five_sigkills(tmp
         for writer in writers:
             writer.join(30)
         assert acknowledged, "no write was acknowledged before the kill"
-    with PersonaMem.open(store) as mem:
+    with reopen() as mem:
         assert mem.store.check().ok
         assert sum(mem.tenant(t).count() for t in ("t1", "t2")) >= 5 * 4

@@ -334,7 +334,13 @@ def _global(
     ] = None,
     sql_url: Annotated[
         str | None,
-        typer.Option(envvar="PERSONAMEM_SQL_URL", help="SQLAlchemy URL, e.g. postgresql+psycopg://..."),
+        typer.Option(
+            envvar="PERSONAMEM_SQL_URL",
+            help=(
+                "SQLAlchemy URL, e.g. postgresql+psycopg://... (PostgreSQL without --chroma-url keeps "
+                "the vectors too, with pgvector)"
+            ),
+        ),
     ] = None,
     chroma_url: Annotated[
         str | None,

@@ -137,9 +137,12 @@ def serve(
     ServedMethods.allowing(allow_method or [])  # a bad entry is exit 2 here, not an error in every worker
     options = ctx.obj
     if workers > 1 and (kind := network_filesystem(Path(options.path))) is not None:
+        from personamem.memory import vectors_in_database
+
+        in_database = bool(options.sql_url) and vectors_in_database(options.path, options.sql_url)
         embedded = [
             part
-            for part, remote in (("SQLite", options.sql_url), ("Chroma", options.chroma_url))
+            for part, remote in (("SQLite", options.sql_url), ("Chroma", options.chroma_url or in_database))
             if not remote
         ]
         if embedded:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import threading
 import time
@@ -38,9 +39,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sqlalchemy import Connection
 
 from personamem.encoder import Encoder, default_encoder
-from personamem.errors import InvalidInputError, PartialWriteError, StoreError, UnreadableIndexError
+from personamem.errors import (
+    ConfigError,
+    InvalidInputError,
+    PartialWriteError,
+    StoreError,
+    UnreadableIndexError,
+)
 from personamem.records import EventKind, Record, RecordEvent
 from personamem.store.cache import UserCache
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy
@@ -49,6 +57,7 @@ from personamem.store.filters import FilterIndex, Verdict, read_filter
 from personamem.store.indexer import BackgroundIndexer
 from personamem.store.interaction_log import InteractionLog
 from personamem.store.keys import KeyRing
+from personamem.store.pgvectors import PgVectorIndex
 from personamem.store.pseudonyms import Pseudonyms, legacy_collection, new_key
 from personamem.store.recovery import ConsistencyReport, heal, readable, rebuild, scan
 from personamem.store.settings import TenantSetting
@@ -63,6 +72,7 @@ __all__ = ["ConsistencyReport", "Store"]
 SQL_FILE = "personamem.sqlite"
 VECTOR_DIR = "chroma"
 TTL_KEY = "ttl"  # store_info: a default time-to-live in seconds; "ttl:<tenant>" for one tenant
+VECTORS_KEY = "vectors"  # store_info: where the vectors live, "chroma" or "pgvector", fixed at creation
 PIPELINE_KEY = "pipeline"  # store_info: the live pipeline table (JSON); "pipeline:<tenant>" for one tenant
 _NO_PIPELINE = "none"  # the previous live pipeline, where there was none (the package default served)
 
@@ -74,14 +84,17 @@ def _unexpired(records: list[Record]) -> list[Record]:
 
 
 class Store:
-    """Records in SQL and vectors in Chroma, consistent and isolated per user; safe across threads."""
+    """Records in SQL and vectors in Chroma or pgvector, consistent and isolated per user; thread-safe."""
 
-    def __init__(self, catalog: SqlCatalog, index: VectorIndex, encoder: Encoder | None = None) -> None:
+    def __init__(
+        self, catalog: SqlCatalog, index: VectorIndex | PgVectorIndex, encoder: Encoder | None = None
+    ) -> None:
         self.scope = Scope()
         self._owner: Store | None = None  # the store a tenant view was made from
         self.folder: Path | None = None  # a local store's folder (open sets it), for files kept beside it
         self.catalog = catalog
         self.index = index
+        self._claim_vector_home()
         self._encoder = encoder
         self._encoder_checked = False
         self._encoder_lock = threading.Lock()
@@ -100,6 +113,27 @@ class Store:
         self.names = self._pseudonyms()
         self.repair()
         self._sweeper = ExpirySweeper(lambda: self.purge_expired(all_tenants=True))
+
+    def _claim_vector_home(self) -> None:
+        """Record where this store's vectors live on first open; refuse to open it with the other kind.
+
+        Opened on the other kind, every indexed record would silently drop out of dense search. A
+        store from before pgvector (no mark, some records) keeps its vectors in Chroma.
+        """
+        kind = "pgvector" if isinstance(self.index, PgVectorIndex) else "chroma"
+        stored = self.catalog.info(VECTORS_KEY)
+        if stored is None:
+            stored = "chroma" if kind == "pgvector" and self.catalog.count() else kind
+            stored = self.catalog.claim_info(VECTORS_KEY, stored)
+        if stored != kind:
+            self.catalog.close()
+            self.index.close()
+            where = (
+                "in Chroma: give chroma_url or chroma_path (the CLI: --chroma-url)"
+                if stored == "chroma"
+                else "in this PostgreSQL database (pgvector): connect without a Chroma argument"
+            )
+            raise ConfigError(f"this store keeps its vectors {where}; it was opened with {kind}")
 
     def _pseudonyms(self) -> Pseudonyms:
         """The store's keyed pseudonyms; a store from before keys is re-keyed here, once.
@@ -135,14 +169,31 @@ class Store:
         chroma_path: str | Path | None = None,
         encoder: Encoder | None = None,
     ) -> Store:
-        """A store on any SQLAlchemy database and a Chroma server (``chroma_url``) or folder."""
-        if chroma_url is not None and chroma_path is None:
-            index = VectorIndex.http(chroma_url)
-        elif chroma_path is not None and chroma_url is None:
-            index = VectorIndex.persistent(chroma_path)
-        else:
-            raise ValueError("give exactly one of chroma_url (a Chroma server) or chroma_path (a folder)")
-        return cls(SqlCatalog(sql_url), index, encoder)
+        """A store on any SQLAlchemy database and a Chroma server (``chroma_url``) or folder.
+
+        PostgreSQL needs neither: without a Chroma argument the vectors go to the same database
+        (pgvector, ``store/pgvectors.py``), written in the transaction of their records.
+        """
+        if chroma_url is not None and chroma_path is not None:
+            raise ValueError("give one of chroma_url (a Chroma server) or chroma_path (a folder), not both")
+        catalog = SqlCatalog(sql_url)
+        index: VectorIndex | PgVectorIndex
+        try:
+            if chroma_url is not None:
+                index = VectorIndex.http(chroma_url)
+            elif chroma_path is not None:
+                index = VectorIndex.persistent(chroma_path)
+            elif catalog.engine.dialect.name == "postgresql":
+                index = PgVectorIndex(catalog.engine)
+            else:
+                raise ValueError(
+                    "give chroma_url (a Chroma server) or chroma_path (a folder): only PostgreSQL keeps the "
+                    f"vectors itself (pgvector), and {catalog.engine.dialect.name} is not PostgreSQL"
+                )
+        except BaseException:
+            catalog.close()
+            raise
+        return cls(catalog, index, encoder)
 
     def for_tenant(self, tenant: str) -> Store:
         """This store as ``tenant`` sees it: only its users, whose ids may equal other tenants' ids.
@@ -264,11 +315,46 @@ class Store:
             if duplicates is DuplicatePolicy.MERGE_METADATA:
                 return self._merge(near, record)
             record = record.model_copy(update={"duplicate_of": near.id})
-        with self._write_lock:
-            changed = self.catalog.stage([record], self.names, vector)
-        if changed:
-            self._indexer.submit(changed, vector)
+        self._stage([record], vector)
         return self._outward([record])[0]
+
+    def _stage(
+        self,
+        records: list[Record],
+        vectors: np.ndarray,
+        relabel: Sequence[Record] = (),
+        relabel_event: EventKind = "updated",
+    ) -> None:
+        """Write records with their vectors, searchable when this returns.
+
+        With the index in the database (pgvector) they are indexed in the same transaction; else
+        committed pending and queued for the background indexer.
+        """
+        if isinstance(self.index, PgVectorIndex):
+            index = self.index
+
+            def write(
+                connection: Connection, user_id: str, vector_ids: list[str], vectors: np.ndarray
+            ) -> None:
+                index.write(connection, self.names.collection(user_id), vector_ids, vectors)
+
+            with self._write_lock:
+                changed, tokens = self.catalog.stage_indexed(
+                    records, self.names, vectors, write, relabel=relabel, relabel_event=relabel_event
+                )
+                row = {(r.user_id, r.id): i for i, r in enumerate(records)}
+                for user_id, (before, after) in tokens.items():
+                    mine = [r for r in changed if r.user_id == user_id]
+                    ids = [self.names.vector_id(user_id, r.id) for r in mine]
+                    rows = vectors[[row[(user_id, r.id)] for r in mine]]
+                    self.views.advance(user_id, before, after, ids, rows)
+            return
+        with self._write_lock:
+            changed = self.catalog.stage(
+                records, self.names, vectors, relabel=relabel, relabel_event=relabel_event
+            )
+        if changed:
+            self._indexer.submit(changed, vectors)
 
     def _near_duplicate(self, record: Record, vector: np.ndarray, threshold: float) -> Record | None:
         """The user's current record nearest to ``vector`` at ``threshold`` or above, other than itself."""
@@ -371,12 +457,7 @@ class Store:
         vector = self.encoder.encode([new.text])
         with contextlib.suppress(StoreError):  # a queued old record is marked indexed by its hash
             self._indexer.flush()
-        with self._write_lock:
-            changed = self.catalog.stage(
-                [new], self.names, vector, relabel=[ended], relabel_event="superseded"
-            )
-        if changed:
-            self._indexer.submit(changed, vector)
+        self._stage([new], vector, relabel=[ended], relabel_event="superseded")
         return self._outward([new])[0]
 
     @property
@@ -478,15 +559,21 @@ class Store:
                 batch = [records[i] for i in rows]
                 collection = self.names.collection(user_id)
                 vector_ids = [self.names.vector_id(user_id, r.id) for r in batch]
-                try:
-                    self.index.upsert(collection, vector_ids, vectors[rows])
-                except Exception as exc:
-                    raise StoreError(
-                        f"vector index failed while writing {len(batch)} record(s) of user {user_id!r} "
-                        f"({exc}); they are kept as pending in SQL and will be indexed when the store is "
-                        "next opened"
-                    ) from exc
-                tokens = self.catalog.mark_indexed(user_id, batch)
+                if isinstance(self.index, PgVectorIndex):  # the vectors commit with the rows' new status
+                    write = functools.partial(
+                        self.index.write, name=collection, ids=vector_ids, vectors=vectors[rows]
+                    )
+                    tokens = self.catalog.mark_indexed(user_id, batch, write)
+                else:
+                    try:
+                        self.index.upsert(collection, vector_ids, vectors[rows])
+                    except Exception as exc:
+                        raise StoreError(
+                            f"vector index failed while writing {len(batch)} record(s) of user {user_id!r} "
+                            f"({exc}); they are kept as pending in SQL and will be indexed when the store "
+                            "is next opened"
+                        ) from exc
+                    tokens = self.catalog.mark_indexed(user_id, batch)
                 if tokens is None:
                     self.index.drop([collection])
                 else:

@@ -38,22 +38,37 @@ class PostgresBinaries:
         """The path of one of the server's programs."""
         return str(self.folder / name)
 
+    def has_extension(self, name: str) -> bool:
+        """Whether this installation ships extension ``name`` (``vector`` is pgvector).
 
-def find_postgres() -> PostgresBinaries | None:
+        Read from ``pg_config --sharedir`` beside the binaries (or beside what a symlinked
+        ``initdb`` points to, as Debian's ``/usr/local/bin`` links do).
+        """
+        for folder in (self.folder, Path(self.tool("initdb")).resolve().parent):
+            config = folder / "pg_config"
+            if os.access(config, os.X_OK):
+                found = subprocess.run([str(config), "--sharedir"], capture_output=True, text=True)
+                share = Path(found.stdout.strip())
+                return found.returncode == 0 and (share / "extension" / f"{name}.control").is_file()
+        return False
+
+
+def find_postgres(extension: str | None = None) -> PostgresBinaries | None:
     """The system's server binaries when both are on PATH, else the pgserver wheel's; None if neither.
 
     Both programs are taken from one folder, so a cluster is never made by one version and run by
-    another.
+    another. With ``extension``, only an installation that ships it counts (the wheel has pgvector).
     """
+    found: list[PostgresBinaries] = []
     initdb = shutil.which("initdb")
     if initdb is not None and (Path(initdb).parent / "pg_ctl").is_file():
-        return PostgresBinaries(Path(initdb).parent, "PATH")
+        found.append(PostgresBinaries(Path(initdb).parent, "PATH"))
     spec = importlib.util.find_spec("pgserver")
     if spec is not None and spec.submodule_search_locations:
         folder = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
         if all(os.access(folder / name, os.X_OK) for name in ("initdb", "pg_ctl", "postgres")):
-            return PostgresBinaries(folder, "the pgserver wheel")
-    return None
+            found.append(PostgresBinaries(folder, "the pgserver wheel"))
+    return next((b for b in found if extension is None or b.has_extension(extension)), None)
 
 
 @dataclass(frozen=True)

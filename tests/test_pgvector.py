@@ -1,0 +1,159 @@
+"""PostgreSQL alone: records and vectors (pgvector) in one database, no Chroma.
+
+The cluster runs binaries that ship pgvector (the ``pgserver`` wheel's, in the ``dev`` extra; the
+system's where they have it). The crash test is in ``test_crash_recovery.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from personamem import PersonaMem, SentenceEncoder
+from personamem.client import Client
+from personamem.errors import ConfigError
+from personamem.store import KeyRing
+from personamem.store.pgvectors import TABLE, PgVectorIndex
+from personamem.store.sql import SqlCatalog
+from personamem.testing import MemoryContract
+from personamem.testing.postgres import PostgresCluster, find_postgres, postgres_cluster
+from personamem.testing.servers import personamem_server
+
+pytest.importorskip("pgvector", reason='pgvector not installed: pip install "personamem[postgres]"')
+BINARIES = find_postgres("vector")
+pytestmark = pytest.mark.skipif(
+    BINARIES is None, reason='no PostgreSQL binaries with pgvector (pip install "personamem[dev]")'
+)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresCluster]:
+    with postgres_cluster(BINARIES) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def url(postgres: PostgresCluster) -> str:
+    return postgres.create_database()
+
+
+class TestPostgresAloneMemory(MemoryContract):
+    @pytest.fixture
+    def mem(self, url: str, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
+        with PersonaMem.connect(url, encoder=encoder) as memory:
+            assert isinstance(memory.store.index, PgVectorIndex)
+            yield memory
+
+
+def _vector_rows(url: str) -> list[tuple[str, str]]:
+    catalog = SqlCatalog(url)
+    try:
+        with catalog.engine.connect() as connection:
+            rows = connection.execute(text(f"SELECT collection, vector_id FROM {TABLE}"))
+            return [(collection, vector_id) for collection, vector_id in rows]
+    finally:
+        catalog.close()
+
+
+def test_an_add_commits_its_row_and_vector_together(url: str, encoder: SentenceEncoder) -> None:
+    with PersonaMem.connect(url, encoder=encoder) as mem:
+        record = mem.add("alice", "I keep bees on the roof.")
+        names = mem.store.names
+        assert mem.store.catalog.pending() == {}  # nothing waits for a background indexer
+        assert _vector_rows(url) == [(names.collection("alice"), names.vector_id("alice", record.id))]
+        assert mem.search("alice", "honey", k=1, method="dense")[0].record.id == record.id
+
+
+class _NanFor:
+    """The real encoder, except that one text encodes to NaN, which pgvector refuses to store."""
+
+    def __init__(self, real: SentenceEncoder, poison: str) -> None:
+        self.real, self.poison = real, poison
+        self.name, self.dim = real.name, real.dim
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = self.real.encode(texts)
+        vectors[[i for i, t in enumerate(texts) if t == self.poison]] = np.nan
+        return vectors
+
+
+def test_a_vector_the_database_refuses_leaves_no_record_behind(url: str, encoder: SentenceEncoder) -> None:
+    with PersonaMem.connect(url, encoder=_NanFor(encoder, "poison")) as mem:
+        kept = mem.add("alice", "I keep bees on the roof.")
+        with pytest.raises(Exception, match="NaN"):
+            mem.add("alice", "poison")
+        assert [r.id for r in mem.records("alice")] == [kept.id]
+        assert len(_vector_rows(url)) == 1 and mem.store.check().ok
+        assert [e.event for e in mem.history("alice", kept.id)] == ["added"]
+
+
+def test_forget_and_delete_remove_the_vectors_rows(url: str, encoder: SentenceEncoder) -> None:
+    with PersonaMem.connect(url, encoder=encoder) as mem:
+        mem.add_many([{"text": f"Fact {i} about my garden."} for i in range(5)], user_id="alice")
+        [bob] = mem.add_many([{"text": "I collect stamps."}], user_id="bob") and mem.records("bob")
+        gone = mem.records("alice")[0]
+        mem.delete("alice", [gone.id])
+        vector_ids = {vid for _, vid in _vector_rows(url)}
+        assert mem.store.names.vector_id("alice", gone.id) not in vector_ids and len(vector_ids) == 5
+        mem.forget("alice")
+        names = mem.store.names
+        assert _vector_rows(url) == [(names.collection("bob"), names.vector_id("bob", bob.id))]
+        assert mem.store.check().ok
+
+
+def test_a_store_opens_only_with_the_vector_index_it_was_made_with(
+    url: str, tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    with PersonaMem.connect(url, encoder=encoder) as mem:
+        mem.add("alice", "I keep bees on the roof.")
+    with pytest.raises(ConfigError, match="in this PostgreSQL database"):
+        PersonaMem.connect(url, chroma_path=tmp_path / "chroma", encoder=encoder)
+
+
+def test_a_postgres_store_with_chroma_vectors_is_not_opened_without_them(
+    postgres: PostgresCluster, tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    url = postgres.create_database()
+    with PersonaMem.connect(url, chroma_path=tmp_path / "chroma", encoder=encoder) as mem:
+        mem.add("alice", "I keep bees on the roof.")
+    with pytest.raises(ConfigError, match="in Chroma"):
+        PersonaMem.connect(url, encoder=encoder)
+
+
+def test_other_databases_still_need_a_chroma_argument(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="only PostgreSQL keeps the vectors itself"):
+        PersonaMem.connect(f"sqlite:///{tmp_path / 'x.sqlite'}")
+
+
+@pytest.mark.server
+@pytest.mark.enable_socket
+@pytest.mark.slow
+def test_two_servers_on_one_database_serve_each_others_writes(url: str, tmp_path: Path) -> None:
+    """The scale-out shape: two ``serve`` processes (two machines' worth) on one PostgreSQL, no Chroma."""
+    catalog = SqlCatalog(url)
+    key, _ = KeyRing(catalog).create("acme")
+    catalog.close()
+    with (
+        personamem_server(tmp_path / "a", "--sql-url", url) as writer_url,
+        personamem_server(tmp_path / "b", "--sql-url", url, workers=2) as reader_url,
+        Client(writer_url, key) as writer,
+    ):
+        for i in range(8):
+            plant = ["fern", "cactus", "orchid"][i % 3]
+            text_ = f"Turn {i}: I repotted my {plant} number {i} on the balcony."
+            writer.add("u", text_, id=f"t{i}")
+            with Client(reader_url, key) as reader:  # a client per call: both workers answer
+                assert reader.search("u", text_, k=1, method="dense")[0].record.id == f"t{i}", i
+                assert reader.search("u", text_, k=1)[0].record.id == f"t{i}", i
+        writer.delete("u", ["t5"])
+        with Client(reader_url, key) as reader:
+            found = reader.search("u", "fern cactus orchid", k=8, method="dense")
+            assert "t5" not in [h.record.id for h in found]
+        writer.forget("u")
+        with Client(reader_url, key) as reader:
+            assert reader.search("u", "balcony", k=3, method="dense") == []
+    assert not (tmp_path / "a" / "chroma").exists() and not (tmp_path / "b" / "chroma").exists()
