@@ -31,6 +31,11 @@ class TestServerMemory(MemoryContract):
                 m.forget(user)
 
 
-def test_connect_needs_exactly_one_vector_location(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="exactly one"):
+def test_connect_needs_one_vector_location_except_on_postgres(tmp_path: Path) -> None:
+    """Only PostgreSQL keeps vectors itself (pgvector, tests/test_pgvector.py); others need Chroma."""
+    with pytest.raises(ValueError, match="only PostgreSQL keeps the vectors itself"):
         PersonaMem.connect(f"sqlite:///{tmp_path / 'x.sqlite'}")
+    with pytest.raises(ValueError, match="not both"):
+        PersonaMem.connect(
+            f"sqlite:///{tmp_path / 'x.sqlite'}", chroma_url="http://127.0.0.1:1", chroma_path=tmp_path / "c"
+        )

@@ -124,11 +124,6 @@ def test_a_postgres_store_with_chroma_vectors_is_not_opened_without_them(
         PersonaMem.connect(url, encoder=encoder)
 
 
-def test_other_databases_still_need_a_chroma_argument(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="only PostgreSQL keeps the vectors itself"):
-        PersonaMem.connect(f"sqlite:///{tmp_path / 'x.sqlite'}")
-
-
 @pytest.mark.server
 @pytest.mark.enable_socket
 @pytest.mark.slow
