@@ -21,8 +21,9 @@ from typing import Any
 
 from personamem.errors import ConfigError, MethodError, PersonaMemError
 from personamem.llm.base import FrozenLLM
-from personamem.pipeline.config import PERSONALIZERS, PipelineConfig, pipeline_config, read_pipeline_table
+from personamem.pipeline.config import PipelineConfig, pipeline_config, read_pipeline_table
 from personamem.pipeline.pipeline import Pipeline
+from personamem.pipeline.stage_table import STAGES, Stage
 from personamem.retrieval.base import Retriever
 from personamem.store import Store
 
@@ -84,8 +85,12 @@ class MethodSpec:
         return self.name.split("<", 1)[0] if "<" in self.name else None
 
 
-def _personalized(name: str) -> MethodSpec:
-    return MethodSpec(name, PERSONALIZERS[name], lambda _: {"personalizer": name, "first_stage": "dense"})
+def _first_stage(row: Stage) -> MethodSpec:
+    return MethodSpec(row.name, row.summary, lambda _: {"first_stage": row.name})
+
+
+def _personalized(row: Stage) -> MethodSpec:
+    return MethodSpec(row.name, row.summary, lambda _: {"personalizer": row.name, "first_stage": "dense"})
 
 
 def _selected(name: str, selector: str, summary: str) -> MethodSpec:
@@ -100,12 +105,8 @@ def _shipped_adapters() -> tuple[str, ...]:
 
 
 METHODS: tuple[MethodSpec, ...] = (
-    MethodSpec(
-        "dense", "cosine between the query's and the records' vectors", lambda _: {"first_stage": "dense"}
-    ),
-    MethodSpec("bm25", "BM25 over the user's records", lambda _: {"first_stage": "bm25"}),
-    MethodSpec("hybrid", "reciprocal rank fusion of dense and BM25", lambda _: {"first_stage": "hybrid"}),
-    *(_personalized(name) for name in PERSONALIZERS if name != "none"),
+    *(_first_stage(row) for row in STAGES if row.kind == "first_stage"),
+    *(_personalized(row) for row in STAGES if row.kind == "personalizer" and row.name != "none"),
     _selected("random5", "random", "5 of hybrid's top 20 at random (a floor for profile selection)"),
     _selected("earliest5", "earliest", "the 5 oldest of hybrid's top 20"),
     _selected("listwise", "listwise", "a listwise LLM reranker's 5 of hybrid's top 20"),

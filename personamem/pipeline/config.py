@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from personamem.errors import ConfigError
 from personamem.llm.load import DEFAULT_RUNTIME, Runtime
+from personamem.pipeline.stage_table import (
+    STAGES,
+    FirstStage,
+    Stage,
+    StageKind,
+    choices,
+    find_stage,
+    stage_names,
+)
 
 __all__ = [
     "ADAPTER_FUSION",
@@ -30,62 +39,25 @@ __all__ = [
     "SELECTORS",
     "FirstStage",
     "PipelineConfig",
-    "is_memory",
-    "is_query_encoder",
     "load_pipeline",
     "pipeline_config",
     "read_pipeline_table",
 ]
 
-FirstStage = Literal["dense", "bm25", "hybrid"]
-FIRST_STAGES: tuple[str, ...] = ("dense", "bm25", "hybrid")
+FIRST_STAGES: tuple[str, ...] = tuple(stage_names("first_stage"))
 
-PERSONALIZERS: dict[str, str] = {
-    "none": "the query as typed",
-    "pbr": "PBR: P-PRF pseudo utterances and reasoning from the LLM, fused with the P-Anchor",
-    "pbr-no-anchor": "PBR without P-Anchor (P-PRF only)",
-    "pbr-no-prf": "PBR without P-PRF (the P-Anchor only; no LLM)",
-    "hyde": "HyDE: the LLM's hypothetical answer passages",
-    "q2t": "Query2Term: the LLM's related terms",
-    "cot": "CoT: the LLM's step-by-step answer",
-    "thinkqe": "ThinkQE: two rounds of expansion, the second seeing the user's top records",
-    "mill": "MILL: sub-questions and answers, kept where they agree with the user's records",
-    "rewrite-all": "query rewriting with all of the user's knowledge records",
-    "rewrite-str": "query rewriting: select the relevant knowledge records, then reformulate",
-    "rewrite-sar": "query rewriting: select and reformulate in one LLM call",
-}
+PERSONALIZERS: dict[str, str] = stage_names("personalizer")
 """Query personalizers by name: each maps (user, query) to a query vector in the encoder's space."""
 
-LLM_PERSONALIZERS = frozenset(PERSONALIZERS) - {"none", "pbr-no-prf"}
-# rewriting decodes greedily, so its results do not depend on the seed
-_SAMPLING_PERSONALIZERS = LLM_PERSONALIZERS - {"rewrite-all", "rewrite-str", "rewrite-sar"}
+LLM_PERSONALIZERS = frozenset(s.name for s in STAGES if s.kind == "personalizer" and s.needs_llm)
 
-SELECTORS: dict[str, str] = {
-    "none": "the first stage's top profile_k, in its order",
-    "relevance": "the candidates re-scored by cosine to the query",
-    "random": "profile_k candidates drawn at random (seeded by seed, user and query)",
-    "earliest": "the profile_k oldest candidates",
-    "listwise": "a listwise LLM reranker (RankGPT-style)",
-    "purple:<folder>": "PURPLE, a trained Plackett–Luce selector, from a checkpoint folder",
-}
+SELECTORS: dict[str, str] = stage_names("selector")
 """Profile selectors by name: each picks and orders the profile from the first stage's candidates."""
 
-MEMORIES: dict[str, str] = {
-    "none": "no preference memory",
-    "prompted": "MemRerank's memory (within- and cross-category statements), written by the pipeline's LLM",
-    "atomic": "one preference fact per line, written by the pipeline's LLM (a Mem0-style baseline)",
-    "memrerank:<folder>": "a trained MemRerank extractor, from a checkpoint folder",
-}
+MEMORIES: dict[str, str] = stage_names("memory")
 """Preference memories by name: each is written once per history revision and put before the records."""
 
-QUERY_ENCODERS: dict[str, str] = {
-    "auto": "the shipped adapter where it applies (dense or hybrid first stage, no personalizer, the "
-    "encoder it was fitted to), else base",
-    "base": "the store's encoder (the records' own)",
-    "pgret:<folder>": "a PG-Ret-trained query tower, from a checkpoint folder (records keep their vectors)",
-    "adapter:<name>": "a query adapter (a learned map on the store encoder's query vectors): "
-    "a shipped one by name (mixed) or a folder from 'personamem train adapter' or 'personamem improve'",
-}
+QUERY_ENCODERS: dict[str, str] = stage_names("query_encoder")
 """Query towers by name: each maps a query to a vector in the store encoder's space."""
 
 DEFAULT_ADAPTER = "mixed"
@@ -101,7 +73,7 @@ recall@5, recall@10 and nDCG@10, is largest (docs/RESULTS.md)."""
 PLAIN_RRF = (0.5, 60)
 """Plain reciprocal rank fusion: equal weights, Cormack et al.'s k = 60."""
 
-LLM_MEMORIES = frozenset({"prompted", "atomic"})
+LLM_MEMORIES = frozenset(s.name for s in STAGES if s.kind == "memory" and s.needs_llm)
 """The memories the pipeline's LLM writes (a checkpoint brings its own model)."""
 
 
@@ -115,19 +87,24 @@ class PipelineConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    personalizer: str = "none"
-    """Rewrites the query into a personalized vector before retrieval: none, pbr, pbr-no-anchor,
-    pbr-no-prf, hyde, q2t, cot, thinkqe, mill, rewrite-all, rewrite-str, rewrite-sar."""
-    first_stage: FirstStage = "hybrid"
-    """Retrieval over the user's records: dense (cosine), bm25, or hybrid (their reciprocal rank fusion).
-    ``pgret:<checkpoint folder>`` is short for dense with ``query_encoder = "pgret:<folder>"``."""
-    query_encoder: str = "auto"
-    """Encodes the query for dense search and hybrid's dense side: auto (the shipped adapter
-    ``adapter:mixed`` where it applies: no personalizer, a dense or hybrid first stage, the encoder it
-    was fitted to; else base), base (the store's encoder), adapter:<name> (a learned map on the
-    base query vector: a shipped adapter's name or a folder) or pgret:<checkpoint folder> (a
-    PG-Ret-trained query tower). The stored record vectors are used as they are, so nothing is
-    re-indexed."""
+    personalizer: str = Field(
+        default="none",
+        description="Rewrites the query into a personalized vector before retrieval: "
+        f"{choices('personalizer')}.",
+    )
+    first_stage: FirstStage = Field(
+        default="hybrid",
+        description=f"Retrieval over the user's records: {choices('first_stage')} (hybrid: their "
+        "reciprocal rank fusion). ``pgret:<checkpoint folder>`` is short for dense with "
+        '``query_encoder = "pgret:<folder>"``.',
+    )
+    query_encoder: str = Field(
+        default="auto",
+        description="Encodes the query for dense search and hybrid's dense side: "
+        f"{choices('query_encoder')}. auto is the shipped adapter ``adapter:mixed`` where it applies (no "
+        "personalizer, a dense or hybrid first stage, the encoder it was fitted to), else base. The "
+        "stored record vectors are used as they are, so nothing is re-indexed.",
+    )
     dense_weight: float | None = Field(default=None, ge=0, le=1)
     """Hybrid's weight of the dense ranking in reciprocal rank fusion; BM25's is 1 − it. None: 0.8
     when the query goes through an adapter, else 0.5 (plain RRF). ``personamem improve`` fits it
@@ -143,9 +120,10 @@ class PipelineConfig(BaseModel):
     chosen_by: str | None = None
     """Why this first stage serves: ``personamem improve`` writes what it fitted on and how it
     validated; ``context`` reports it with the stage (None: the package's default)."""
-    selector: str = "none"
-    """Picks and orders the profile from the candidates: none, relevance, random, earliest, listwise,
-    purple:<checkpoint folder>."""
+    selector: str = Field(
+        default="none",
+        description=f"Picks and orders the profile from the candidates: {choices('selector')}.",
+    )
     candidates: int = Field(default=20, ge=1)
     """First-stage records the selector chooses from."""
     profile_k: int = Field(default=5, ge=1)
@@ -160,10 +138,12 @@ class PipelineConfig(BaseModel):
     profile is picked from the first stage's top ``candidates`` by maximal marginal relevance with this
     weight on redundancy (``personamem/pipeline/diversity.py``); 0: the first stage's order. 0 lost no
     recall on the benchmarks and every weight above it lost some (docs/RESULTS.md)."""
-    preference_memory: str = "none"
-    """A per-user preference memory put before the records, written once per history and cached: none,
-    prompted (MemRerank's sections, by ``llm``), atomic (one fact per line, by ``llm``),
-    memrerank:<checkpoint folder> (a trained extractor, with its own model)."""
+    preference_memory: str = Field(
+        default="none",
+        description="A per-user preference memory put before the records, written once per history and "
+        f"cached: {choices('memory')} (prompted and atomic are written by ``llm``; a memrerank "
+        "checkpoint brings its own model).",
+    )
     memory_words: int = Field(default=120, ge=1)
     """Word budget of a prompted or atomic memory (statements past it are dropped); it also bounds the
     tokens the LLM writes (1.6 per word). A memrerank checkpoint keeps the budget it was trained with."""
@@ -213,20 +193,9 @@ class PipelineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _known_stages(self) -> PipelineConfig:
-        if self.personalizer not in PERSONALIZERS:
-            raise ValueError(
-                f"unknown personalizer {self.personalizer!r}; choose from: {', '.join(PERSONALIZERS)}"
-            )
-        if not is_selector(self.selector):
-            raise ValueError(f"unknown selector {self.selector!r}; choose from: {', '.join(SELECTORS)}")
-        if not is_memory(self.preference_memory):
-            raise ValueError(
-                f"unknown preference_memory {self.preference_memory!r}; choose from: {', '.join(MEMORIES)}"
-            )
-        if not is_query_encoder(self.query_encoder):
-            raise ValueError(
-                f"unknown query_encoder {self.query_encoder!r}; choose from: {', '.join(QUERY_ENCODERS)}"
-            )
+        for field, kind in _STAGE_FIELDS.items():
+            if find_stage(kind, getattr(self, field)) is None:
+                raise ValueError(f"unknown {field} {getattr(self, field)!r}; choose from: {choices(kind)}")
         if self.ranker not in ("auto", "none") and (
             self.first_stage != "hybrid" or self.personalizer != "none"
         ):
@@ -234,7 +203,7 @@ class PipelineConfig(BaseModel):
                 f"ranker {self.ranker!r} reorders hybrid's candidates: use the hybrid first stage"
             )
         explicit = self.query_encoder not in ("base", "auto")
-        if explicit and self.first_stage == "bm25":
+        if explicit and not self.first_stage_row.takes_vector:
             raise ValueError("a query tower gives a vector: use the dense or hybrid first stage")
         if explicit and self.personalizer != "none":
             raise ValueError(
@@ -243,7 +212,7 @@ class PipelineConfig(BaseModel):
             )
         if self.llm_url is not None and self.llm is None:
             raise ValueError("llm_url needs llm: the name of the model that server serves")
-        if self.personalizer != "none" and self.first_stage == "bm25":
+        if self.personalizer != "none" and not self.first_stage_row.takes_vector:
             raise ValueError("a query personalizer gives a vector: use the dense or hybrid first stage")
         if self.selector != "none" and self.candidates < self.profile_k:
             raise ValueError(f"candidates ({self.candidates}) must be at least profile_k ({self.profile_k})")
@@ -263,39 +232,35 @@ class PipelineConfig(BaseModel):
         )
 
     @property
+    def first_stage_row(self) -> Stage:
+        """The stage table's row of the first stage."""
+        row = find_stage("first_stage", self.first_stage)
+        assert row is not None  # the field's Literal and the table agree (checked at import)
+        return row
+
+    def _rows(self) -> list[Stage]:
+        """The table's rows of the stages this config names (validated: every one exists)."""
+        return [row for f, kind in _STAGE_FIELDS.items() if (row := find_stage(kind, getattr(self, f)))]
+
+    @property
     def needs_llm(self) -> bool:
-        """Whether a stage calls the frozen LLM."""
-        return (
-            self.personalizer in LLM_PERSONALIZERS
-            or self.selector == "listwise"
-            or self.preference_memory in LLM_MEMORIES
-        )
+        """Whether a stage calls the frozen LLM (a row's ``needs_llm``)."""
+        return any(row.needs_llm for row in self._rows())
 
     @property
     def stochastic(self) -> bool:
-        """Whether results depend on the seed (LLM sampling, the random selector)."""
-        return self.personalizer in _SAMPLING_PERSONALIZERS or self.selector == "random"
+        """Whether results depend on the seed (a row's ``stochastic``: LLM sampling, the random selector)."""
+        return any(row.stochastic for row in self._rows())
 
 
-def is_selector(name: str) -> bool:
-    """Whether ``name`` is a selector of :data:`SELECTORS` or ``purple:<folder>``."""
-    return (name in SELECTORS and name != "purple:<folder>") or (
-        name.startswith("purple:") and len(name) > len("purple:")
-    )
-
-
-def is_memory(name: str) -> bool:
-    """Whether ``name`` is a preference memory of :data:`MEMORIES` or ``memrerank:<folder>``."""
-    return (name in MEMORIES and name != "memrerank:<folder>") or (
-        name.startswith("memrerank:") and len(name) > len("memrerank:")
-    )
-
-
-def is_query_encoder(name: str) -> bool:
-    """Whether ``name`` is ``auto``, ``base``, ``adapter:<name>`` or ``pgret:<folder>``."""
-    return name in ("auto", "base") or any(
-        name.startswith(prefix) and len(name) > len(prefix) for prefix in ("pgret:", "adapter:")
-    )
+_STAGE_FIELDS: dict[str, StageKind] = {
+    "personalizer": "personalizer",
+    "first_stage": "first_stage",
+    "query_encoder": "query_encoder",
+    "selector": "selector",
+    "preference_memory": "memory",
+}
+"""The config's fields that name a stage of the table, and the kind each names."""
 
 
 def read_pipeline_table(path: Path) -> dict[str, Any]:

@@ -126,7 +126,7 @@ class Pipeline:
             config.personalizer, store, self.llm, config.seed
         )
         self.selector = selector or build_selector(config.selector, store, self.llm, config.seed)
-        if self.personalizer is not None and config.first_stage == "bm25":
+        if self.personalizer is not None and not config.first_stage_row.takes_vector:
             raise ValueError("a query personalizer gives a vector: use the dense or hybrid first stage")
         self.query_encoder_name = resolve_query_encoder(config, store)
         self.query_encoder = build_query_encoder(self.query_encoder_name, store)

@@ -1,27 +1,22 @@
-"""Built-in stages by name: the personalizers, profile selectors and preference memories a config names.
+"""Built-in stages by name: the components the rows of the stage table build, and the learned ranker.
 
 Each builder returns ``None`` for ``"none"``; a user's own :class:`QueryPersonalizer` or
-:class:`ProfileSelector` is passed to :class:`~personamem.pipeline.Pipeline` directly instead.
+:class:`ProfileSelector` is passed to :class:`~personamem.pipeline.Pipeline` directly instead. What
+each name is and needs is in ``pipeline/stage_table.py``; here are the checks every row shares.
 """
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
-from personamem.encoder import Encoder, SentenceEncoder
+from personamem.encoder import Encoder
 from personamem.errors import MethodError
 from personamem.llm.base import FrozenLLM
-from personamem.personalize import EXPANSIONS, PBR, LLMExpansion, PAnchor, QueryPersonalizer
+from personamem.personalize import QueryPersonalizer
 from personamem.pipeline.config import ADAPTER_FUSION, DEFAULT_ADAPTER, DEFAULT_RANKER, PipelineConfig
+from personamem.pipeline.stage_table import StageInputs, StageKind, choices, find_stage
 from personamem.preference import PreferenceMemories, PromptedExtractor
-from personamem.profile import (
-    EarliestSelector,
-    ListwiseSelector,
-    ProfileSelector,
-    RandomSelector,
-    RelevanceSelector,
-)
+from personamem.profile import ProfileSelector
 from personamem.retrieval.bm25 import BM25Retriever
 from personamem.store import Store
 
@@ -39,28 +34,26 @@ __all__ = [
     "resolve_ranker",
 ]
 
-_TOKENS_PER_WORD = 1.6
-"""Tokens an extractor may write per memory word: headers and evidence labels cost tokens too (the
-extractor's own default is 192 tokens for 120 words)."""
+
+def _built(kind: StageKind, label: str, name: str, inputs: StageInputs) -> Any:
+    """The component the stage table's row for ``name`` builds (None for a row that builds nothing).
+
+    Raises:
+        MethodError: an unknown name, or a stage that needs a frozen LLM without one.
+    """
+    row = find_stage(kind, name)
+    if row is None:
+        raise MethodError(f"unknown {label} {name!r}; choose from: {choices(kind)}")
+    if row.needs_llm and inputs.llm is None:
+        raise MethodError(f"{label} {name!r} needs a frozen LLM")
+    argument = row.argument(name)
+    return None if row.build is None or argument is None else row.build(inputs, argument)
 
 
 def build_personalizer(name: str, store: Store, llm: FrozenLLM | None, seed: int) -> QueryPersonalizer | None:
-    """The personalizer called ``name`` (see :data:`~personamem.pipeline.config.PERSONALIZERS`)."""
-    if name == "none":
-        return None
-    if name == "pbr-no-prf":
-        return PBR(store, None, PAnchor(store), seed=seed)
-    if llm is None:
-        raise MethodError(f"personalizer {name!r} needs a frozen LLM")
-    if name in ("pbr", "pbr-no-anchor"):
-        return PBR(store, llm, PAnchor(store) if name == "pbr" else None, seed=seed)
-    if name in EXPANSIONS:
-        return LLMExpansion(store, llm, name, seed=seed)  # type: ignore[arg-type]  # checked just above
-    if name.startswith("rewrite-"):
-        from personamem.rewriting.personalizer import RewritePersonalizer
-
-        return RewritePersonalizer(store, llm, name.removeprefix("rewrite-"), seed=seed)  # type: ignore[arg-type]
-    raise MethodError(f"unknown personalizer {name!r}")
+    """The personalizer called ``name`` (a row of :data:`~personamem.pipeline.stage_table.STAGES`)."""
+    built = _built("personalizer", "personalizer", name, StageInputs(store, llm, seed))
+    return cast("QueryPersonalizer | None", built)
 
 
 def resolve_query_encoder(config: PipelineConfig, store: Store) -> str:
@@ -81,7 +74,7 @@ def resolve_query_encoder(config: PipelineConfig, store: Store) -> str:
 
 
 def build_query_encoder(name: str, store: Store) -> Encoder:
-    """The query tower ``name`` names (see :data:`~personamem.pipeline.config.QUERY_ENCODERS`).
+    """The query tower ``name`` names (a row of :data:`~personamem.pipeline.stage_table.STAGES`).
 
     Raises:
         CheckpointError: a PG-Ret checkpoint or query adapter that is missing, broken or trained
@@ -90,15 +83,10 @@ def build_query_encoder(name: str, store: Store) -> Encoder:
     """
     if name == "base":
         return store.encoder
-    if name.startswith("pgret:"):
-        from personamem.retrieval.query_tower import QueryTower  # sentence-transformers, loaded when used
-
-        return QueryTower.load(name.removeprefix("pgret:"), store.encoder)
-    if name.startswith("adapter:"):
-        from personamem.retrieval.query_adapter import QueryAdapter
-
-        return QueryAdapter.load(name.removeprefix("adapter:"), store.encoder)
-    raise MethodError(f"unknown query encoder {name!r}")
+    if name == "auto":
+        raise MethodError("query encoder 'auto' must be resolved first (resolve_query_encoder)")
+    built = _built("query_encoder", "query encoder", name, StageInputs(store))
+    return cast(Encoder, built)
 
 
 def resolve_ranker(config: PipelineConfig, query_encoder: str) -> str | None:
@@ -142,62 +130,30 @@ def build_ranker(
 
 
 def build_selector(name: str, store: Store, llm: FrozenLLM | None, seed: int) -> ProfileSelector | None:
-    """The selector called ``name`` (see :data:`~personamem.pipeline.config.SELECTORS`).
+    """The selector called ``name`` (a row of :data:`~personamem.pipeline.stage_table.STAGES`).
 
     Raises:
         MethodError: ``listwise`` without an LLM, or PURPLE over an encoder without token states.
         CheckpointError: a PURPLE checkpoint folder that is missing, broken or for another encoder.
     """
-    if name == "none":
-        return None
-    if name == "relevance":
-        return RelevanceSelector(store.encoder)
-    if name == "random":
-        return RandomSelector(seed)
-    if name == "earliest":
-        return EarliestSelector()
-    if name == "listwise":
-        if llm is None:
-            raise MethodError("selector 'listwise' needs a frozen LLM")
-        return ListwiseSelector(llm)
-    if name.startswith("purple:"):
-        from personamem.profile.purple.selector import PurpleSelector  # torch, loaded only when used
-
-        if not isinstance(store.encoder, SentenceEncoder):
-            raise MethodError("PURPLE reads the encoder's token states: it needs a SentenceEncoder store")
-        return PurpleSelector.load(name.removeprefix("purple:"), store.encoder)
-    raise MethodError(f"unknown selector {name!r}")
+    return cast("ProfileSelector | None", _built("selector", "selector", name, StageInputs(store, llm, seed)))
 
 
 def build_extractor(config: PipelineConfig, llm: FrozenLLM | None) -> PromptedExtractor | None:
-    """The extractor ``config.preference_memory`` names (see :data:`~personamem.pipeline.config.MEMORIES`).
+    """The extractor ``config.preference_memory`` names (a row of the stage table).
 
     ``llm`` writes prompted and atomic memories. Pass the backend itself, not the pipeline's metered
     view: a rebuild runs in its own thread under the memory's own deadline (``memory_timeout_s``),
-    outside any one call's metering.
+    outside any one call's metering. The extractor needs no store.
 
     Raises:
         MethodError: ``prompted`` or ``atomic`` without an LLM.
         CheckpointError: a ``memrerank`` checkpoint folder that is missing or broken.
         MissingExtraError: ``memrerank`` without peft installed.
     """
-    name = config.preference_memory
-    if name == "none":
-        return None
-    if name.startswith("memrerank:"):
-        from personamem.preference.checkpoint import load_extractor  # peft, loaded only when used
-
-        return load_extractor(name.removeprefix("memrerank:"))
-    if llm is None:
-        raise MethodError(f"preference memory {name!r} needs a frozen LLM")
-    if name not in ("prompted", "atomic"):
-        raise MethodError(f"unknown preference memory {name!r}")
-    return PromptedExtractor(
-        llm,
-        style="sections" if name == "prompted" else "atomic",
-        max_words=config.memory_words,
-        max_tokens=math.ceil(config.memory_words * _TOKENS_PER_WORD),
-    )
+    inputs = StageInputs(llm=llm, seed=config.seed, memory_words=config.memory_words)
+    built = _built("memory", "preference memory", config.preference_memory, inputs)
+    return cast("PromptedExtractor | None", built)
 
 
 def build_memories(config: PipelineConfig, store: Store, llm: FrozenLLM | None) -> PreferenceMemories | None:
