@@ -51,7 +51,6 @@ from personamem.errors import PersonaMemError
 from personamem.llm.base import Usage
 from personamem.memory import PersonaMem
 from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
-from personamem.preference import PreferenceMemory
 from personamem.records import JsonScalar, RecordKind, check_user_id
 from personamem.store.history import key_actor, set_actor
 from personamem.store.keys import ApiKey, KeyScope, require_scope
@@ -321,17 +320,12 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         """
         with _tool_errors():
             mem = memory_for(ctx, KeyScope.READ)
-            user = check_user_id(user_id)
-            memories = mem.pipeline().memories
-            if memories is None:
+            if mem.pipeline().memories is None:
                 raise ToolError(
                     "this server keeps no preference memory (its pipeline's preference_memory is 'none'); "
                     "use `context` or `recall`"
                 )
-            found = memories.cached(user)
-            revision = mem.store.revision(user)
-        memory = found or PreferenceMemory(user, extractor=memories.name)
-        return {**memory.to_json(), "stale": revision is not None and memory.revision != revision}
+            return mem.stored_memory(user_id).to_json()
 
     return server
 

@@ -42,7 +42,7 @@ from personamem.preference import PreferenceMemories, PreferenceMemory, Prompted
 from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordEvent, RecordKind, check_user_id, parse_record, parse_records
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
-from personamem.store import Store
+from personamem.store import KeyRing, Store
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
 from personamem.store.timeline import reading
 
@@ -824,6 +824,46 @@ class PersonaMem(MemoryApi):
     def count(self, user_id: str | None = None) -> int:
         """Records of one user, or of all users."""
         return self.store.count(None if user_id is None else check_user_id(user_id))
+
+    # -- what the server, MCP and the inspector read besides the records ---------------------------
+
+    @property
+    def tenant_name(self) -> str | None:
+        """The tenant this memory serves (a view from :meth:`tenant`); None for the whole store."""
+        return self.store.tenant
+
+    @property
+    def keys(self) -> KeyRing:
+        """The API keys kept in the store's database (each names its tenant)."""
+        return self.store.keys
+
+    def record_counts(self) -> dict[str, int]:
+        """Records per user, for the users with any."""
+        return self.store.count_by_user()
+
+    def last_calls(self) -> dict[str, str]:
+        """The time of each user's latest logged call (ISO 8601, UTC), for the users with any."""
+        return self.store.last_calls()
+
+    def calls(self, user_id: str, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The user's latest ``limit`` logged calls, newest first, with feedback and the LLM's view."""
+        return self.store.interactions.calls(check_user_id(user_id), limit=limit)
+
+    def stored_memory(self, user_id: str) -> PreferenceMemory:
+        """The user's preference memory as last built, without building one (no LLM call).
+
+        ``stale`` as :meth:`~personamem.preference.PreferenceMemories.stored` says: the records
+        changed since, or the user has records and no memory yet.
+
+        Raises:
+            MethodError: the pipeline keeps no preference memory.
+        """
+        memories = self.pipeline().memories
+        if memories is None:
+            raise MethodError(
+                "this memory's pipeline keeps no preference memory (preference_memory is 'none')"
+            )
+        return memories.stored(check_user_id(user_id))
 
 
 def open_memory(

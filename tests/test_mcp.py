@@ -140,6 +140,12 @@ async def test_preferences_reads_the_stored_memory_and_never_calls_the_llm(
             assert (await _call(client, "preferences", user_id="ana"))["stale"] is True
             nobody = await _call(client, "preferences", user_id="nobody")
             assert (nobody["within"], nobody["cross"], nobody["stale"]) == ({}, [], False)
+            mem.add("bo", "I collect stamps.")  # records, and no memory built from them yet
+            never_built = await _call(client, "preferences", user_id="bo")
+            assert (never_built["within"], never_built["stale"]) == ({}, True)
+            # one view of a stored memory: the inspector's /v1/ui/memory returns the SDK's stored_memory
+            for user in ("ana", "nobody", "bo"):
+                assert await _call(client, "preferences", user_id=user) == mem.stored_memory(user).to_json()
         assert llm.calls == 0
 
 

@@ -125,6 +125,19 @@ def test_runtime_never_imports_the_harness_or_the_trainers() -> None:
     assert sorted(set(offenders) - door) == []
 
 
+def test_the_surfaces_reach_the_store_only_through_the_facade() -> None:
+    """The REST server, the inspector and MCP call ``PersonaMem``'s methods, never its ``.store``."""
+    package = Path(personamem.__file__).parent
+    surfaces = [*(package / "server").glob("*.py"), package / "mcp_server.py"]
+    reached = [
+        f"{path.relative_to(package)}:{node.lineno}: {ast.unparse(node)}"
+        for path in surfaces
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and node.attr == "store"
+    ]
+    assert reached == []
+
+
 def test_nothing_imports_the_command_line() -> None:
     """The CLI is the top of the import graph: no runtime, harness, trainer or adapter module imports it."""
     root = Path(personamem.__file__).parent

@@ -53,6 +53,17 @@ class PreferenceMemories:
         value = self.store.latest(user_id, NAMESPACE, self.name)
         return None if value is None else PreferenceMemory.from_json(value)
 
+    def stored(self, user_id: str) -> PreferenceMemory:
+        """The stored memory as it is, never built here: what the inspector and MCP show.
+
+        ``stale`` when the user's records changed since it was built, or when the user has records
+        and no memory yet (the next ``context`` builds one); an unknown user gets an empty memory
+        that is not stale (there is nothing to build from).
+        """
+        revision = self.store.revision(user_id)
+        memory = self.cached(user_id) or PreferenceMemory(user_id, extractor=self.name)
+        return replace(memory, stale=revision is not None and memory.revision != revision)
+
     def get(self, user_id: str) -> PreferenceMemory:
         """The user's memory for their current history, rebuilt if stale within ``timeout_s``.
 

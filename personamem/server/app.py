@@ -174,7 +174,7 @@ def _mcp_access(request: Request) -> tuple[PersonaMem, ApiKey]:
 
 
 def _tenant_name(tenant: PersonaMem) -> str:
-    name = tenant.store.tenant
+    name = tenant.tenant_name
     assert name is not None  # the auth dependencies give tenant views only
     return name
 
@@ -225,7 +225,7 @@ def create_app(
     def health() -> JSONResponse:
         """Whether the store answers (for load balancers); needs no key and names no tenant."""
         try:
-            mem.store.keys.tenant_of("pm_health_check")
+            mem.keys.tenant_of("pm_health_check")
         except StoreError as exc:
             log.warning("health check failed: %s", exc)
             return JSONResponse({"status": "unavailable"}, 503)
@@ -403,13 +403,13 @@ def create_app(
     @app.get("/v1/keys", tags=["keys"], response_model=KeysOut)
     def keys(tenant: Admin) -> Response:
         """The tenant's API keys, oldest first: ids, scopes, rates, labels (never the secrets)."""
-        listed = tenant.store.keys.list(_tenant_name(tenant))
+        listed = tenant.keys.list(_tenant_name(tenant))
         return _answer(KeysOut(keys=[KeyOut.of(key) for key in listed]))
 
     @app.post("/v1/keys", status_code=201, tags=["keys"], response_model=NewKeyOut)
     def create_key(body: KeyIn, tenant: Admin) -> Response:
         """A new key for the caller's tenant (``scope``, ``rate`` per minute); the key is shown this once."""
-        key, listing = tenant.store.keys.create(
+        key, listing = tenant.keys.create(
             _tenant_name(tenant), label=body.label, scope=body.scope, rate=body.rate
         )
         return _answer(NewKeyOut(key=key, **KeyOut.of(listing).model_dump()), 201)
@@ -418,7 +418,7 @@ def create_app(
     def revoke_key(key_id: str, tenant: Admin) -> Response:
         """Revoke one of the tenant's keys (every worker refuses it from the next request); 404 if not its."""
         try:
-            revoked = tenant.store.keys.revoke(key_id, tenant=_tenant_name(tenant))
+            revoked = tenant.keys.revoke(key_id, tenant=_tenant_name(tenant))
         except InvalidInputError:
             raise HTTPException(404, f"this tenant has no API key {key_id!r}") from None
         return _answer(KeyOut.of(revoked))

@@ -55,9 +55,7 @@ def install_ui(app: FastAPI) -> None:
     def users(tenant: Reader, q: str = "", offset: int = 0, limit: int = 100) -> dict[str, Any]:
         """The tenant's users, their record counts and last logged call; ``q`` filters by substring."""
         _page(offset, limit)
-        store = tenant.store
-        counts = {u: n for key, n in store.catalog.count_by_user().items() if (u := store.scope.user(key))}
-        last = {u: t for key, t in store.catalog.last_calls().items() if (u := store.scope.user(key))}
+        counts, last = tenant.record_counts(), tenant.last_calls()
         names = sorted(u for u in tenant.users() if q.lower() in u.lower())
         rows = [{"user_id": u, "records": counts.get(u, 0), "last_call": last.get(u)} for u in names]
         return {"count": len(rows), "users": rows[offset : offset + limit]}
@@ -93,15 +91,9 @@ def install_ui(app: FastAPI) -> None:
     @app.get("/v1/ui/memory", tags=["inspector"])
     def memory(user_id: str, tenant: Reader) -> dict[str, Any]:
         """The user's stored preference memory, read without the LLM (``stale``: records changed since)."""
-        user = check_user_id(user_id)
-        memories = tenant.pipeline().memories
-        if memories is None:
+        if tenant.pipeline().memories is None:
             return {"configured": False}
-        found = memories.cached(user)
-        revision = tenant.store.revision(user)
-        body = found.to_json() if found is not None else {"statements": [], "text": ""}
-        stale = found is None or (revision is not None and found.revision != revision)
-        return {"configured": True, **body, "stale": stale}
+        return {"configured": True, **tenant.stored_memory(user_id).to_json()}
 
     @app.get("/v1/ui/calls", tags=["inspector"])
     def calls(user_id: str, tenant: Reader, limit: int = 50) -> dict[str, Any]:
@@ -109,7 +101,7 @@ def install_ui(app: FastAPI) -> None:
         _page(0, limit)
         return {
             "logging": tenant.config.log_interactions,
-            "calls": tenant.store.interactions.calls(check_user_id(user_id), limit=limit),
+            "calls": tenant.calls(user_id, limit=limit),
         }
 
     @app.post("/v1/ui/compare", tags=["inspector"])

@@ -715,6 +715,14 @@ class Store:
         """Users with records, sorted (a tenant view: that tenant's users only)."""
         return [user for key in self.catalog.users() if (user := self.scope.user(key)) is not None]
 
+    def count_by_user(self) -> dict[str, int]:
+        """Records per user of this view (users without records are absent)."""
+        return {u: n for key, n in self.catalog.count_by_user().items() if (u := self.scope.user(key))}
+
+    def last_calls(self) -> dict[str, str]:
+        """The time of each of this view's users' latest logged call (ISO 8601, UTC)."""
+        return {u: t for key, t in self.catalog.last_calls().items() if (u := self.scope.user(key))}
+
     def count(self, user_id: str | None = None) -> int:
         """Records of one user, or of all users (of this view)."""
         if user_id is not None:
