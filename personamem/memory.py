@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlalchemy.engine import make_url
 
+from personamem.components import Components
 from personamem.conflicts import ConflictDetector
 from personamem.contract import Context, Hits, MemoryApi, method_of
 from personamem.encoder import Encoder
@@ -36,9 +37,8 @@ from personamem.llm.base import FrozenLLM
 from personamem.methods import ServedMethods, check_llm, method_config
 from personamem.pipeline import Pipeline, PipelineConfig, load_pipeline
 from personamem.pipeline.config import LLM_MEMORIES, pipeline_config
-from personamem.pipeline.stages import build_extractor
 from personamem.portability import Imported, export_lines, read_export, write_export
-from personamem.preference import PreferenceMemories, PreferenceMemory, PromptedExtractor, SetwiseReranker
+from personamem.preference import PreferenceMemories, PreferenceMemory, SetwiseReranker
 from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordEvent, RecordKind, check_user_id, parse_record, parse_records
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
@@ -66,6 +66,8 @@ class PersonaMem(MemoryApi):
             LLM, deadline, seed and budget.
         llm: the frozen LLM for LLM stages; without it, ``pipeline.llm`` names one to load when
             first needed.
+        components: the loaded LLMs and extractors to share (:meth:`tenant` passes its own, so a
+            model loads once for every view); leave it out otherwise.
 
     Examples:
         >>> with PersonaMem.open("~/.personamem") as mem:  # doctest: +SKIP
@@ -75,20 +77,23 @@ class PersonaMem(MemoryApi):
     """
 
     def __init__(
-        self, store: Store, *, pipeline: PipelineConfig | None = None, llm: FrozenLLM | None = None
+        self,
+        store: Store,
+        *,
+        pipeline: PipelineConfig | None = None,
+        llm: FrozenLLM | None = None,
+        components: Components | None = None,
     ) -> None:
         self.store = store
         self._pinned = pipeline  # None: serve the store's live pipeline (see config)
         self._live: tuple[str | None, PipelineConfig] = (None, PipelineConfig())  # (stored table, parsed)
-        self._llm = llm
-        self._llms: dict[str, FrozenLLM] = {}
+        # LLMs and extractors, loaded once for this memory and its tenant views (they pass theirs)
+        self._components = components or Components(llm)
         self._pipelines: dict[PipelineConfig, Pipeline] = {}
         self._methods: dict[str, PipelineConfig] = {}  # a pipeline:<file> is read once
         self._tenants: dict[str, PersonaMem] = {}
-        self._extractors: dict[tuple[object, ...], PromptedExtractor] = {}  # shared with tenant views
         self._memories: dict[tuple[object, ...], PreferenceMemories] = {}  # over this view's store
         self._lock = threading.Lock()  # this object's pipeline builds
-        self._load_lock = threading.Lock()  # LLM and extractor loads, shared with the tenant views
         self._views_lock = threading.Lock()  # making tenant views
         self._dense = DenseRetriever(store)
         self._bm25 = BM25Retriever(store)
@@ -163,9 +168,9 @@ class PersonaMem(MemoryApi):
         with self._views_lock:
             view = self._tenants.get(name)
             if view is None:  # kept: its pipelines and BM25 caches outlive the call
-                view = PersonaMem(self.store.for_tenant(name), pipeline=self._pinned, llm=self._llm)
-                # an LLM or a memory checkpoint named by the config loads once
-                view._llms, view._extractors, view._load_lock = self._llms, self._extractors, self._load_lock
+                view = PersonaMem(
+                    self.store.for_tenant(name), pipeline=self._pinned, components=self._components
+                )
                 view.duplicates, view.duplicate_threshold = self.duplicates, self.duplicate_threshold
                 view.served_methods = self.served_methods
                 self._tenants[name] = view
@@ -735,13 +740,8 @@ class PersonaMem(MemoryApi):
         if config.preference_memory == "none":
             return None
         writer = llm if config.preference_memory in LLM_MEMORIES else None
+        extractor = self._components.extractor(config, writer)  # a checkpoint loads once for every view
         key = (config.preference_memory, config.memory_words, id(writer))
-        with self._load_lock:  # a trained extractor's checkpoint loads once for every tenant view
-            extractor = self._extractors.get(key)
-            if extractor is None:
-                extractor = build_extractor(config, writer)
-                assert extractor is not None  # every name but "none" builds one
-                self._extractors[key] = extractor
         memories = self._memories.get((*key, config.memory_timeout_s))
         if memories is None:
             memories = PreferenceMemories(self.store, extractor, timeout_s=config.memory_timeout_s)
@@ -756,7 +756,7 @@ class PersonaMem(MemoryApi):
         with self._lock:
             found = self._pipelines.get(config)
             if found is None:
-                llm = self._llm_for(config) if config.needs_llm else self._llm
+                llm = self._llm_for(config) if config.needs_llm else self._components.given
                 check_llm(what, config, llm)
                 memories = self._memories_for(config, llm)
                 found = self._pipelines[config] = Pipeline(
@@ -765,23 +765,8 @@ class PersonaMem(MemoryApi):
             return found
 
     def _llm_for(self, config: PipelineConfig) -> FrozenLLM | None:
-        """The LLM given to the constructor, else the one ``config.llm`` names (loaded once).
-
-        With ``config.llm_url`` it is that server's model, reached through the OpenAI-compatible backend.
-        """
-        if self._llm is not None or config.llm is None:
-            return self._llm
-        name = f"{config.llm}@{config.llm_url}" if config.llm_url else config.llm
-        if not config.llm_url:
-            name = f"{name}:{config.llm_runtime}:{config.llm_threads}"
-        with self._load_lock:  # loaded once for every tenant view
-            if name not in self._llms:
-                from personamem.llm.load import load_llm
-
-                self._llms[name] = load_llm(
-                    config.llm, runtime=config.llm_runtime, url=config.llm_url, threads=config.llm_threads
-                )
-            return self._llms[name]
+        """The LLM given at construction, else the one ``config.llm`` names (loaded once for every view)."""
+        return self._components.llm(config)
 
     def search_vector(self, user_id: str, vector: np.ndarray, k: int = 5) -> list[Hit]:
         """The user's top ``k`` records for a ready query vector (e.g. a personalized one from PBR).
