@@ -64,6 +64,7 @@ from personamem.store.settings import TenantSetting
 from personamem.store.sql import PSEUDONYM_KEY, SqlCatalog
 from personamem.store.tenants import Scope
 from personamem.store.timeline import Timeline
+from personamem.store.vector_home import VectorHome, claim_vector_home, vector_index
 from personamem.store.vectors import VectorIndex
 from personamem.store.views import UserView, VectorViews, best
 
@@ -72,7 +73,6 @@ __all__ = ["ConsistencyReport", "Store"]
 SQL_FILE = "personamem.sqlite"
 VECTOR_DIR = "chroma"
 TTL_KEY = "ttl"  # store_info: a default time-to-live in seconds; "ttl:<tenant>" for one tenant
-VECTORS_KEY = "vectors"  # store_info: where the vectors live, "chroma" or "pgvector", fixed at creation
 PIPELINE_KEY = "pipeline"  # store_info: the live pipeline table (JSON); "pipeline:<tenant>" for one tenant
 _NO_PIPELINE = "none"  # the previous live pipeline, where there was none (the package default served)
 
@@ -86,15 +86,18 @@ def _unexpired(records: list[Record]) -> list[Record]:
 class Store:
     """Records in SQL and vectors in Chroma or pgvector, consistent and isolated per user; thread-safe."""
 
-    def __init__(
-        self, catalog: SqlCatalog, index: VectorIndex | PgVectorIndex, encoder: Encoder | None = None
-    ) -> None:
+    def __init__(self, catalog: SqlCatalog, index: VectorHome, encoder: Encoder | None = None) -> None:
         self.scope = Scope()
         self._owner: Store | None = None  # the store a tenant view was made from
         self.folder: Path | None = None  # a local store's folder (open sets it), for files kept beside it
         self.catalog = catalog
         self.index = index
-        self._claim_vector_home()
+        try:
+            claim_vector_home(catalog, index)
+        except ConfigError:
+            catalog.close()
+            index.close()
+            raise
         self._encoder = encoder
         self._encoder_checked = False
         self._encoder_lock = threading.Lock()
@@ -113,27 +116,6 @@ class Store:
         self.names = self._pseudonyms()
         self.repair()
         self._sweeper = ExpirySweeper(lambda: self.purge_expired(all_tenants=True))
-
-    def _claim_vector_home(self) -> None:
-        """Record where this store's vectors live on first open; refuse to open it with the other kind.
-
-        Opened on the other kind, every indexed record would silently drop out of dense search. A
-        store from before pgvector (no mark, some records) keeps its vectors in Chroma.
-        """
-        kind = "pgvector" if isinstance(self.index, PgVectorIndex) else "chroma"
-        stored = self.catalog.info(VECTORS_KEY)
-        if stored is None:
-            stored = "chroma" if kind == "pgvector" and self.catalog.count() else kind
-            stored = self.catalog.claim_info(VECTORS_KEY, stored)
-        if stored != kind:
-            self.catalog.close()
-            self.index.close()
-            where = (
-                "in Chroma: give chroma_url or chroma_path (the CLI: --chroma-url)"
-                if stored == "chroma"
-                else "in this PostgreSQL database (pgvector): connect without a Chroma argument"
-            )
-            raise ConfigError(f"this store keeps its vectors {where}; it was opened with {kind}")
 
     def _pseudonyms(self) -> Pseudonyms:
         """The store's keyed pseudonyms; a store from before keys is re-keyed here, once.
@@ -174,22 +156,9 @@ class Store:
         PostgreSQL needs neither: without a Chroma argument the vectors go to the same database
         (pgvector, ``store/pgvectors.py``), written in the transaction of their records.
         """
-        if chroma_url is not None and chroma_path is not None:
-            raise ValueError("give one of chroma_url (a Chroma server) or chroma_path (a folder), not both")
         catalog = SqlCatalog(sql_url)
-        index: VectorIndex | PgVectorIndex
         try:
-            if chroma_url is not None:
-                index = VectorIndex.http(chroma_url)
-            elif chroma_path is not None:
-                index = VectorIndex.persistent(chroma_path)
-            elif catalog.engine.dialect.name == "postgresql":
-                index = PgVectorIndex(catalog.engine)
-            else:
-                raise ValueError(
-                    "give chroma_url (a Chroma server) or chroma_path (a folder): only PostgreSQL keeps the "
-                    f"vectors itself (pgvector), and {catalog.engine.dialect.name} is not PostgreSQL"
-                )
+            index = vector_index(catalog, chroma_url=chroma_url, chroma_path=chroma_path)
         except BaseException:
             catalog.close()
             raise
