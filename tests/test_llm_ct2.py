@@ -11,6 +11,7 @@ from scipy.stats import spearmanr
 
 from personamem.cli import main
 from personamem.console import out
+from personamem.errors import ConfigError
 from personamem.llm import FrozenLLM, LLMError, TransformersLLM
 from personamem.llm.ct2 import CTranslate2LLM, default_threads
 from personamem.llm.load import load_llm
@@ -116,7 +117,7 @@ def test_thread_count_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert default_threads() == 3
     for bad in ("0", "two"):
         monkeypatch.setenv("PERSONAMEM_LLM_THREADS", bad)
-        with pytest.raises(LLMError, match="PERSONAMEM_LLM_THREADS"):
+        with pytest.raises(ConfigError, match="PERSONAMEM_LLM_THREADS"):
             default_threads()
     monkeypatch.delenv("PERSONAMEM_LLM_THREADS")
     assert default_threads() >= 1

@@ -13,6 +13,7 @@ from rich.table import Table
 from personamem.console import err, out
 from personamem.errors import MissingExtraError
 from personamem.methods import ServedMethods
+from personamem.settings import settings
 from personamem.store.keys import KeyScope
 
 __all__ = ["keys_app", "serve"]
@@ -160,16 +161,17 @@ def serve(
                 "with `personamem keys create --tenant NAME`"
             )
     config = options.config_file
-    settings = {
+    env = settings()  # what this process was given, for the workers to inherit
+    worker_env = {
         "PERSONAMEM_STORE": str(options.path),
         "PERSONAMEM_SQL_URL": options.sql_url or "",
         "PERSONAMEM_CHROMA_URL": options.chroma_url or "",
         "PERSONAMEM_CONFIG": str(config.resolve()) if config else "",
         "PERSONAMEM_MAX_BODY_BYTES": str(int(max_body_mb * 1024 * 1024)),
         "PERSONAMEM_ALLOW_METHODS": json.dumps(allow_method or []),
-        "PERSONAMEM_REPORTS": str(reports.resolve()) if reports else os.environ.get("PERSONAMEM_REPORTS", ""),
+        "PERSONAMEM_REPORTS": str(shown) if (shown := reports.resolve() if reports else env.reports) else "",
     }
-    os.environ.update(settings)  # the worker processes build their app from these
+    os.environ.update(worker_env)  # the worker processes build their app from these
     uvicorn.run(
         "personamem.server.app:app_from_env",
         factory=True,

@@ -22,7 +22,6 @@ from typing import Any, Unpack
 
 from personamem.llm.base import (
     Generations,
-    LLMError,
     Prompt,
     Sampling,
     SamplingOptions,
@@ -31,6 +30,7 @@ from personamem.llm.base import (
     cut_at_stop,
 )
 from personamem.llm.tokens import encode_pair, render_prompt
+from personamem.settings import settings
 
 __all__ = ["CTranslate2LLM", "default_threads"]
 
@@ -42,15 +42,8 @@ def default_threads() -> int:
     barriers: on 2 cores, 2 threads under load measured ~10x slower than 1. Leaving half the cores
     free is safe; on an otherwise idle machine, set the variable to the core count.
     """
-    if env := os.environ.get("PERSONAMEM_LLM_THREADS"):
-        try:
-            threads = int(env)
-        except ValueError:
-            raise LLMError(f"PERSONAMEM_LLM_THREADS must be a whole number, got {env!r}") from None
-        if threads < 1:
-            raise LLMError(f"PERSONAMEM_LLM_THREADS must be at least 1, got {threads}")
-        return threads
-    return max(1, (os.cpu_count() or 2) // 2)
+    threads = settings().llm_threads  # a bad value is a ConfigError naming the variable
+    return threads if threads is not None else max(1, (os.cpu_count() or 2) // 2)
 
 
 class CTranslate2LLM:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from personamem.llm.base import LLMError
+from personamem.settings import settings
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -132,8 +133,8 @@ def packaged_model(name: str) -> PackagedModel | None:
 
 def default_cache_dir() -> Path:
     """Where converted models are kept: ``$PERSONAMEM_CACHE``, else ``$XDG_CACHE_HOME/personamem``."""
-    if env := os.environ.get("PERSONAMEM_CACHE"):
-        return Path(env)
+    if (cache := settings().cache) is not None:
+        return cache
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "personamem"
 
 

@@ -13,9 +13,7 @@ thread-safe. (No ``from __future__ import annotations`` here: FastAPI reads the 
 annotations at definition time.)
 """
 
-import json
 import logging
-import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -89,6 +87,7 @@ from personamem.server.schemas import (
     TtlIn,
 )
 from personamem.server.ui import install_ui
+from personamem.settings import settings
 from personamem.store.keys import ApiKey, KeyScope
 
 if TYPE_CHECKING:
@@ -509,18 +508,13 @@ def _install_error_handlers(app: FastAPI) -> None:
 def app_from_env() -> FastAPI:
     """The app ``personamem serve`` runs (a uvicorn factory, so every worker process builds its own).
 
-    Reads the CLI's settings from the environment: ``PERSONAMEM_STORE``, ``PERSONAMEM_SQL_URL``,
-    ``PERSONAMEM_CHROMA_URL``, ``PERSONAMEM_CONFIG``, ``PERSONAMEM_MAX_BODY_BYTES`` and
-    ``PERSONAMEM_ALLOW_METHODS`` (a JSON list of ``--allow-method`` entries, checked again here).
+    Reads the CLI's settings from the environment (:mod:`personamem.settings`): the store, SQL and
+    Chroma locations, the pipeline file, the body limit and the ``--allow-method`` entries (checked
+    again here).
     """
-    env = os.environ
-    methods = ServedMethods.allowing(json.loads(env.get("PERSONAMEM_ALLOW_METHODS") or "[]"))
-    mem = open_memory(
-        env["PERSONAMEM_STORE"],
-        sql_url=env.get("PERSONAMEM_SQL_URL") or None,
-        chroma_url=env.get("PERSONAMEM_CHROMA_URL") or None,
-        pipeline=env.get("PERSONAMEM_CONFIG") or None,
-    )
-    return create_app(
-        mem, max_body_bytes=int(env.get("PERSONAMEM_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)), methods=methods
-    )
+    env = settings()
+    if env.store is None:
+        raise ConfigError("PERSONAMEM_STORE is not set: start the server with `personamem serve`")
+    methods = ServedMethods.allowing(env.allow_methods or [])
+    mem = open_memory(env.store, sql_url=env.sql_url, chroma_url=env.chroma_url, pipeline=env.config)
+    return create_app(mem, max_body_bytes=env.max_body_bytes or DEFAULT_MAX_BODY_BYTES, methods=methods)

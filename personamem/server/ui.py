@@ -12,7 +12,6 @@ reads the routes' annotations.)
 """
 
 import mimetypes
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,12 @@ from personamem.pipeline.config import PipelineConfig
 from personamem.records import check_user_id
 from personamem.server.auth import Reader
 from personamem.server.schemas import MAX_K, MAX_QUERY
+from personamem.settings import settings
 from personamem.store.timeline import is_current
 
-__all__ = ["REPORTS_ENV", "install_ui"]
+__all__ = ["install_ui"]
 
 STATIC = Path(__file__).parent / "static"
-REPORTS_ENV = "PERSONAMEM_REPORTS"
-"""A folder of eval and training reports the Reports page lists (``serve --reports DIR``)."""
 _REPORT_SUFFIXES = {".json", ".md", ".png", ".txt", ".csv"}
 _VALIDITY = ("current", "superseded", "all")
 
@@ -186,5 +184,5 @@ def _checkpoints(config: PipelineConfig) -> list[dict[str, Any]]:
 
 
 def _reports_root() -> Path | None:
-    folder = os.environ.get(REPORTS_ENV)
-    return Path(folder).resolve() if folder and Path(folder).is_dir() else None
+    folder = settings().reports
+    return folder.resolve() if folder is not None and folder.is_dir() else None

@@ -8,12 +8,12 @@ the second deletes nothing.
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from collections.abc import Callable
 
 from personamem.errors import InvalidInputError
+from personamem.settings import settings
 
 __all__ = ["SWEEP_S", "ExpirySweeper", "check_ttl"]
 
@@ -42,7 +42,9 @@ class ExpirySweeper:
 
     def __init__(self, purge: Callable[[], int], interval: float | None = None) -> None:
         self._purge = purge
-        self.interval = float(os.environ.get("PERSONAMEM_SWEEP_S", SWEEP_S)) if interval is None else interval
+        if interval is None:
+            interval = settings().sweep_s
+        self.interval = SWEEP_S if interval is None else interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if self.interval > 0:

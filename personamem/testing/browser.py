@@ -15,11 +15,12 @@ local; a test asserts ``requests.blocked == []``.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+from personamem.settings import settings
 
 if TYPE_CHECKING:  # Playwright is a dev dependency: importing this module must not need it
     from playwright.sync_api import Page, Route
@@ -46,7 +47,7 @@ def chromium_path() -> str | None:
     wrong value skips rather than silently testing another browser; else the first of ``chromium``,
     ``chromium-browser`` and ``google-chrome`` on ``PATH``.
     """
-    chosen = os.environ.get("PERSONAMEM_CHROMIUM")
+    chosen = settings().chromium
     if chosen:
         return shutil.which(chosen)
     for name in ("chromium", "chromium-browser", "google-chrome"):

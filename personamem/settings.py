@@ -1,0 +1,74 @@
+"""Every ``PERSONAMEM_*`` environment variable, declared once (pydantic-settings).
+
+The CLI's global options take the same names (``--store`` or ``PERSONAMEM_STORE``), and ``personamem
+serve`` hands them to its worker processes in the environment; each module reads what it needs from
+:func:`settings` when it needs it, so a variable set later (a test, a worker) is seen. A bad value is
+a :class:`~personamem.errors.ConfigError` naming the variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from personamem.errors import ConfigError
+
+__all__ = ["PREFIX", "Settings", "settings"]
+
+PREFIX = "PERSONAMEM_"
+
+
+class Settings(BaseSettings):
+    """The environment's settings; an unset or empty variable is None (the code's own default)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, extra="ignore", frozen=True, use_attribute_docstrings=True
+    )
+
+    store: Path | None = None
+    """Folder of the local store (the CLI's ``--store``; default ``~/.local/share/personamem``)."""
+    sql_url: str | None = None
+    """A SQLAlchemy URL for the records (``--sql-url``); PostgreSQL without a Chroma URL keeps vectors too."""
+    chroma_url: str | None = None
+    """A Chroma server for the vectors (``--chroma-url``)."""
+    config: Path | None = None
+    """The TOML file whose ``[pipeline]`` table the memory serves (``--config``)."""
+    max_body_bytes: int | None = Field(default=None, ge=1)
+    """Largest request body a server accepts (``serve --max-body-mb``)."""
+    allow_methods: list[str] | None = None
+    """A JSON list of ``serve --allow-method`` entries (methods that name a file or folder)."""
+    reports: Path | None = None
+    """Folder of evaluation reports the inspector lists (``serve --reports``)."""
+    cache: Path | None = None
+    """Where converted models and vector caches are kept (default ``$XDG_CACHE_HOME/personamem``)."""
+    llm_threads: int | None = Field(default=None, ge=1)
+    """CPU threads of the ctranslate2 runtime (default: half the cores)."""
+    sweep_s: float | None = Field(default=None, ge=0)
+    """Seconds between expiry sweeps (0: no sweep thread; default 60)."""
+    chromium: str | None = None
+    """The Chromium the browser tests drive (a path or a command name)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        """``serve`` passes unset options to its workers as empty variables."""
+        return None if value == "" else value
+
+
+def settings() -> Settings:
+    """The settings as the environment has them now.
+
+    Raises:
+        ConfigError: a variable whose value does not parse, named with what is wrong.
+    """
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{PREFIX}{'.'.join(map(str, e['loc'])).upper()}: {e['msg']} (got {e.get('input')!r})"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"environment: {problems}") from None
