@@ -99,6 +99,8 @@ def test_forget_and_delete_remove_the_vectors_rows(url: str, encoder: SentenceEn
         mem.delete("alice", [gone.id])
         vector_ids = {vid for _, vid in _vector_rows(url)}
         assert mem.store.names.vector_id("alice", gone.id) not in vector_ids and len(vector_ids) == 5
+        assert mem.store.catalog.pending() == {}  # one transaction: the rest stay indexed, nothing rebuilt
+        assert gone.id not in [h.record.id for h in mem.search("alice", gone.text, k=5, method="dense")]
         mem.forget("alice")
         names = mem.store.names
         assert _vector_rows(url) == [(names.collection("bob"), names.vector_id("bob", bob.id))]

@@ -117,6 +117,13 @@ class PgVectorIndex:
             rows = [(name, vid, np.asarray(v, dtype=np.float32)) for vid, v in zip(ids, vectors, strict=True)]
             self._raw(connection).cursor().executemany(_UPSERT, rows)
 
+    def remove(self, connection: Connection, ids: Sequence[str], *, name: str) -> None:
+        """Delete vectors for ``ids`` from collection ``name`` inside the caller's open transaction."""
+        if ids:
+            self._raw(connection).execute(
+                f"DELETE FROM {TABLE} WHERE collection = %s AND vector_id = ANY(%s)", (name, list(ids))
+            )
+
     def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray) -> None:
         """Add or replace vectors for ``ids`` in collection ``name``, in a transaction of their own."""
         with self._engine.begin() as connection:
@@ -124,11 +131,8 @@ class PgVectorIndex:
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
         """Remove vectors for ``ids`` from collection ``name`` (absent ids are ignored)."""
-        if ids:
-            with self._engine.begin() as connection:
-                self._raw(connection).execute(
-                    f"DELETE FROM {TABLE} WHERE collection = %s AND vector_id = ANY(%s)", (name, list(ids))
-                )
+        with self._engine.begin() as connection:
+            self.remove(connection, ids, name=name)
 
     def drop(self, names: Iterable[str]) -> None:
         """Delete these collections' vectors (absent ones are skipped)."""

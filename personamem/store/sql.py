@@ -421,6 +421,7 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
         kept: tuple[list[str], np.ndarray],
         names: Pseudonyms,
         event: EventKind = "deleted",
+        unindex: Callable[[Connection, list[str]], None] | None = None,
     ) -> list[str]:
         """Delete the user's records with these ids in one transaction; return the ids deleted.
 
@@ -430,6 +431,9 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
         rebuilds the user's collection to erase the deleted vectors; a crash during the rebuild
         leaves pending rows that repair indexes. The user's derived values are dropped too: an LLM's
         output may quote a deleted record.
+
+        ``unindex``, for a vector index in this database, removes the deleted records' vectors (by
+        vector id) in the same transaction instead: the other rows stay indexed and nothing is rebuilt.
         """
         with self.session(write=True) as s:
             found: list[str] = []
@@ -450,7 +454,11 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
             self._erase_history(s, names, user_id, found, event)
             self._drop_derived(s, user_id)
             self._scrub_interactions(s, user_id, set(found))
-            self._requeue(s, user_id, kept)
+            if unindex is None:
+                self._requeue(s, user_id, kept)
+            else:
+                unindex(s.connection(), [names.vector_id(user_id, rid) for rid in found])
+                self._bump(s, user_id, index_token=uuid.uuid4().hex)
         self._vacuum()
         return found
 

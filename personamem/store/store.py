@@ -75,6 +75,7 @@ VECTOR_DIR = "chroma"
 TTL_KEY = "ttl"  # store_info: a default time-to-live in seconds; "ttl:<tenant>" for one tenant
 PIPELINE_KEY = "pipeline"  # store_info: the live pipeline table (JSON); "pipeline:<tenant>" for one tenant
 _NO_PIPELINE = "none"  # the previous live pipeline, where there was none (the package default served)
+_NO_VECTORS = np.zeros((0, 0), dtype=np.float32)  # what a delete keeps to re-index: nothing, on pgvector
 
 
 def _unexpired(records: list[Record]) -> list[Record]:
@@ -569,7 +570,9 @@ class Store:
         A deleted vector is erased, not only unlinked: Chroma's HNSW ``delete`` marks a vector
         deleted and keeps its bytes, so the user's collection is rebuilt from the vectors that stay
         (the rows wait as pending with their vectors meanwhile: searchable, and repaired after a
-        crash). The cost grows with the user's record count, not with the number deleted.
+        crash). The cost grows with the user's record count, not with the number deleted. With
+        pgvector the rows and their vectors are deleted in one transaction, and nothing is rebuilt
+        (the bytes leave PostgreSQL's files when it is vacuumed: docs/guarantees.md).
         """
         return self._erase(self._key(user_id), record_ids)
 
@@ -579,6 +582,14 @@ class Store:
             self._indexer.flush()
         with self._write_lock:
             collection = self.names.collection(user_id)
+            if isinstance(self.index, PgVectorIndex):  # rows and their vectors go in one transaction
+                unindex = functools.partial(self.index.remove, name=collection)
+                deleted = self.catalog.delete_records(
+                    user_id, record_ids, ([], _NO_VECTORS), self.names, event, unindex
+                )
+                if deleted:
+                    self.views.evict(user_id)
+                return deleted
             self.index.refresh(collection)  # another process may have indexed vectors we must keep
             kept = readable(self, collection)
             deleted = self.catalog.delete_records(user_id, record_ids, kept, self.names, event)
