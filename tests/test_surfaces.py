@@ -1,0 +1,118 @@
+"""Every operation of the contract on every surface, or listed here as absent with the reason.
+
+A new ``MemoryApi`` operation fails this test until it has a row: the route its clients call (which
+the server must answer), its CLI command and its MCP tool, each of the last two naming the command or
+tool, or saying why there is none. ``Client`` and ``AsyncClient`` must have the method.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from mcp import Client as McpClient
+
+from personamem import PersonaMem, SentenceEncoder, remote
+from personamem.cli.app import app as cli
+from personamem.client import AsyncClient, Client
+from personamem.contract import MemoryApi
+from personamem.mcp_server import build_server
+from personamem.server.app import create_app
+
+_NOT_FOR_AGENTS = "absent: an agent recalls and remembers; store administration stays with people"
+_NOT_YET_CLI = "absent: no command yet (the SDK, the clients and the inspector's Memory page do it)"
+
+_READ = {"as_of": None, "include_superseded": False, "filters": None}  # search's and context's read options
+
+SURFACES: dict[str, tuple[dict[str, Any], str, str]] = {
+    # operation: (the remote call's arguments, CLI command, MCP tool)
+    "add": ({"user_id": "u", "text": "t", "fields": {}}, "ingest", "remember"),
+    "add_many": ({"records": ["t"], "user_id": "u", "progress": None}, "ingest", "remember"),
+    "delete": ({"user_id": "u", "record_ids": ["r"]}, _NOT_YET_CLI, "forget_record"),
+    "update": ({"user_id": "u", "record_id": "r", "changes": {"text": "t"}}, _NOT_YET_CLI, _NOT_FOR_AGENTS),
+    "forget": ({"user_id": "u"}, "forget", _NOT_FOR_AGENTS),
+    "supersede": ({"user_id": "u", "old_id": "r", "text": "t", "fields": {}}, "supersede", "remember"),
+    "ttl": ({}, "ttl", _NOT_FOR_AGENTS),
+    "set_ttl": ({"ttl": 60}, "ttl", _NOT_FOR_AGENTS),
+    "purge": ({}, "purge", _NOT_FOR_AGENTS),
+    "search": ({"user_id": "u", "query": "q", "k": 1, "method": None, **_READ}, "search", "recall"),
+    "context": (
+        {"user_id": "u", "query": "q", "budget_tokens": None, "method": None, **_READ},
+        "context",
+        "context",
+    ),
+    "feedback": (
+        {"interaction_id": "i", "answer": "a", "rating": None, "used_record_ids": None},
+        "feedback",
+        _NOT_FOR_AGENTS,
+    ),
+    "memory": ({"user_id": "u"}, "memory", "preferences"),
+    "refresh_memories": (
+        {"user_ids": ["u"], "progress": None, "batch_size": 1},
+        "memory refresh",
+        _NOT_FOR_AGENTS,
+    ),
+    "rerank": ({"user_id": "u", "query": "q", "candidates": ["a"], "k": None}, _NOT_YET_CLI, _NOT_FOR_AGENTS),
+    "get": ({"user_id": "u", "record_id": "r"}, _NOT_YET_CLI, "list_records"),
+    "records": ({"user_id": "u"}, "export", "list_records"),
+    "history": ({"user_id": "u", "record_id": "r"}, "history", "record_history"),
+    "export": ({"user_id": "u", "path": "{tmp}/out.jsonl", "interactions": False}, "export", _NOT_FOR_AGENTS),
+    "import_user": ({"path": "{tmp}/in.jsonl", "user_id": None}, "import", _NOT_FOR_AGENTS),
+    "users": ({}, "users", _NOT_FOR_AGENTS),
+    "count": ({"user_id": None}, "users", _NOT_FOR_AGENTS),
+}
+_REMOTE = {"users": "list_users"}  # remote's name where it differs from the operation's
+
+
+def _operations() -> list[str]:
+    return sorted(n for n, v in vars(MemoryApi).items() if callable(v) and not n.startswith("_"))
+
+
+def test_every_operation_has_a_row() -> None:
+    assert sorted(SURFACES) == _operations()
+
+
+def test_both_clients_have_every_operation() -> None:
+    for name in _operations():
+        assert callable(getattr(Client, name, None)), name
+        assert inspect.iscoroutinefunction(getattr(AsyncClient, name, None)), name
+
+
+def _cli_commands() -> set[str]:
+    def walk(command: Any, prefix: str = "") -> Iterator[str]:
+        for name, sub in getattr(command, "commands", {}).items():
+            yield prefix + name
+            yield from walk(sub, f"{prefix}{name} ")
+
+    return set(walk(typer.main.get_command(cli)))
+
+
+async def test_every_cli_command_and_mcp_tool_named_exists(mem: PersonaMem) -> None:
+    commands = _cli_commands()
+    async with McpClient(build_server(mem)) as client:
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+    for name, (_, command, tool) in SURFACES.items():
+        assert command.startswith("absent: ") or command in commands, (name, command)
+        assert tool.startswith("absent: ") or tool in tools, (name, tool)
+
+
+@pytest.fixture
+def routes(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[list[Any]]:
+    with PersonaMem.open(tmp_path / "served", encoder=encoder) as memory:
+        yield [r for r in create_app(memory).routes if hasattr(r, "path_regex") and hasattr(r, "methods")]
+
+
+@pytest.mark.parametrize("name", sorted(SURFACES))
+def test_the_route_each_client_call_uses_is_served(name: str, routes: list[Any], tmp_path: Path) -> None:
+    arguments = {
+        k: v.format(tmp=tmp_path) if isinstance(v, str) and "{tmp}" in v else v
+        for k, v in SURFACES[name][0].items()
+    }
+    (tmp_path / "in.jsonl").write_text("")
+    request = next(getattr(remote, _REMOTE.get(name, name))(**arguments))
+    served = [r for r in routes if r.path_regex.match(request.path) and request.method in r.methods]
+    assert served, f"{name}: the clients call {request.method} {request.path}, which no route answers"
