@@ -24,7 +24,7 @@ from personamem.mcp_server import build_server
 from personamem.server.app import create_app
 
 _NOT_FOR_AGENTS = "absent: an agent recalls and remembers; store administration stays with people"
-_NOT_YET_CLI = "absent: no command yet (the SDK, the clients and the inspector's Memory page do it)"
+_NOT_YET_CLI = "absent: no command yet (the SDK and both clients rerank candidates by the user's memory)"
 
 _READ = {"as_of": None, "include_superseded": False, "filters": None}  # search's and context's read options
 
@@ -32,8 +32,8 @@ SURFACES: dict[str, tuple[dict[str, Any], str, str]] = {
     # operation: (the remote call's arguments, CLI command, MCP tool)
     "add": ({"user_id": "u", "text": "t", "fields": {}}, "ingest", "remember"),
     "add_many": ({"records": ["t"], "user_id": "u", "progress": None}, "ingest", "remember"),
-    "delete": ({"user_id": "u", "record_ids": ["r"]}, _NOT_YET_CLI, "forget_record"),
-    "update": ({"user_id": "u", "record_id": "r", "changes": {"text": "t"}}, _NOT_YET_CLI, _NOT_FOR_AGENTS),
+    "delete": ({"user_id": "u", "record_ids": ["r"]}, "delete", "forget_record"),
+    "update": ({"user_id": "u", "record_id": "r", "changes": {"text": "t"}}, "update", _NOT_FOR_AGENTS),
     "forget": ({"user_id": "u"}, "forget", _NOT_FOR_AGENTS),
     "supersede": ({"user_id": "u", "old_id": "r", "text": "t", "fields": {}}, "supersede", "remember"),
     "ttl": ({}, "ttl", _NOT_FOR_AGENTS),
@@ -57,8 +57,8 @@ SURFACES: dict[str, tuple[dict[str, Any], str, str]] = {
         _NOT_FOR_AGENTS,
     ),
     "rerank": ({"user_id": "u", "query": "q", "candidates": ["a"], "k": None}, _NOT_YET_CLI, _NOT_FOR_AGENTS),
-    "get": ({"user_id": "u", "record_id": "r"}, _NOT_YET_CLI, "list_records"),
-    "records": ({"user_id": "u"}, "export", "list_records"),
+    "get": ({"user_id": "u", "record_id": "r"}, "get", "list_records"),
+    "records": ({"user_id": "u"}, "records", "list_records"),
     "history": ({"user_id": "u", "record_id": "r"}, "history", "record_history"),
     "export": ({"user_id": "u", "path": "{tmp}/out.jsonl", "interactions": False}, "export", _NOT_FOR_AGENTS),
     "import_user": ({"path": "{tmp}/in.jsonl", "user_id": None}, "import", _NOT_FOR_AGENTS),
