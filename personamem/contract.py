@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
+from urllib.parse import quote
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainSerializer, computed_field
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from personamem.store.duplicates import DuplicatePolicy
 
 __all__ = [
+    "ROUTES",
     "Built",
     "Context",
     "Count",
@@ -53,6 +56,7 @@ __all__ = [
     "RecordHistory",
     "RecordPage",
     "Reranked",
+    "Route",
     "SearchResult",
     "Ttl",
     "Users",
@@ -62,6 +66,55 @@ __all__ = [
 ]
 
 M = TypeVar("M")
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where the REST server answers one operation: its HTTP verb and path.
+
+    ``{record_id}`` in a path is the record's id, percent-encoded (ids may hold ``/``); user ids
+    travel in bodies and query strings, never in paths.
+    """
+
+    verb: str
+    path: str
+
+    @property
+    def served(self) -> str:
+        """The path as the server declares it (a record id may hold encoded slashes)."""
+        return self.path.replace("{record_id}", "{record_id:path}")
+
+    def to(self, record_id: str | None = None) -> str:
+        """The path a client requests."""
+        return self.path if record_id is None else self.path.format(record_id=quote(record_id, safe=""))
+
+
+ROUTES: dict[str, Route] = {
+    "add": Route("POST", "/v1/records"),
+    "add_many": Route("POST", "/v1/records/batch"),
+    "supersede": Route("POST", "/v1/records/supersede"),
+    "delete": Route("POST", "/v1/records/delete"),
+    "update": Route("PATCH", "/v1/records/{record_id}"),
+    "get": Route("GET", "/v1/records/{record_id}"),
+    "records": Route("GET", "/v1/records"),
+    "history": Route("GET", "/v1/history"),
+    "ttl": Route("GET", "/v1/ttl"),
+    "set_ttl": Route("PUT", "/v1/ttl"),
+    "purge": Route("POST", "/v1/purge"),
+    "export": Route("GET", "/v1/export"),
+    "import_user": Route("POST", "/v1/import"),
+    "search": Route("POST", "/v1/search"),
+    "context": Route("POST", "/v1/context"),
+    "feedback": Route("POST", "/v1/feedback"),
+    "memory": Route("GET", "/v1/memory"),
+    "refresh_memories": Route("POST", "/v1/memory/refresh"),
+    "rerank": Route("POST", "/v1/rerank"),
+    "users": Route("GET", "/v1/users"),
+    "forget": Route("DELETE", "/v1/users"),
+    "count": Route("GET", "/v1/count"),
+}
+"""Each :class:`MemoryApi` operation's route: the server declares it from here and the clients
+(``personamem/remote.py``) request it from here."""
 
 
 def record_json(record: Record) -> dict[str, Any]:

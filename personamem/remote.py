@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 from pydantic_core import to_jsonable_python
 
 from personamem import errors
 from personamem.contract import (
+    ROUTES,
     Built,
     Context,
     Count,
@@ -91,26 +91,26 @@ def add(user_id: str, text: str, fields: Mapping[str, Any]) -> Call[Record]:
         )
     record = parse_record({"user_id": user_id, "text": text, **fields})  # the SDK's errors, here
     body = {**record.model_dump(mode="json"), **options}
-    return Record.model_validate((yield Request("POST", "/v1/records", body)))
+    return Record.model_validate((yield _to("add", body)))
 
 
 def supersede(user_id: str, old_id: str, text: str, fields: Mapping[str, Any]) -> Call[Record]:
     record = parse_record({"user_id": _user(user_id), "text": text, **fields})
     body = {"user_id": user_id, "old_id": old_id, "record": record.model_dump(mode="json")}
-    return Record.model_validate((yield Request("POST", "/v1/records/supersede", body)))
+    return Record.model_validate((yield _to("supersede", body)))
 
 
 def ttl() -> Call[timedelta | None]:
-    return Ttl.model_validate((yield Request("GET", "/v1/ttl"))).to_timedelta()
+    return Ttl.model_validate((yield _to("ttl"))).to_timedelta()
 
 
 def set_ttl(ttl: timedelta | float | None) -> Call[None]:
     seconds = check_ttl(ttl.total_seconds() if isinstance(ttl, timedelta) else ttl)
-    yield Request("PUT", "/v1/ttl", {"seconds": seconds})
+    yield _to("set_ttl", {"seconds": seconds})
 
 
 def purge() -> Call[int]:
-    return Purged.model_validate((yield Request("POST", "/v1/purge"))).purged
+    return Purged.model_validate((yield _to("purge"))).purged
 
 
 def add_many(
@@ -123,7 +123,7 @@ def add_many(
     for start in range(0, len(parsed), _BATCH):
         batch = [r.model_dump(mode="json") for r in parsed[start : start + _BATCH]]
         try:
-            body = yield Request("POST", "/v1/records/batch", {"records": batch})
+            body = yield _to("add_many", {"records": batch})
         except errors.PersonaMemError as exc:
             if start == 0:
                 raise
@@ -143,18 +143,18 @@ def delete(user_id: str, record_ids: str | Sequence[str]) -> Call[list[str]]:
     ids = [record_ids] if isinstance(record_ids, str) else list(record_ids)
     if not ids:
         return []
-    body = yield Request("POST", "/v1/records/delete", {"user_id": _user(user_id), "ids": ids})
+    body = yield _to("delete", {"user_id": _user(user_id), "ids": ids})
     return Deleted.model_validate(body).deleted
 
 
 def update(user_id: str, record_id: str, changes: Mapping[str, Any]) -> Call[Record]:
     body = to_jsonable_python(dict(changes))  # datetimes as ISO strings, as Record dumps them
-    request = Request("PATCH", _record(record_id), body, params={"user_id": _user(user_id)})
+    request = _to("update", body, params={"user_id": _user(user_id)}, record_id=record_id)
     return Record.model_validate((yield request))
 
 
 def forget(user_id: str) -> Call[bool]:
-    body = yield Request("DELETE", "/v1/users", params={"user_id": _user(user_id)})
+    body = yield _to("forget", params={"user_id": _user(user_id)})
     return Forgotten.model_validate(body).forgotten
 
 
@@ -170,7 +170,7 @@ def search(
     request: dict[str, object] = {"user_id": _user(user_id), "query": query, "k": k}
     if method is not None:  # none: the server's served pipeline
         request["method"] = method
-    body = yield Request("POST", "/v1/search", {**request, **_read(as_of, include_superseded, filters)})
+    body = yield _to("search", {**request, **_read(as_of, include_superseded, filters)})
     return SearchResult.model_validate(body).to_hits()
 
 
@@ -178,7 +178,7 @@ def feedback(
     interaction_id: str, answer: str | None, rating: float | None, used_record_ids: Sequence[str] | None
 ) -> Call[None]:
     report = FeedbackReport.of(interaction_id, answer=answer, rating=rating, used_record_ids=used_record_ids)
-    yield Request("POST", "/v1/feedback", report.model_dump(mode="json"))
+    yield _to("feedback", report.model_dump(mode="json"))
 
 
 def context(
@@ -191,14 +191,12 @@ def context(
     filters: Mapping[str, Any] | None,
 ) -> Call[Context]:
     request = {"user_id": _user(user_id), "query": query, "budget_tokens": budget_tokens, "method": method}
-    body = yield Request("POST", "/v1/context", {**request, **_read(as_of, include_superseded, filters)})
+    body = yield _to("context", {**request, **_read(as_of, include_superseded, filters)})
     return Context.model_validate(body)
 
 
 def memory(user_id: str) -> Call[PreferenceMemory]:
-    return PreferenceMemory.from_json(
-        (yield Request("GET", "/v1/memory", params={"user_id": _user(user_id)}))
-    )
+    return PreferenceMemory.from_json((yield _to("memory", params={"user_id": _user(user_id)})))
 
 
 def refresh_memories(
@@ -212,7 +210,7 @@ def refresh_memories(
     built = 0
     for start in range(0, len(users), batch_size):
         batch = users[start : start + batch_size]
-        body = yield Request("POST", "/v1/memory/refresh", {"user_ids": batch, "batch_size": batch_size})
+        body = yield _to("refresh_memories", {"user_ids": batch, "batch_size": batch_size})
         built += Built.model_validate(body).built
         if progress is not None:
             progress(len(batch))
@@ -223,12 +221,12 @@ def rerank(user_id: str, query: str, candidates: Sequence[str], k: int | None) -
     if isinstance(candidates, str):
         raise errors.InvalidInputError("candidates must be a sequence of strings, not one string")
     request = {"user_id": _user(user_id), "query": query, "candidates": list(candidates), "k": k}
-    return Reranked.model_validate((yield Request("POST", "/v1/rerank", request))).order
+    return Reranked.model_validate((yield _to("rerank", request))).order
 
 
 def get(user_id: str, record_id: str) -> Call[Record | None]:
     try:
-        body = yield Request("GET", _record(record_id), params={"user_id": _user(user_id)})
+        body = yield _to("get", params={"user_id": _user(user_id)}, record_id=record_id)
     except RemoteError as exc:
         if exc.status == 404:
             return None
@@ -240,7 +238,7 @@ def records(user_id: str) -> Call[list[Record]]:
     found: list[Record] = []
     while True:
         params = {"user_id": _user(user_id), "offset": len(found), "limit": _PAGE}
-        page = RecordPage.model_validate((yield Request("GET", "/v1/records", params=params)))
+        page = RecordPage.model_validate((yield _to("records", params=params)))
         found.extend(page.records)
         if not page.records or len(found) >= page.count:
             return found
@@ -250,28 +248,28 @@ def history(user_id: str, record_id: str) -> Call[list[RecordEvent]]:
     if not isinstance(record_id, str):
         raise errors.InvalidInputError(f"record_id must be a string, got {record_id!r}")
     params = {"user_id": _user(user_id), "record_id": record_id}
-    return RecordHistory.model_validate((yield Request("GET", "/v1/history", params=params))).events
+    return RecordHistory.model_validate((yield _to("history", params=params))).events
 
 
 def export(user_id: str, path: str | Path, interactions: bool) -> Call[int]:
     params = {"user_id": _user(user_id), "interactions": str(interactions).lower()}
-    text = yield Request("GET", "/v1/export", params=params, raw=True)
+    text = yield _to("export", params=params, raw=True)
     return write_export(path, (line for line in text.splitlines() if line))
 
 
 def import_user(path: str | Path, user_id: str | None) -> Call[Imported]:
     params = {} if user_id is None else {"user_id": _user(user_id)}
-    body = yield Request("POST", "/v1/import", params=params, content=Path(path).read_bytes())
+    body = yield _to("import_user", params=params, content=Path(path).read_bytes())
     return Imported(**body)
 
 
 def list_users() -> Call[list[str]]:
-    return Users.model_validate((yield Request("GET", "/v1/users"))).users
+    return Users.model_validate((yield _to("users"))).users
 
 
 def count(user_id: str | None) -> Call[int]:
     params = {} if user_id is None else {"user_id": _user(user_id)}
-    return Count.model_validate((yield Request("GET", "/v1/count", params=params))).count
+    return Count.model_validate((yield _to("count", params=params))).count
 
 
 def health() -> Call[dict[str, Any]]:
@@ -297,10 +295,20 @@ def _user(user_id: str) -> str:
     return user_id
 
 
-def _record(record_id: str) -> str:
-    if not isinstance(record_id, str) or not record_id:
+def _to(
+    operation: str,
+    json: Any = None,
+    *,
+    params: Mapping[str, Any] | None = None,
+    content: bytes | None = None,
+    raw: bool = False,
+    record_id: str | None = None,
+) -> Request:
+    """The request of ``operation`` at its route (:data:`~personamem.contract.ROUTES`)."""
+    route = ROUTES[operation]
+    if "{record_id}" in route.path and (not isinstance(record_id, str) or not record_id):
         raise errors.InvalidInputError(f"record ids must be non-empty strings, got {record_id!r}")
-    return f"/v1/records/{quote(record_id, safe='')}"
+    return Request(route.verb, route.to(record_id), json, params, content, raw)
 
 
 def error_from(status: int, response: Any) -> Exception:

@@ -19,7 +19,7 @@ from mcp import Client as McpClient
 from personamem import PersonaMem, SentenceEncoder, remote
 from personamem.cli.app import app as cli
 from personamem.client import AsyncClient, Client
-from personamem.contract import MemoryApi
+from personamem.contract import ROUTES, MemoryApi
 from personamem.mcp_server import build_server
 from personamem.server.app import create_app
 
@@ -72,8 +72,8 @@ def _operations() -> list[str]:
     return sorted(n for n, v in vars(MemoryApi).items() if callable(v) and not n.startswith("_"))
 
 
-def test_every_operation_has_a_row() -> None:
-    assert sorted(SURFACES) == _operations()
+def test_every_operation_has_a_row_and_a_route() -> None:
+    assert sorted(SURFACES) == _operations() == sorted(ROUTES)
 
 
 def test_both_clients_have_every_operation() -> None:
@@ -114,5 +114,7 @@ def test_the_route_each_client_call_uses_is_served(name: str, routes: list[Any],
     }
     (tmp_path / "in.jsonl").write_text("")
     request = next(getattr(remote, _REMOTE.get(name, name))(**arguments))
+    assert request.method == ROUTES[name].verb, name
     served = [r for r in routes if r.path_regex.match(request.path) and request.method in r.methods]
     assert served, f"{name}: the clients call {request.method} {request.path}, which no route answers"
+    assert ROUTES[name].served in {r.path for r in served}, name  # the server declared it from ROUTES

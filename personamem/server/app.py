@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from personamem.contract import (
+    ROUTES,
     Built,
     Context,
     Count,
@@ -178,6 +179,19 @@ def _tenant_name(tenant: PersonaMem) -> str:
     return name
 
 
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
+
+
+def _declarer(app: FastAPI) -> Callable[..., Callable[[_Handler], _Handler]]:
+    """``serves(operation, **options)``: a handler's decorator at the operation's route in ``ROUTES``."""
+
+    def serves(operation: str, **options: Any) -> Callable[[_Handler], _Handler]:
+        route = ROUTES[operation]
+        return app.api_route(route.served, methods=[route.verb], **options)
+
+    return serves
+
+
 def create_app(
     mem: PersonaMem,
     *,
@@ -208,6 +222,7 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False},  # paths name users
     )
     app.state.memory = mem  # what the key dependencies (personamem.server.auth) open tenants of
+    serves = _declarer(app)
     metrics = _Metrics()
     _install_error_handlers(app)
     # MCP (streamable HTTP) over the same keys and tenants; 501 naming the extra when mcp is missing
@@ -235,7 +250,7 @@ def create_app(
         """Request counts and latencies per route, in Prometheus' text format (no tenant labels)."""
         return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/records", status_code=201, tags=["records"])
+    @serves("add", status_code=201, tags=["records"])
     def add(body: dict[str, Any], tenant: Writer) -> JSONResponse:
         """Add one record: ``user_id`` and Record fields (text, id, kind, category, timestamp...)."""
         fields = dict(body)
@@ -245,41 +260,41 @@ def create_app(
         fields.pop("duplicate_of", None)  # a report of a response, sent back by a client: not stored
         return JSONResponse(record_json(tenant.add(user_id, **fields)), 201)
 
-    @app.post("/v1/records/supersede", status_code=201, tags=["records"])
+    @serves("supersede", status_code=201, tags=["records"])
     def supersede(body: SupersedeIn, tenant: Writer) -> JSONResponse:
         """Store a record that replaces ``old_id`` as the current fact; the old one stays in history."""
         fields = {k: v for k, v in body.record.items() if k not in ("user_id", "duplicate_of")}
         return JSONResponse(record_json(tenant.supersede(body.user_id, body.old_id, **fields)), 201)
 
-    @app.get("/v1/ttl", tags=["records"], response_model=Ttl)
+    @serves("ttl", tags=["records"], response_model=Ttl)
     def ttl(tenant: Admin) -> Response:
         """The tenant's default time-to-live of new records in seconds (null: records do not expire)."""
         found = tenant.ttl()
         return _answer(Ttl(seconds=None if found is None else found.total_seconds()))
 
-    @app.put("/v1/ttl", tags=["records"], response_model=Ttl)
+    @serves("set_ttl", tags=["records"], response_model=Ttl)
     def set_ttl(body: TtlIn, tenant: Admin) -> Response:
         """Set the tenant's default time-to-live of new records (null: none)."""
         tenant.set_ttl(body.seconds)
         return _answer(Ttl(seconds=body.seconds))
 
-    @app.post("/v1/purge", tags=["records"], response_model=Purged)
+    @serves("purge", tags=["records"], response_model=Purged)
     def purge(tenant: Admin) -> Response:
         """Erase the tenant's expired records now (a background sweep does it every minute too)."""
         return _answer(Purged(purged=tenant.purge()))
 
-    @app.post("/v1/records/batch", status_code=201, tags=["records"], response_model=RecordBatch)
+    @serves("add_many", status_code=201, tags=["records"], response_model=RecordBatch)
     def add_many(body: BatchIn, tenant: Writer) -> Response:
         """Add many records in one transaction: after any failure, all of them or none are stored."""
         records = tenant.add_many(body.records, user_id=body.user_id, batch_size=len(body.records))
         return _answer(RecordBatch(records=records), 201)
 
-    @app.post("/v1/records/delete", tags=["records"], response_model=Deleted)
+    @serves("delete", tags=["records"], response_model=Deleted)
     def delete(body: DeleteIn, tenant: Writer) -> Response:
         """Delete records by id (ids the user does not have are skipped); returns the ids deleted."""
         return _answer(Deleted(deleted=tenant.delete(body.user_id, body.ids)))
 
-    @app.get("/v1/records", tags=["records"], response_model=RecordPage)
+    @serves("records", tags=["records"], response_model=RecordPage)
     def memory(user_id: str, tenant: Reader, offset: int = 0, limit: int = 1000) -> Response:
         """The user's memory: their records in insertion order, a page at a time."""
         if offset < 0 or not 1 <= limit <= MAX_BATCH:
@@ -287,18 +302,18 @@ def create_app(
         records = tenant.records(user_id)
         return _answer(RecordPage(count=len(records), records=records[offset : offset + limit]))
 
-    @app.get("/v1/history", tags=["records"], response_model=RecordHistory)
+    @serves("history", tags=["records"], response_model=RecordHistory)
     def history(user_id: str, record_id: str, tenant: Reader) -> Response:
         """A record's events, oldest first, with who made them; an erased record's without its text."""
         return _answer(RecordHistory(events=tenant.history(user_id, record_id)))
 
-    @app.get("/v1/export", tags=["records"], response_class=StreamingResponse)
+    @serves("export", tags=["records"], response_class=StreamingResponse)
     def export(user_id: str, tenant: Reader, interactions: bool = False) -> StreamingResponse:
         """The user's export as JSON Lines (see ``personamem.portability``), for ``POST /v1/import``."""
         lines = export_lines(tenant, check_user_id(user_id), interactions=interactions)
         return StreamingResponse((line + "\n" for line in lines), media_type="application/x-ndjson")
 
-    @app.post("/v1/import", status_code=201, tags=["records"])
+    @serves("import_user", status_code=201, tags=["records"])
     async def import_user(request: Request, tenant: Writer, user_id: str | None = None) -> dict[str, Any]:
         """Store a user's export (the body, JSON Lines), as its user or ``user_id``; idempotent."""
         body = await request.body()
@@ -306,7 +321,7 @@ def create_app(
         return {"records": added.records, "interactions": added.interactions}
 
     # a record id is the rest of the path, so ids with "/" work; user ids travel in queries and bodies
-    @app.get("/v1/records/{record_id:path}", tags=["records"])
+    @serves("get", tags=["records"])
     def get(record_id: str, user_id: str, tenant: Reader) -> JSONResponse:
         """One record; 404 when the user has no record with this id."""
         record = tenant.get(user_id, record_id)
@@ -314,7 +329,7 @@ def create_app(
             raise HTTPException(404, f"user {user_id!r} has no record {record_id!r}")
         return JSONResponse(record_json(record))
 
-    @app.patch("/v1/records/{record_id:path}", tags=["records"])
+    @serves("update", tags=["records"])
     def update(record_id: str, user_id: str, body: dict[str, Any], tenant: Writer) -> JSONResponse:
         """Replace fields of one record (not its id or user); it is re-indexed."""
         if {"id", "user_id", "record_id"} & body.keys():
@@ -329,7 +344,7 @@ def create_app(
             raise HTTPException(404, f"user {user_id!r} has no record {record_id!r}")
         return _answer(Deleted(deleted=deleted))
 
-    @app.post("/v1/search", tags=["retrieval"], response_model=SearchResult)
+    @serves("search", tags=["retrieval"], response_model=SearchResult)
     def search(body: SearchIn, tenant: Reader) -> Response:
         """The user's top k records by any method name; LLM stages that fell back are listed."""
         with collect_fallbacks() as notes:
@@ -344,13 +359,13 @@ def create_app(
             )
         return _answer(SearchResult.of(hits, notes))
 
-    @app.post("/v1/feedback", tags=["retrieval"], response_model=FeedbackResult)
+    @serves("feedback", tags=["retrieval"], response_model=FeedbackResult)
     def feedback(body: FeedbackReport, tenant: Writer) -> Response:
         """Report the accepted answer, a rating or the records used for a logged call (422 if unknown)."""
         tenant.feedback(**body.model_dump())
         return _answer(FeedbackResult(interaction_id=body.interaction_id))
 
-    @app.post("/v1/context", tags=["retrieval"], response_model=Context)
+    @serves("context", tags=["retrieval"], response_model=Context)
     def context(body: ContextIn, tenant: Reader) -> Response:
         """What to paste into the LLM's prompt for the query, within the token budget."""
         result = tenant.context(
@@ -364,7 +379,7 @@ def create_app(
         )
         return _answer(result)
 
-    @app.get("/v1/memory", tags=["memory"])
+    @serves("memory", tags=["memory"])
     def preference_memory(user_id: str, tenant: Reader) -> dict[str, Any]:
         """The user's preference memory with its evidence record ids; rebuilt first if the history changed.
 
@@ -374,25 +389,25 @@ def create_app(
             memory = tenant.memory(user_id)
         return {**memory.to_json(), "warnings": notes}
 
-    @app.post("/v1/memory/refresh", tags=["memory"], response_model=Built)
+    @serves("refresh_memories", tags=["memory"], response_model=Built)
     def refresh_memories(body: RefreshIn, tenant: Writer) -> Response:
         """Build the missing or stale memories of the users named (or all); returns how many were built."""
         users = None if body.all else body.user_ids
         return _answer(Built(built=tenant.refresh_memories(users, batch_size=body.batch_size)))
 
-    @app.post("/v1/rerank", tags=["memory"], response_model=Reranked)
+    @serves("rerank", tags=["memory"], response_model=Reranked)
     def rerank(body: RerankIn, tenant: Writer) -> Response:
         """Candidate indices, best first, by the setwise LLM reranker given the user's memory."""
         with collect_fallbacks() as notes:
             order = tenant.rerank(body.user_id, body.query, body.candidates, k=body.k)
         return _answer(Reranked(order=order, warnings=notes))
 
-    @app.get("/v1/users", tags=["users"], response_model=Users)
+    @serves("users", tags=["users"], response_model=Users)
     def users(tenant: Reader) -> Response:
         """The tenant's users with at least one record, sorted."""
         return _answer(Users(users=tenant.users()))
 
-    @app.delete("/v1/users", tags=["users"], response_model=Forgotten)
+    @serves("forget", tags=["users"], response_model=Forgotten)
     def forget(user_id: str, tenant: Writer) -> Response:
         """Erase the user: records, vectors, cached derived data."""
         return _answer(Forgotten(forgotten=tenant.forget(user_id)))
@@ -422,7 +437,7 @@ def create_app(
             raise HTTPException(404, f"this tenant has no API key {key_id!r}") from None
         return _answer(KeyOut.of(revoked))
 
-    @app.get("/v1/count", tags=["users"], response_model=Count)
+    @serves("count", tags=["users"], response_model=Count)
     def count(tenant: Reader, user_id: str | None = None) -> Response:
         """Records of one user (0 for an unknown user), or of all the tenant's users."""
         return _answer(Count(count=tenant.count(user_id)))
