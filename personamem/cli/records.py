@@ -21,6 +21,14 @@ def _line(record: Record) -> str:
     return f"{record.id}  {record.kind.value}{category}  {record.text}"
 
 
+def _show(record: Record, as_json: bool) -> None:
+    """One record: its REST JSON on a line, or id, kind, category and text."""
+    if as_json:
+        typer.echo(json.dumps(record_json(record)))
+    else:
+        out.print(_line(record), highlight=False, markup=False)
+
+
 def get(
     ctx: typer.Context,
     record: Annotated[str, typer.Argument(help="The record's id.")],
@@ -33,10 +41,7 @@ def get(
     if found is None:
         err.print(f"user {user} has no record {record}", highlight=False, markup=False)
         raise typer.Exit(1)
-    if as_json:
-        typer.echo(json.dumps(record_json(found)))
-    else:
-        out.print(_line(found), highlight=False, markup=False)
+    _show(found, as_json)
 
 
 def records(
@@ -48,10 +53,7 @@ def records(
     with ctx.obj.open() as mem:
         found = mem.records(user)
     for record in found:
-        if as_json:
-            typer.echo(json.dumps(record_json(record)))
-        else:
-            out.print(_line(record), highlight=False, markup=False)
+        _show(record, as_json)
 
 
 def update(
