@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection
 
 from personamem.encoder import Encoder, default_encoder
 from personamem.errors import (
@@ -301,23 +300,12 @@ class Store:
         committed pending and queued for the background indexer.
         """
         if isinstance(self.index, PgVectorIndex):
-            index = self.index
-
-            def write(
-                connection: Connection, user_id: str, vector_ids: list[str], vectors: np.ndarray
-            ) -> None:
-                index.write(connection, self.names.collection(user_id), vector_ids, vectors)
-
             with self._write_lock:
-                changed, tokens = self.catalog.stage_indexed(
-                    records, self.names, vectors, write, relabel=relabel, relabel_event=relabel_event
+                _, indexed = self.catalog.stage_indexed(
+                    records, self.names, vectors, self.index, relabel=relabel, relabel_event=relabel_event
                 )
-                row = {(r.user_id, r.id): i for i, r in enumerate(records)}
-                for user_id, (before, after) in tokens.items():
-                    mine = [r for r in changed if r.user_id == user_id]
-                    ids = [self.names.vector_id(user_id, r.id) for r in mine]
-                    rows = vectors[[row[(user_id, r.id)] for r in mine]]
-                    self.views.advance(user_id, before, after, ids, rows)
+                for user_id, done in indexed.items():
+                    self.views.advance(user_id, done.before, done.after, done.vector_ids, done.vectors)
             return
         with self._write_lock:
             changed = self.catalog.stage(
@@ -583,9 +571,8 @@ class Store:
         with self._write_lock:
             collection = self.names.collection(user_id)
             if isinstance(self.index, PgVectorIndex):  # rows and their vectors go in one transaction
-                unindex = functools.partial(self.index.remove, name=collection)
                 deleted = self.catalog.delete_records(
-                    user_id, record_ids, ([], _NO_VECTORS), self.names, event, unindex
+                    user_id, record_ids, ([], _NO_VECTORS), self.names, event, self.index
                 )
                 if deleted:
                     self.views.evict(user_id)
