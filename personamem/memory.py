@@ -92,7 +92,7 @@ class PersonaMem(MemoryApi):
         self._pipelines: dict[PipelineConfig, Pipeline] = {}
         self._methods: dict[str, PipelineConfig] = {}  # a pipeline:<file> is read once
         self._tenants: dict[str, PersonaMem] = {}
-        self._memories: dict[tuple[object, ...], PreferenceMemories] = {}  # over this view's store
+        self._memories: dict[tuple[int, float | None], PreferenceMemories] = {}  # over this view's store
         self._lock = threading.Lock()  # this object's pipeline builds
         self._views_lock = threading.Lock()  # making tenant views
         self._dense = DenseRetriever(store)
@@ -741,11 +741,12 @@ class PersonaMem(MemoryApi):
             return None
         writer = llm if config.preference_memory in LLM_MEMORIES else None
         extractor = self._components.extractor(config, writer)  # a checkpoint loads once for every view
-        key = (config.preference_memory, config.memory_words, id(writer))
-        memories = self._memories.get((*key, config.memory_timeout_s))
+        key = (id(extractor), config.memory_timeout_s)  # the components keep each extractor: ids stay
+        memories = self._memories.get(key)
         if memories is None:
-            memories = PreferenceMemories(self.store, extractor, timeout_s=config.memory_timeout_s)
-            self._memories[(*key, config.memory_timeout_s)] = memories
+            memories = self._memories[key] = PreferenceMemories(
+                self.store, extractor, timeout_s=config.memory_timeout_s
+            )
         return memories
 
     def _built(self, config: PipelineConfig, what: str, name: str = "pipeline") -> Pipeline:
@@ -841,14 +842,9 @@ class PersonaMem(MemoryApi):
         changed since, or the user has records and no memory yet.
 
         Raises:
-            MethodError: the pipeline keeps no preference memory.
+            MethodError: no preference memory is configured (as :meth:`memory`).
         """
-        memories = self.pipeline().memories
-        if memories is None:
-            raise MethodError(
-                "this memory's pipeline keeps no preference memory (preference_memory is 'none')"
-            )
-        return memories.stored(check_user_id(user_id))
+        return self._preference_memories().stored(check_user_id(user_id))
 
 
 def open_memory(

@@ -59,13 +59,8 @@ class PgVectorIndex:
     :meth:`write` into a caller's transaction.
     """
 
-    transactional = True
-    """Writes can join the catalog's transaction (the store then indexes as it stages)."""
-    embedded = False
-
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self.location = f"PostgreSQL ({engine.url.render_as_string(hide_password=True)}, table {TABLE})"
         # psycopg connections that know the vector type (pgvector's adapters registered)
         self._registered: weakref.WeakSet[Any] = weakref.WeakSet()
         self._create()
