@@ -8,6 +8,7 @@ a :class:`~personamem.errors.ConfigError` naming the variable.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +52,25 @@ class Settings(BaseSettings):
     chromium: str | None = None
     """The Chromium the browser tests drive (a path or a command name)."""
 
+    def environ(self) -> dict[str, str]:
+        """These settings as the environment variables that give them back (unset ones empty).
+
+        What ``personamem serve`` hands its worker processes, which read them with :func:`settings`.
+        """
+        return {f"{PREFIX}{name.upper()}": _variable(v) for name, v in self.model_dump(mode="json").items()}
+
     @field_validator("*", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         """``serve`` passes unset options to its workers as empty variables."""
         return None if value == "" else value
+
+
+def _variable(value: Any) -> str:
+    """One setting's JSON-mode value as its variable's text: a list as JSON, unset as empty."""
+    if value is None:
+        return ""
+    return json.dumps(value) if isinstance(value, list) else str(value)
 
 
 def settings() -> Settings:

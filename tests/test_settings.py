@@ -53,3 +53,12 @@ def test_a_bad_value_names_its_variable_and_an_empty_one_is_unset(monkeypatch: p
 def test_the_deployment_guide_lists_every_setting() -> None:
     guide = (Path(__file__).resolve().parents[1] / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
     assert [n for n in Settings.model_fields if f"| `{PREFIX}{n.upper()}` |" not in guide] == []
+
+
+def test_settings_handed_to_workers_come_back_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``serve`` passes its settings to its workers as variables; the workers read the same settings."""
+    given = Settings(store=Path("/srv/store"), allow_methods=["fast=pipeline:fast.toml"], sweep_s=0.5)
+    for name, value in given.environ().items():
+        monkeypatch.setenv(name, value)
+    assert settings() == given
+    assert given.environ()["PERSONAMEM_SQL_URL"] == ""  # unset travels as empty

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -155,23 +154,25 @@ def serve(
             )
             raise typer.Exit(2)
     with options.open() as mem:  # fail here, readably, rather than in every worker
-        if not any(key.active for key in mem.store.keys.list()):
+        if not any(key.active for key in mem.keys.list()):
             err.print(
                 "[yellow]warning:[/yellow] no API keys yet: every request will get 401; create one "
                 "with `personamem keys create --tenant NAME`"
             )
     config = options.config_file
-    env = settings()  # what this process was given, for the workers to inherit
-    worker_env = {
-        "PERSONAMEM_STORE": str(options.path),
-        "PERSONAMEM_SQL_URL": options.sql_url or "",
-        "PERSONAMEM_CHROMA_URL": options.chroma_url or "",
-        "PERSONAMEM_CONFIG": str(config.resolve()) if config else "",
-        "PERSONAMEM_MAX_BODY_BYTES": str(int(max_body_mb * 1024 * 1024)),
-        "PERSONAMEM_ALLOW_METHODS": json.dumps(allow_method or []),
-        "PERSONAMEM_REPORTS": str(shown) if (shown := reports.resolve() if reports else env.reports) else "",
-    }
-    os.environ.update(worker_env)  # the worker processes build their app from these
+    given = settings()  # what this process was given, for the workers to inherit
+    worker = given.model_copy(
+        update={
+            "store": options.path,
+            "sql_url": options.sql_url,
+            "chroma_url": options.chroma_url,
+            "config": config.resolve() if config else None,
+            "max_body_bytes": int(max_body_mb * 1024 * 1024),
+            "allow_methods": allow_method or [],
+            "reports": reports.resolve() if reports else given.reports,
+        }
+    )
+    os.environ.update(worker.environ())  # the worker processes build their app from these
     uvicorn.run(
         "personamem.server.app:app_from_env",
         factory=True,
