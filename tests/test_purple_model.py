@@ -61,7 +61,7 @@ def _batch(encoder: SentenceEncoder, config: PurpleConfig) -> dict[str, torch.Te
 
 
 def test_scorer_is_a_permutation_equivariant_propensity(encoder: SentenceEncoder) -> None:
-    config = PurpleConfig(layers=1)
+    config = PurpleConfig(layers=1, rank_prior=0.0)  # the paper's scorer: the candidates are a set
     torch.manual_seed(0)
     scorer = RecordScorer(config).eval()
     batch = _batch(encoder, config)
@@ -72,6 +72,19 @@ def test_scorer_is_a_permutation_equivariant_propensity(encoder: SentenceEncoder
     shuffled = {**batch, "records": batch["records"][:1, perm], "record_mask": batch["record_mask"][:1, perm]}
     shuffled |= {k: batch[k][:1] for k in ("query", "query_mask", "candidate_mask")}
     assert torch.allclose(scorer(**shuffled)[0], out[0, perm], atol=1e-5)  # no positional encoding
+
+
+def test_a_new_scorer_with_the_rank_prior_keeps_the_first_stage_order(encoder: SentenceEncoder) -> None:
+    torch.manual_seed(0)
+    scorer = RecordScorer(PurpleConfig(layers=1)).eval()  # rank_prior = 1 by default
+    out = scorer(**_batch(encoder, PurpleConfig(layers=1)))
+    assert torch.equal(out[0].argsort(descending=True), torch.arange(4))
+    assert torch.allclose(out[0], 1 / (1 + torch.arange(4.0)))  # exp(−log(1 + rank))
+    assert torch.equal(out[1, :3].argsort(descending=True), torch.arange(3)) and out[1, 3] == 0.0
+    trained = RecordScorer(PurpleConfig(layers=1))
+    for parameter in trained.head.parameters():  # once the head has learned something, content counts
+        torch.nn.init.normal_(parameter)
+    assert not torch.allclose(trained.eval()(**_batch(encoder, PurpleConfig(layers=1)))[0], out[0])
 
 
 def test_ablations_drop_their_modules(encoder: SentenceEncoder) -> None:
@@ -110,7 +123,28 @@ def test_record_state_cache_evicts_the_least_recently_used(encoder: SentenceEnco
     assert len(cache) == 2
     cache.states(["a", "b"])
     assert (cache.hits, cache.misses) == (2, 4)  # "a" stayed, "b" was evicted and re-encoded
-    with pytest.raises(ValueError, match="another encoder or token cut"):
+    with pytest.raises(ValueError, match="another encoder, token cut or input"):
         encode_candidates(encoder, "q", ["a"], PurpleConfig(), cache)
     with pytest.raises(ValueError, match="capacity"):
         RecordStateCache(encoder, 8, capacity=0)
+
+
+def test_a_scorer_on_vectors_reads_the_sentence_vectors_and_starts_at_the_first_stage(
+    encoder: SentenceEncoder,
+) -> None:
+    config = PurpleConfig(layers=1, inputs="vectors")
+    batch = _batch(encoder, config)
+    assert batch["records"].shape == (2, 4, 1, 384) and batch["query"].shape == (2, 1, 384)
+    texts = ["I'm vegan.", "My sister lives in Porto.", "I run every morning before work.", "I hate olives."]
+    assert torch.allclose(batch["records"][0, :, 0], torch.from_numpy(encoder.encode(texts)), atol=1e-3)
+    torch.manual_seed(0)
+    scorer = RecordScorer(config).eval()
+    assert scorer.cross is None and scorer.pair is not None
+    out = scorer(**batch)
+    assert torch.allclose(out[0], 1 / (1 + torch.arange(4.0))) and out[1, 3] == 0.0
+    given = encode_candidates(
+        encoder, "what should I cook?", texts, config, query_vector=encoder.encode(["x"])[0]
+    )
+    assert torch.allclose(given.query[0].float(), torch.from_numpy(encoder.encode(["x"])[0]), atol=1e-3)
+    with pytest.raises(ValueError, match="another encoder, token cut or input"):
+        encode_candidates(encoder, "q", texts, config, RecordStateCache(encoder, config.max_record_tokens))

@@ -274,3 +274,25 @@ def test_analyze_utility_command(
     assert len(written["points"]) == 6 and (tmp_path / "utility.png").stat().st_size > 0
     assert "Pearson r" in capsys.readouterr().out
     assert {"gold_auc_utility", "gold_auc_relevance", "gold_auc_gap_ci95"} <= set(written)
+
+
+def test_a_selector_on_vectors_learns_the_bandit_and_serves_context_with_the_first_stage_vector(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    from personamem import PersonaMem
+
+    config = _config(steps=40, validate_every=20, model=PurpleConfig(layers=1, dropout=0.0, inputs="vectors"))
+    result = train_purple(_examples(8), _examples(4, "v"), encoder, food_reward, config, tmp_path / "ckpt")
+    assert result.best_validation == pytest.approx(3.0)  # both food records, one of them first
+    selector = PurpleSelector.load(result.best, encoder)
+    example = _examples(1, "v")[0]
+    query, candidates = example.query, list(example.candidates)
+    alone = selector.select("v", query, candidates, 2)
+    given = selector.select_with_vector("v", query, encoder.encode([query])[0], candidates, 2)
+    assert [h.record.text for h in alone] == [h.record.text for h in given] and {
+        h.record.text for h in alone
+    } == set(FOOD)
+    with PersonaMem.open(tmp_path / "store", encoder=encoder) as mem:  # the pipeline hands over its vector
+        mem.add_many([Record(user_id="ana", id=r.id, text=r.text) for r in candidates])
+        context = mem.context("ana", query, method=f"purple:{result.best}")
+        assert {h.record.text for h in context.hits[:2]} == set(FOOD) and "select" in context.timings_ms

@@ -71,6 +71,8 @@ class LoopConfig(BaseModel):
     """Optimizer steps in all (a resumed run continues up to this many)."""
     validate_every: int = Field(default=20, ge=1)
     """Steps between validations (and checkpoints)."""
+    patience: int | None = Field(default=None, ge=1)
+    """Stop after this many validations in a row without a new best (default: take every step)."""
     seed: int = 0
     """Seeds the example order and every sample drawn in training (and PURPLE's initial weights)."""
 
@@ -119,6 +121,7 @@ def train_loop(
     accelerator: Accelerator,
     progress: Progress | None = None,
     title: str = "training",
+    validate_at_start: bool = False,
 ) -> LoopState:
     """Step up to ``config.steps``, validating and checkpointing every ``config.validate_every``.
 
@@ -134,9 +137,16 @@ def train_loop(
         accelerator: the engine (every process waits for the others after a checkpoint).
         progress: shows a bar (None in processes other than the main one).
         title: the bar's first text.
+        validate_at_start: a fresh run validates (and checkpoints) its initial weights as step 0, so
+            ``best/`` is never worse on validation than where training started.
     """
     task = progress.add_task(title, total=config.steps, completed=state.step) if progress else None
-    while state.step < config.steps:
+    if validate_at_start and state.step == 0 and not state.history:
+        state.best_step, state.best_value = 0, validate()
+        state.history.append({"step": 0, "validation": state.best_value})
+        checkpoint(state, True)
+        accelerator.wait_for_everyone()
+    while state.step < config.steps and not _out_of_patience(state, config.patience):
         started = time.perf_counter()
         row = step()
         state.step += 1
@@ -152,3 +162,11 @@ def train_loop(
         if progress is not None and task is not None:
             progress.update(task, advance=1, description=describe(row, state))
     return state
+
+
+def _out_of_patience(state: LoopState, patience: int | None) -> bool:
+    """``patience`` validations since the best one (counted from the history, so it survives resume)."""
+    if patience is None:
+        return False
+    since = [row for row in state.history if "validation" in row and row["step"] > state.best_step]
+    return len(since) >= patience

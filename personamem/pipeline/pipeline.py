@@ -60,7 +60,7 @@ from personamem.pipeline.stages import (
     resolve_ranker,
 )
 from personamem.preference import PreferenceMemories
-from personamem.profile import ProfileSelector
+from personamem.profile import ProfileSelector, QueryVectorSelector
 from personamem.records import check_user_id
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetriever, Preparable
 from personamem.retrieval.base import ranked
@@ -148,10 +148,10 @@ class Pipeline:
         timings: dict[str, float] = {}
         with metering(self.config.llm_timeout_s) as meter:
             if self.selector is None:
-                found = self._candidates(user_id, query, k, timings)
+                found, _ = self._candidates(user_id, query, k, timings)
             else:
-                pool = self._candidates(user_id, query, self.config.candidates, timings)
-                profile = self._select(user_id, query, pool, timings)
+                pool, vector = self._candidates(user_id, query, self.config.candidates, timings)
+                profile = self._select(user_id, query, pool, vector, timings)
                 chosen = {hit.record.id for hit in profile}
                 rest = [(hit.record, 0.0) for hit in pool if hit.record.id not in chosen]
                 found = ranked([(hit.record, hit.score) for hit in profile] + rest)[:k]
@@ -178,8 +178,8 @@ class Pipeline:
         with collect_fallbacks() as notes, metering(self.config.llm_timeout_s) as meter:
             memory = self._memory(user_id, timings)
             if self.selector is not None:
-                pool = self._candidates(user_id, query, self.config.candidates, timings)
-                profile = self._select(user_id, query, pool, timings)
+                pool, vector = self._candidates(user_id, query, self.config.candidates, timings)
+                profile = self._select(user_id, query, pool, vector, timings)
             else:
                 profile = self._diverse(user_id, query, timings)
             start = time.perf_counter()
@@ -280,9 +280,18 @@ class Pipeline:
         if isinstance(self.personalizer, Preparable):
             self.personalizer.prepare(requests)
 
-    def _candidates(self, user_id: str, query: str, n: int, timings: dict[str, float]) -> list[Hit]:
-        """The first stage's top ``n``, searched with the personalized vector where there is one."""
-        return self._first_stage(user_id, query, self._personalized(user_id, query, timings), n, timings)
+    def _candidates(
+        self, user_id: str, query: str, n: int, timings: dict[str, float]
+    ) -> tuple[list[Hit], np.ndarray | None]:
+        """The first stage's top ``n`` (for the personalized vector where there is one) and its query vector.
+
+        The vector is returned only where it is the store encoder's own encoding of the query, the one
+        a selector on vectors would compute again; None elsewhere.
+        """
+        personalized = self._personalized(user_id, query, timings)
+        hits, vector = self._first_stage(user_id, query, personalized, n, timings)
+        plain = personalized is None and self.query_encoder_name == "base"
+        return hits, vector if plain else None
 
     def _personalized(self, user_id: str, query: str, timings: dict[str, float]) -> np.ndarray | None:
         """The personalizer's query vector (None: no personalizer)."""
@@ -295,8 +304,11 @@ class Pipeline:
 
     def _first_stage(
         self, user_id: str, query: str, vector: np.ndarray | None, n: int, timings: dict[str, float]
-    ) -> list[Hit]:
-        """The first stage's top ``n`` for ``query``, or for ``vector`` where one is given."""
+    ) -> tuple[list[Hit], np.ndarray | None]:
+        """The first stage's top ``n`` for ``query`` (or ``vector``) and the vector it searched with.
+
+        The vector is None for BM25 and the ranker, which encode nothing here.
+        """
         start = time.perf_counter()
         stage = self.config.first_stage
         if stage == "bm25":
@@ -311,7 +323,7 @@ class Pipeline:
             both = HybridRetriever([dense, self._bm25], k_rrf=self.rrf_k, weights=weights)
             hits = dense.search(user_id, query, n) if stage == "dense" else both.search(user_id, query, n)
         timings["first_stage"] = timings.get("first_stage", 0.0) + _ms(start)
-        return hits
+        return hits, vector
 
     def _diverse(self, user_id: str, query: str, timings: dict[str, float]) -> list[Hit]:
         """The profile: the first stage's best distinct records, by MMR over its top ``candidates``.
@@ -326,7 +338,7 @@ class Pipeline:
         want = config.profile_k if config.diversity == 0 else max(config.candidates, config.profile_k)
         depth = max(config.candidates, config.profile_k)
         while True:
-            hits = self._first_stage(user_id, query, vector, depth, timings)
+            hits, _ = self._first_stage(user_id, query, vector, depth, timings)
             start = time.perf_counter()
             matrix = self.store.record_vectors(user_id, [hit.record.id for hit in hits])
             pool = distinct(matrix, config.duplicate_cosine) if hits else []
@@ -337,15 +349,24 @@ class Pipeline:
         picked = mmr(matrix[pool[:want]], config.profile_k, config.diversity) if pool else []
         return [hits[pool[i]] for i in picked]
 
-    def _select(self, user_id: str, query: str, pool: list[Hit], timings: dict[str, float]) -> list[Hit]:
+    def _select(
+        self,
+        user_id: str,
+        query: str,
+        pool: list[Hit],
+        vector: np.ndarray | None,
+        timings: dict[str, float],
+    ) -> list[Hit]:
         assert self.selector is not None
         start = time.perf_counter()
         records = [hit.record for hit in pool]
-        profile = (
-            self.selector.select(user_id, query, records, min(self.config.profile_k, len(records)))
-            if records
-            else []
-        )
+        k = min(self.config.profile_k, len(records))
+        if not records:
+            profile = []
+        elif vector is not None and isinstance(self.selector, QueryVectorSelector):
+            profile = self.selector.select_with_vector(user_id, query, vector, records, k)
+        else:
+            profile = self.selector.select(user_id, query, records, k)
         if not {hit.record.id for hit in profile} <= {record.id for record in records}:
             raise ValueError("the selector returned a record that was not among the candidates")
         timings["select"] = _ms(start)

@@ -8,6 +8,7 @@ The :class:`ProfileSelector` seam and its untrained selectors live here; the lis
 from personamem.profile.base import (
     EarliestSelector,
     ProfileSelector,
+    QueryVectorSelector,
     RandomSelector,
     RelevanceSelector,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "EarliestSelector",
     "ListwiseSelector",
     "ProfileSelector",
+    "QueryVectorSelector",
     "RandomSelector",
     "RelevanceSelector",
 ]

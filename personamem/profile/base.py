@@ -21,7 +21,13 @@ from personamem.encoder import Encoder
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 
-__all__ = ["EarliestSelector", "ProfileSelector", "RandomSelector", "RelevanceSelector"]
+__all__ = [
+    "EarliestSelector",
+    "ProfileSelector",
+    "QueryVectorSelector",
+    "RandomSelector",
+    "RelevanceSelector",
+]
 
 
 @runtime_checkable
@@ -30,6 +36,21 @@ class ProfileSelector(Protocol):
 
     def select(self, user_id: str, query: str, candidates: Sequence[Record], k: int) -> list[Hit]:
         """The profile, best first; every hit is one of ``candidates``."""
+        ...
+
+
+@runtime_checkable
+class QueryVectorSelector(ProfileSelector, Protocol):
+    """A selector that can take the query's vector from the first stage instead of encoding it again.
+
+    The pipeline passes ``vector`` only when it is the store encoder's own encoding of ``query`` (no
+    personalizer, no query tower), so it means what the selector would have computed.
+    """
+
+    def select_with_vector(
+        self, user_id: str, query: str, vector: np.ndarray, candidates: Sequence[Record], k: int
+    ) -> list[Hit]:
+        """As :meth:`select`, with the query already encoded."""
         ...
 
 

@@ -18,9 +18,10 @@ from personamem.profile.purple.config import PurpleConfig
 from personamem.trainers.loop import LoopConfig, LoopData
 from personamem.trainers.run import TrainerRun
 
-__all__ = ["Advantage", "PurpleDataConfig", "PurpleRunConfig", "PurpleTrainConfig"]
+__all__ = ["Advantage", "PurpleDataConfig", "PurpleRunConfig", "PurpleTrainConfig", "RewardSource"]
 
 Advantage = Literal["zscore", "rank", "clip"]
+RewardSource = Literal["llm", "distilled"]
 
 
 class PurpleTrainConfig(LoopConfig):
@@ -58,6 +59,14 @@ class PurpleDataConfig(LoopData):
     qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a model folder."""
     llm_runtime: Runtime = REFERENCE_RUNTIME
     """The engine that scores the reward: ctranslate2 (int8, fast on a CPU) or transformers (float32)."""
+    reward: RewardSource = "llm"
+    """llm: the LLM scores every sampled profile (the paper's); distilled: it scores a fixed sample of
+    profiles once, a small model fitted to them rewards training, and the LLM still scores every
+    validation (for thousands of steps on a CPU)."""
+    reward_questions: int = Field(default=240, ge=2)
+    """distilled: training questions whose profiles the LLM scores for the reward model."""
+    reward_profiles: int = Field(default=8, ge=2)
+    """distilled: profiles scored per question (the first stage's top K and draws around it)."""
 
 
 class PurpleRunConfig(TrainerRun):

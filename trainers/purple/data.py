@@ -30,13 +30,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ProfileExample:
-    """One (H, x, y): the candidates a profile is picked from, the question, the user's true answer."""
+    """One (H, x, y): the candidates a profile is picked from, the question, the user's true answer.
+
+    ``gold`` names the records a benchmark marks as holding the answer (empty for traffic); training
+    never reads it, the reward model's agreement report does.
+    """
 
     id: str
     user_id: str
     query: str
     answer: str
     candidates: tuple[Record, ...]
+    gold: frozenset[str] = frozenset()
 
 
 def build_examples(
@@ -58,6 +63,7 @@ def build_examples(
                     question.text,
                     question.answer.strip(),
                     tuple(h.record for h in hits),
+                    frozenset(rid for rid, grade in question.relevant.items() if grade > 0),
                 )
             )
     return examples

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from personamem.encoder import SentenceEncoder
     from personamem.trainers.purple.data import ProfileExample
+    from personamem.trainers.purple.reward_model import Agreement
 
 __all__ = ["examples", "run"]
 
@@ -37,8 +38,9 @@ def run(config: PurpleRunConfig, *, progress: Progress | None = None) -> TrainSu
     from personamem.encoder import default_encoder
     from personamem.llm.load import load_llm
     from personamem.trainers.engine import on_cpu
+    from personamem.trainers.purple.distil import distil_reward
     from personamem.trainers.purple.reward import LLMReward
-    from personamem.trainers.purple.trainer import train_purple
+    from personamem.trainers.purple.trainer import RewardFn, train_purple
 
     data, train_config, out_dir = config.data, config.train, config.out_dir
     state = PartialState(cpu=on_cpu(train_config.device))
@@ -48,23 +50,45 @@ def run(config: PurpleRunConfig, *, progress: Progress | None = None) -> TrainSu
     train, validation, test, split = examples(data, train_config, encoder, progress)
     if main:
         write_split(out_dir, split)
-    info = {
+    info: dict[str, Any] = {
         "data_source": split["source"],
         "validation_users": split["validation_users"],
         "train_users": len(split["train_users"]),
     }
-    # the reward's LLM sits on this process's device: on a GPU it is most of a step (bench/gpu_reward.py)
-    reward = LLMReward(load_llm(data.llm, runtime=data.llm_runtime, device=str(state.device)))
+    if data.reward == "distilled" and state.num_processes > 1:
+        raise ValueError("--reward distilled trains in one process (its reward is cheap); drop the launcher")
+    # the reward's LLM sits on this process's device: on a GPU it is most of a step (bench/gpu_reward.py);
+    # one process keeps its scores in rewards.jsonl, so a resumed run does not pay for them again
+    llm = load_llm(data.llm, runtime=data.llm_runtime, device=str(state.device))
+    reward = LLMReward(llm, path=out_dir / "rewards.jsonl" if state.num_processes == 1 else None)
+    rows: list[tuple[str, str]] = []
+    trained_on: RewardFn = reward
+    if data.reward == "distilled":
+        trained_on, agreed = distil_reward(
+            reward,
+            train,
+            validation,
+            encoder,
+            k=train_config.k,
+            questions=data.reward_questions,
+            profiles=data.reward_profiles,
+            seed=0,  # one sample for every training seed: seeds can share rewards.jsonl and reward_model/
+            out_dir=out_dir,
+            progress=progress,
+        )
+        info["reward_agreement"] = dataclasses.asdict(agreed)
+        rows.append(("reward model vs LLM, held out (Spearman, pairwise, gold AUC)", _agreement(agreed)))
     result = train_purple(
         train,
         validation,
         encoder,
-        reward,
+        trained_on,
         train_config,
         out_dir,
         resume=config.resume,
         progress=progress,
         info=info,
+        validation_reward=reward,
     )
     if not main:
         return None
@@ -81,6 +105,7 @@ def run(config: PurpleRunConfig, *, progress: Progress | None = None) -> TrainSu
             ("processes", str(result.processes)),
             ("wall-clock seconds (median step)", f"{result.seconds:.0f} ({_median_step(result.history)})"),
             ("best checkpoint", f"{result.best} ({size / 2**20:.1f} MiB)"),
+            *rows,
         ],
         f'selector = "purple:{result.best}"',
     )
@@ -138,6 +163,13 @@ def examples(
         test_examples=[e.id for e in test],
     )
     return train, validation, test, payload
+
+
+def _agreement(agreed: Agreement) -> str:
+    gold = "-" if agreed.gold_auc_model is None else f"{agreed.gold_auc_model:.3f}"
+    llm = "-" if agreed.gold_auc_llm is None else f"{agreed.gold_auc_llm:.3f}"
+    where = f"the LLM's own: {llm}; {agreed.questions} questions"
+    return f"{agreed.spearman:.3f}, {agreed.pairwise:.3f}, {gold} ({where})"
 
 
 def _median_step(history: list[dict[str, Any]]) -> str:

@@ -45,9 +45,9 @@ from personamem.profile.purple.model import (
     RecordScorer,
     collate,
     encode_candidates,
+    state_cache,
 )
 from personamem.profile.purple.policy import plackett_luce_log_prob, plackett_luce_sample
-from personamem.profile.purple.states import RecordStateCache
 from personamem.records import Record
 from personamem.trainers.engine import accelerator_for, process_mean
 from personamem.trainers.loop import LoopState, train_loop
@@ -110,12 +110,16 @@ def train_purple(
     resume: bool = False,
     progress: Progress | None = None,
     info: dict[str, Any] | None = None,
+    validation_reward: RewardFn | None = None,
 ) -> TrainResult:
     """Train, validating and checkpointing into ``out_dir`` (``best/`` and ``last/``).
 
     ``info`` (the data source, the users validated on...) is recorded in every checkpoint. Under a
     launcher every process calls this with the same arguments; only the main one writes files and
-    shows ``progress``.
+    shows ``progress``. ``validation_reward`` scores the validations when training runs on a
+    stand-in (the LLM itself behind a distilled ``reward``); by default ``reward`` does. The initial
+    weights are validated as step 0, so with the rank prior ``best/`` starts as the first stage's
+    top K and is replaced only by a checkpoint that validates better.
 
     Raises:
         ValueError: no training or no validation examples.
@@ -179,7 +183,7 @@ def train_purple(
         config,
         step=step,
         validate=lambda: validate(
-            accelerator.unwrap_model(model), mine, states, reward, config.k, accelerator
+            accelerator.unwrap_model(model), mine, states, validation_reward or reward, config.k, accelerator
         ),
         checkpoint=checkpoint,
         describe=lambda row, state: (
@@ -189,6 +193,7 @@ def train_purple(
         accelerator=accelerator,
         progress=progress,
         title="training PURPLE",
+        validate_at_start=True,
     )
     trained = accelerator.unwrap_model(model)
     accelerator.end_training()
@@ -331,7 +336,7 @@ def _encode(
 ) -> dict[str, CandidateStates]:
     """Frozen token states of every example, computed once; records shared between examples once."""
     task = progress.add_task("encoding candidates", total=len(examples)) if progress else None
-    cache = RecordStateCache(encoder, config.max_record_tokens, capacity=1_000_000)
+    cache = state_cache(encoder, config, capacity=1_000_000)
     states = {}
     for example in examples:
         states[example.id] = encode_candidates(

@@ -61,7 +61,8 @@ def load_checkpoint(folder: Path, *, encoder: str | None = None) -> tuple[Record
         raise CheckpointError(
             f"{folder}: trained on token states of encoder {config['encoder']!r}, not {encoder!r}"
         )
-    scorer = RecordScorer(PurpleConfig(**config["model"]))
+    # a checkpoint from before the rank prior was a scorer without one
+    scorer = RecordScorer(PurpleConfig(**{"rank_prior": 0.0, **config["model"]}))
     scorer.load_state_dict(load_file(str(weights)))
     return scorer.eval(), config["training"]
 

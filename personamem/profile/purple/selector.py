@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from personamem.encoder import SentenceEncoder
 from personamem.profile.purple.checkpoint import load_checkpoint
-from personamem.profile.purple.model import RecordScorer, collate, encode_candidates
-from personamem.profile.purple.states import RecordStateCache
+from personamem.profile.purple.model import RecordScorer, collate, encode_candidates, state_cache
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 
@@ -27,9 +27,7 @@ class PurpleSelector:
     def __init__(self, scorer: RecordScorer, encoder: SentenceEncoder, *, record_cache: int = 4096) -> None:
         self.scorer = scorer.eval()
         self.encoder = encoder
-        self.cache = (
-            RecordStateCache(encoder, scorer.config.max_record_tokens, record_cache) if record_cache else None
-        )
+        self.cache = state_cache(encoder, scorer.config, record_cache) if record_cache else None
 
     @classmethod
     def load(
@@ -39,10 +37,12 @@ class PurpleSelector:
         scorer, _ = load_checkpoint(Path(folder), encoder=encoder.name)
         return cls(scorer, encoder, record_cache=record_cache)
 
-    def propensities(self, query: str, candidates: Sequence[Record]) -> list[float]:
-        """f_θ for each candidate, in the candidates' order."""
+    def propensities(
+        self, query: str, candidates: Sequence[Record], vector: np.ndarray | None = None
+    ) -> list[float]:
+        """f_θ for each candidate, in the candidates' order (``vector``: the query, encoded already)."""
         states = encode_candidates(
-            self.encoder, query, [r.text for r in candidates], self.scorer.config, self.cache
+            self.encoder, query, [r.text for r in candidates], self.scorer.config, self.cache, vector
         )
         device = next(self.scorer.parameters()).device
         with torch.inference_mode():
@@ -51,10 +51,16 @@ class PurpleSelector:
 
     def select(self, user_id: str, query: str, candidates: Sequence[Record], k: int) -> list[Hit]:
         """The top ``k`` candidates by propensity, best first."""
+        return self.select_with_vector(user_id, query, None, candidates, k)
+
+    def select_with_vector(
+        self, user_id: str, query: str, vector: np.ndarray | None, candidates: Sequence[Record], k: int
+    ) -> list[Hit]:
+        """As :meth:`select`; a scorer on vectors reuses the first stage's query ``vector``."""
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         if not candidates:
             return []
-        scores = self.propensities(query, candidates)
+        scores = self.propensities(query, candidates, vector)
         order = sorted(range(len(candidates)), key=lambda i: -scores[i])[:k]
         return ranked([(candidates[i], scores[i]) for i in order])

@@ -23,14 +23,18 @@ class RecordStateCache:
     """An LRU map from a record's text to its first ``max_tokens`` token states under one encoder.
 
     Thread-safe; ``capacity`` bounds the entries (a 40-token record takes ~30 KB, so the default
-    4,096 entries stay near 120 MB for chat-length records).
+    4,096 entries stay near 120 MB for chat-length records). ``pooled`` keeps the encoder's sentence
+    vector instead, as one row (a scorer on vectors, ``inputs = "vectors"``).
     """
 
-    def __init__(self, encoder: SentenceEncoder, max_tokens: int, capacity: int = 4096) -> None:
+    def __init__(
+        self, encoder: SentenceEncoder, max_tokens: int, capacity: int = 4096, *, pooled: bool = False
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
         self.encoder = encoder
         self.max_tokens = max_tokens
+        self.pooled = pooled
         self.capacity = capacity
         self.hits = 0
         self.misses = 0
@@ -52,10 +56,14 @@ class RecordStateCache:
             self.misses += len(missing)
         if missing:
             text_of = dict(zip(keys, texts, strict=True))
-            encoded = self.encoder.encode_tokens([text_of[k] for k in missing])
-            for i, k in enumerate(missing):
-                n = min(int(encoded.mask[i].sum()), self.max_tokens)
-                found[k] = encoded.states[i, :n].half()
+            if self.pooled:
+                vectors = torch.from_numpy(self.encoder.encode([text_of[k] for k in missing])).half()
+                found.update((k, vectors[i : i + 1]) for i, k in enumerate(missing))
+            else:
+                encoded = self.encoder.encode_tokens([text_of[k] for k in missing])
+                for i, k in enumerate(missing):
+                    n = min(int(encoded.mask[i].sum()), self.max_tokens)
+                    found[k] = encoded.states[i, :n].half()
             with self._lock:
                 for k in missing:
                     self._entries[k] = found[k]
