@@ -134,28 +134,45 @@ def _root_logging_kept() -> Iterator[None]:
         root.setLevel(level)
 
 
+@dataclass(frozen=True)
+class _Tools:
+    """What each group of tools registers with: the server, and the memory each call works on."""
+
+    server: MCPServer
+    memory_of: MemoryOf
+
+    def tool(self, hints: ToolAnnotations) -> Callable[[_Tool], _Tool]:
+        """Register a tool, its docstring (dedented) as its description, with ``hints`` for clients."""
+
+        def register(fn: _Tool) -> _Tool:
+            self.server.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=hints)
+            return fn
+
+        return register
+
+    def memory(self, ctx: Context, needed: KeyScope) -> PersonaMem:
+        """The memory of this call, once an HTTP request's key is found to have the ``needed`` scope."""
+        _check_scope(ctx, needed)
+        return self.memory_of(ctx)
+
+
 def _build(memory_of: MemoryOf) -> MCPServer:
     """The seven tools over the memory ``memory_of`` gives each call."""
     with _root_logging_kept():
         server: MCPServer = MCPServer(
             "personamem", instructions=INSTRUCTIONS, version=version("personamem"), log_level="WARNING"
         )
+    tools = _Tools(server, memory_of)
+    _add_remember(tools)
+    _add_retrieval_tools(tools)
+    _add_record_tools(tools)
+    return server
 
-    def tool(hints: ToolAnnotations) -> Callable[[_Tool], _Tool]:
-        """Register a tool, its docstring (dedented) as its description, with ``hints`` for clients."""
 
-        def register(fn: _Tool) -> _Tool:
-            server.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=hints)
-            return fn
+def _add_remember(tools: _Tools) -> None:
+    """``remember``: the one tool that adds (or replaces) a record."""
 
-        return register
-
-    def memory_for(ctx: Context, needed: KeyScope) -> PersonaMem:
-        """The memory of this call, once an HTTP request's key is found to have the ``needed`` scope."""
-        _check_scope(ctx, needed)
-        return memory_of(ctx)
-
-    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
+    @tools.tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
     def remember(
         user_id: UserId,
         text: Annotated[
@@ -194,13 +211,17 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         the same. Keep the returned id to forget or replace this record later.
         """
         with _tool_errors():
-            mem = memory_for(ctx, KeyScope.WRITE)
+            mem = tools.memory(ctx, KeyScope.WRITE)
             user = check_user_id(user_id)
             if replaces is not None:
                 return record_json(mem.supersede(user, replaces, text, kind=kind, metadata=metadata or {}))
             return record_json(mem.add(user, text, kind=kind, metadata=metadata or {}))
 
-    @tool(ToolAnnotations(read_only_hint=True))
+
+def _add_retrieval_tools(tools: _Tools) -> None:
+    """``recall`` and ``context``: what the memory says about a query."""
+
+    @tools.tool(ToolAnnotations(read_only_hint=True))
     def recall(
         user_id: UserId,
         query: Query,
@@ -232,11 +253,11 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         user has no records (an empty list). Use `context` instead for text to put in a prompt.
         """
         with _tool_errors():
-            mem = memory_for(ctx, KeyScope.READ)
+            mem = tools.memory(ctx, KeyScope.READ)
             hits = mem.search(check_user_id(user_id), query, k=k, method=method, as_of=as_of, filters=filters)
         return SearchResult.of(hits).model_dump(mode="json")
 
-    @tool(ToolAnnotations(read_only_hint=True))
+    @tools.tool(ToolAnnotations(read_only_hint=True))
     def context(
         user_id: UserId,
         query: Query,
@@ -256,7 +277,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         keeps them). An empty string means nothing is stored for this user.
         """
         with _tool_errors():
-            mem = memory_for(ctx, KeyScope.READ)
+            mem = tools.memory(ctx, KeyScope.READ)
             found = mem.context(check_user_id(user_id), query, budget_tokens=budget, filters=filters)
         answer = ContextAnswer(result=found.text, usage=found.usage, timings_ms=found.timings_ms)
         return CallToolResult(
@@ -264,7 +285,11 @@ def _build(memory_of: MemoryOf) -> MCPServer:
             structured_content=answer.model_dump(mode="json"),
         )
 
-    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
+
+def _add_record_tools(tools: _Tools) -> None:
+    """Tools on stored records by id or page, and the stored preference memory."""
+
+    @tools.tool(ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
     def forget_record(
         user_id: UserId,
         record_id: RecordId,
@@ -275,10 +300,10 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         Returns the ids deleted: empty when the user has no record with this id.
         """
         with _tool_errors():
-            mem = memory_for(ctx, KeyScope.WRITE)
+            mem = tools.memory(ctx, KeyScope.WRITE)
             return Deleted(deleted=mem.delete(check_user_id(user_id), [record_id])).model_dump(mode="json")
 
-    @tool(ToolAnnotations(read_only_hint=True))
+    @tools.tool(ToolAnnotations(read_only_hint=True))
     def list_records(
         user_id: UserId,
         ctx: Context,
@@ -289,12 +314,12 @@ def _build(memory_of: MemoryOf) -> MCPServer:
     ) -> dict[str, Any]:
         """The user's stored records in the order they were added, a page at a time, with the total count."""
         with _tool_errors():
-            mem = memory_for(ctx, KeyScope.READ)
+            mem = tools.memory(ctx, KeyScope.READ)
             records = mem.records(check_user_id(user_id))
         page = RecordPage(count=len(records), records=records[offset : offset + limit])
         return page.model_dump(mode="json")
 
-    @tool(ToolAnnotations(read_only_hint=True))
+    @tools.tool(ToolAnnotations(read_only_hint=True))
     def record_history(
         user_id: UserId,
         record_id: RecordId,
@@ -306,11 +331,11 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         have no text. Empty when the user never had a record with this id.
         """
         with _tool_errors():
-            mem = memory_for(ctx, KeyScope.READ)
+            mem = tools.memory(ctx, KeyScope.READ)
             events = mem.history(check_user_id(user_id), record_id)
         return RecordHistory(events=events).model_dump(mode="json")
 
-    @tool(ToolAnnotations(read_only_hint=True))
+    @tools.tool(ToolAnnotations(read_only_hint=True))
     def preferences(user_id: UserId, ctx: Context) -> dict[str, Any]:
         """The user's preference memory as last built: distilled statements with the record ids behind them.
 
@@ -319,15 +344,13 @@ def _build(memory_of: MemoryOf) -> MCPServer:
         the server keeps no preference memory.
         """
         with _tool_errors():
-            mem = memory_for(ctx, KeyScope.READ)
+            mem = tools.memory(ctx, KeyScope.READ)
             if mem.pipeline().memories is None:
                 raise ToolError(
                     "this server keeps no preference memory (its pipeline's preference_memory is 'none'); "
                     "use `context` or `recall`"
                 )
             return mem.stored_memory(user_id).to_json()
-
-    return server
 
 
 def build_server(mem: PersonaMem, *, methods: ServedMethods | None = SERVED_BY_DEFAULT) -> MCPServer:

@@ -2,48 +2,45 @@
 
 One object per process, shared across threads: it owns the store and one pipeline per method name
 or config, built on first use and kept (a PURPLE checkpoint or an LLM is loaded once).
+
+The class defines the operations every surface shares (:class:`~personamem.contract.MemoryApi`'s,
+which must be its own) and ``improve``, the SDK's one door into the trainers; it inherits the rest:
+opening, the pipeline each call runs and tenant views (:mod:`~personamem.serving`), what the server
+and the inspector read besides the records (:mod:`~personamem.inspection`) and the coroutine twins
+(:mod:`~personamem.async_twins`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlalchemy.engine import make_url
 
-from personamem.components import Components
+from personamem.async_twins import AsyncTwins
 from personamem.conflicts import ConflictDetector
 from personamem.contract import Context, Hits, MemoryApi, method_of
-from personamem.encoder import Encoder
 from personamem.errors import (
     ConfigError,
     ConflictFallbackWarning,
     InvalidInputError,
     MethodError,
-    PersonaMemWarning,
-    PipelineFallbackWarning,
     warn_fallback,
 )
-from personamem.interactions import FeedbackReport, Interaction
+from personamem.inspection import Inspection
+from personamem.interactions import FeedbackReport
 from personamem.llm.base import FrozenLLM
-from personamem.methods import ServedMethods, check_llm, method_config
-from personamem.pipeline import Pipeline, PipelineConfig, load_pipeline
-from personamem.pipeline.config import LLM_MEMORIES, pipeline_config
+from personamem.pipeline import PipelineConfig
 from personamem.portability import Imported, export_lines, read_export, write_export
 from personamem.preference import PreferenceMemories, PreferenceMemory, SetwiseReranker
-from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordEvent, RecordKind, check_user_id, parse_record, parse_records
-from personamem.retrieval import BM25Retriever, DenseRetriever, Hit
-from personamem.store import KeyRing, Store
-from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
+from personamem.retrieval import DenseRetriever, Hit
+from personamem.serving import Serving, stored_pipeline
+from personamem.store import Store
+from personamem.store.duplicates import DuplicatePolicy, check_duplicates
 from personamem.store.timeline import reading
 
 if TYPE_CHECKING:
@@ -52,7 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["PersonaMem", "open_memory", "stored_pipeline"]
 
 
-class PersonaMem(MemoryApi):
+class PersonaMem(Serving, Inspection, AsyncTwins, MemoryApi):
     """Per-user memory: add what users said or did, search it per user, build their context, forget them.
 
     Its operations are :class:`~personamem.contract.MemoryApi`'s, so ``Client`` (HTTP) answers them
@@ -75,165 +72,6 @@ class PersonaMem(MemoryApi):
         ...     hits = mem.search("alice", "what should I cook tonight?", k=3)
         ...     prompt_part = mem.context("alice", "what should I cook tonight?").text
     """
-
-    def __init__(
-        self,
-        store: Store,
-        *,
-        pipeline: PipelineConfig | None = None,
-        llm: FrozenLLM | None = None,
-        components: Components | None = None,
-    ) -> None:
-        self.store = store
-        self._pinned = pipeline  # None: serve the store's live pipeline (see config)
-        self._live: tuple[str | None, PipelineConfig] = (None, PipelineConfig())  # (stored table, parsed)
-        # LLMs and extractors, loaded once for this memory and its tenant views (they pass theirs)
-        self._components = components or Components(llm)
-        self._pipelines: dict[PipelineConfig, Pipeline] = {}
-        self._methods: dict[str, PipelineConfig] = {}  # a pipeline:<file> is read once
-        self._tenants: dict[str, PersonaMem] = {}
-        self._memories: dict[tuple[int, float | None], PreferenceMemories] = {}  # over this view's store
-        self._lock = threading.Lock()  # this object's pipeline builds
-        self._views_lock = threading.Lock()  # making tenant views
-        self._dense = DenseRetriever(store)
-        self._bm25 = BM25Retriever(store)
-        # what add does with a near-duplicate, unless a call says otherwise (see store/duplicates.py)
-        self.duplicates = DuplicatePolicy.KEEP
-        self.duplicate_threshold = DUPLICATE_THRESHOLD
-        self._served: ServedMethods | None = None
-
-    @classmethod
-    def open(
-        cls,
-        path: str | Path,
-        *,
-        encoder: Encoder | None = None,
-        pipeline: PipelineConfig | str | Path | None = None,
-        llm: FrozenLLM | None = None,
-    ) -> PersonaMem:
-        """Memory in a local folder (SQLite and an embedded Chroma); created if missing.
-
-        ``pipeline`` is a config, or the path of a TOML file with a ``[pipeline]`` table.
-        """
-        return cls._opened(Store.open(path, encoder=encoder), _pinned(pipeline), llm)
-
-    @classmethod
-    def connect(
-        cls,
-        sql_url: str,
-        *,
-        chroma_url: str | None = None,
-        chroma_path: str | Path | None = None,
-        encoder: Encoder | None = None,
-        pipeline: PipelineConfig | str | Path | None = None,
-        llm: FrozenLLM | None = None,
-    ) -> PersonaMem:
-        """Memory on a SQLAlchemy database and a Chroma server or folder; PostgreSQL alone needs neither.
-
-        ``PersonaMem.connect("postgresql+psycopg://...")`` keeps the vectors in the same database
-        with pgvector (its ``vector`` extension must be installed on the server).
-        """
-        store = Store.connect(sql_url, chroma_url=chroma_url, chroma_path=chroma_path, encoder=encoder)
-        return cls._opened(store, _pinned(pipeline), llm)
-
-    @classmethod
-    def _opened(cls, store: Store, pipeline: PipelineConfig | None, llm: FrozenLLM | None) -> PersonaMem:
-        """The memory over ``store``; a pipeline given at open wins over the store's live one, and says so."""
-        stored = store.live_pipeline
-        live = None if pipeline is None or stored is None else stored_pipeline(stored)
-        if live is not None and pipeline != live:
-            warnings.warn(
-                f"serving the pipeline given at open, not the store's live pipeline "
-                f"({live.chosen_by or 'set in the store'}); "
-                "open without pipeline= (the CLI: without --config or ./personamem.toml) to serve it",
-                PersonaMemWarning,
-                stacklevel=3,
-            )
-        return cls(store, pipeline=pipeline, llm=llm)
-
-    def tenant(self, name: str) -> PersonaMem:
-        """This memory as tenant ``name`` sees it: its own users, even where ids equal another's.
-
-        Isolation is the store's (:meth:`Store.for_tenant`), so every method, pipeline and adapter
-        built on the returned object reads and erases that tenant's records only. It shares this
-        object's store, pipeline config and loaded LLMs, is made once per name and kept (with its
-        pipelines and caches); closing it does nothing.
-
-        Raises:
-            InvalidInputError: a tenant name that is not 1-64 letters, digits, ``_``, ``.``, ``-``.
-        """
-        view = self._tenants.get(name)  # not under the build lock: no tenant waits for another's build
-        if view is not None:
-            return view
-        with self._views_lock:
-            view = self._tenants.get(name)
-            if view is None:  # kept: its pipelines and BM25 caches outlive the call
-                view = PersonaMem(
-                    self.store.for_tenant(name), pipeline=self._pinned, components=self._components
-                )
-                view.duplicates, view.duplicate_threshold = self.duplicates, self.duplicate_threshold
-                view.served_methods = self.served_methods
-                self._tenants[name] = view
-            return view
-
-    @property
-    def served_methods(self) -> ServedMethods | None:
-        """The method names :meth:`search`, :meth:`context`, :meth:`pipeline` and :meth:`selector` take.
-
-        None (the default, for the SDK and the CLI): any name, a file or folder on this machine
-        included. A server sets a :class:`~personamem.methods.ServedMethods` (``create_app`` and
-        ``personamem mcp`` do), so a request cannot name a path: the name is checked before anything
-        is read. Setting it sets every tenant view's too, so REST, the inspector and MCP share one
-        rule. A :class:`~personamem.pipeline.PipelineConfig` passed in process is the caller's own
-        code and is not checked.
-        """
-        return self._served
-
-    @served_methods.setter
-    def served_methods(self, policy: ServedMethods | None) -> None:
-        with self._views_lock:
-            self._served = policy
-            views = list(self._tenants.values())
-        for view in views:
-            view.served_methods = policy
-
-    @property
-    def config(self) -> PipelineConfig:
-        """The pipeline this memory serves when a call names no method.
-
-        The one given at open or construction (``pipeline=``), else the store's live pipeline (what
-        ``personamem improve`` validated and put live, kept with the data so every process and server
-        worker serves it; a tenant's view serves its tenant's), else the package default
-        (:class:`~personamem.pipeline.PipelineConfig`'s defaults). A live pipeline changed by another
-        process is served within :data:`~personamem.store.settings.FRESH_S` seconds.
-        """
-        if self._pinned is not None:
-            return self._pinned
-        stored = self.store.live_pipeline
-        if stored != self._live[0]:
-            self._live = (stored, stored_pipeline(stored))
-            self._methods.clear()  # methods take the LLM, seed and budget from this config
-        return self._live[1]
-
-    @config.setter
-    def config(self, config: PipelineConfig | None) -> None:
-        """Serve ``config`` in this object whatever the store's live pipeline is (None: follow the store)."""
-        self._pinned = config
-        self._methods.clear()
-
-    def __enter__(self) -> PersonaMem:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Release connections; the data stays on disk."""
-        self.store.close()
-
-    # -- writes ---------------------------------------------------------------------------------
 
     def add(
         self,
@@ -264,28 +102,10 @@ class PersonaMem(MemoryApi):
         )
         record = parse_record({"user_id": user_id, "text": text, **fields})
         if self.config.conflicts and record.kind is RecordKind.KNOWLEDGE:
-            replaced = self._replaced(record)
+            replaced = _replaced(self.store, self._llm(), record)
             if replaced is not None:
                 return self.store.supersede(record.user_id, replaced.id, record)
         return self.store.add(record, duplicates=policy, threshold=threshold)
-
-    def _replaced(self, record: Record) -> Record | None:
-        """The current knowledge record ``record`` replaces, by the LLM (``conflicts`` on); None if none.
-
-        A failing LLM is a warning and None: the record is added without detection.
-        """
-        llm = self._llm_for(self.config)
-        if llm is None:
-            raise ConfigError("conflicts = true needs an LLM: set the pipeline's llm or pass one")
-        detector = ConflictDetector(llm)
-        vector = self.store.encoder.encode([record.text])[0]
-        neighbours = self.store.nearest(record.user_id, vector, detector.candidates + 1)
-        try:
-            return detector.replaced(record, neighbours)
-        except Exception as error:  # any LLM failure: the write goes on without detection
-            message = f"conflict detection failed ({type(error).__name__}: {error}); added without it"
-            warn_fallback(message, ConflictFallbackWarning)
-            return None
 
     def add_many(
         self,
@@ -390,8 +210,6 @@ class PersonaMem(MemoryApi):
         """
         return self.store.purge_expired(all_tenants=all_tenants)
 
-    # -- reads ------------------------------------------------------------------------------------
-
     def search(
         self,
         user_id: str,
@@ -460,61 +278,6 @@ class PersonaMem(MemoryApi):
         with reading(as_of, include_superseded=include_superseded, filters=filters):
             return self.pipeline(chosen).context(user_id, query, budget_tokens=budget_tokens)
 
-    # -- for event loops: the same calls on a worker thread -----------------------------------------
-
-    async def aadd(self, user_id: str, text: str = "", **fields: Any) -> Record:
-        """:meth:`add` without blocking the event loop (the encoder and SQL run on a thread)."""
-        return await asyncio.to_thread(self.add, user_id, text, **fields)
-
-    async def asearch(
-        self,
-        user_id: str,
-        query: str,
-        k: int = 5,
-        method: PipelineConfig | str | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
-    ) -> Hits:
-        """:meth:`search` without blocking the event loop."""
-        return await asyncio.to_thread(
-            self.search,
-            user_id,
-            query,
-            k,
-            method,
-            as_of=as_of,
-            include_superseded=include_superseded,
-            filters=filters,
-        )
-
-    async def acontext(
-        self,
-        user_id: str,
-        query: str,
-        *,
-        budget_tokens: int | None = None,
-        method: PipelineConfig | str | None = None,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
-        pipeline: PipelineConfig | str | None = None,
-    ) -> Context:
-        """:meth:`context` without blocking the event loop (an LLM stage's wait included)."""
-        return await asyncio.to_thread(
-            self.context,
-            user_id,
-            query,
-            budget_tokens=budget_tokens,
-            method=method_of(method, pipeline),
-            as_of=as_of,
-            include_superseded=include_superseded,
-            filters=filters,
-        )
-
-    # -- interaction log ----------------------------------------------------------------------------
-
     def feedback(
         self,
         interaction_id: str,
@@ -542,11 +305,6 @@ class PersonaMem(MemoryApi):
             interaction_id, answer=answer, rating=rating, used_record_ids=used_record_ids
         )
         self.store.interactions.feedback(report)
-
-    def interactions(self, user_id: str | None = None) -> list[Interaction]:
-        """Logged interactions of one user (None: every user), oldest first, with their feedback."""
-        users = None if user_id is None else [check_user_id(user_id)]
-        return self.store.interactions.export(users)
 
     def export(self, user_id: str, path: str | Path, *, interactions: bool = False) -> int:
         """Write the user's records (and, with ``interactions``, logged calls) to a JSON Lines file.
@@ -586,49 +344,6 @@ class PersonaMem(MemoryApi):
 
         return improve(self, ImproveConfig(**settings), progress=progress)
 
-    def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
-        """The pipeline for a method name or config (default: the configured one), built once and kept.
-
-        Raises:
-            MethodError: an unknown name, one :attr:`served_methods` does not serve, or one that
-                needs an LLM when none is configured.
-        """
-        if method is None:
-            return self._built(self.config, "the configured pipeline")
-        if isinstance(method, PipelineConfig):
-            return self._built(method, "the pipeline")
-        # a served name (an alias's method) is checked as a string, before any file is read
-        run = method if self.served_methods is None else self.served_methods.resolve(method)
-        config = self._methods.get(run)
-        if config is None:
-            config = self._methods[run] = method_config(run, self.config)
-        return self._built(config, f"method {method!r}", method)
-
-    def selector(self, name: str) -> ProfileSelector:
-        """The profile selector called ``name`` (``relevance``, ``listwise``, ``purple:<folder>``...).
-
-        For frameworks that bring their own candidates (a LangChain compressor, a LlamaIndex
-        postprocessor); built once per name, with the configured LLM where it needs one.
-
-        Raises:
-            MethodError: an unknown selector, ``none``, an LLM selector without an LLM, or a
-                ``purple:<folder>`` that :attr:`served_methods` does not serve.
-            CheckpointError: a PURPLE checkpoint that cannot be loaded.
-        """
-        if name == "none":
-            raise MethodError("selector 'none' selects nothing: name a selector such as relevance")
-        if self.served_methods is not None:
-            self.served_methods.check_selector(name)
-        try:
-            config = pipeline_config({**self.config.model_dump(), "selector": name}, source="selector")
-        except ConfigError as exc:
-            raise MethodError(str(exc)) from None
-        found = self._built(config, f"selector {name!r}").selector
-        assert found is not None  # every name but "none" builds one
-        return found
-
-    # -- preference memory (MemRerank) -------------------------------------------------------------
-
     def memory(self, user_id: str) -> PreferenceMemory:
         """The user's preference memory, as the configured pipeline's context shows it.
 
@@ -665,25 +380,8 @@ class PersonaMem(MemoryApi):
             MethodError: as :meth:`memory`.
             LLMError: the LLM failed; the batches before it are kept.
         """
-        if isinstance(user_ids, str):
-            raise InvalidInputError("user_ids must be a sequence of user ids, not one string")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        memories = self._preference_memories()
-        users = self.store.users() if user_ids is None else [check_user_id(u) for u in user_ids]
-        known = [u for u in dict.fromkeys(users) if self.store.revision(u) is not None]
-        reported = 0
-
-        def advance(done: int) -> None:  # the service counts users done so far; callers add steps
-            nonlocal reported
-            if progress is not None:
-                progress(done - reported)
-            reported = done
-
-        built = memories.refresh(known, batch_size=batch_size, progress=advance)
-        if progress is not None and reported < len(users):
-            progress(len(users) - reported)
-        return built
+        memories = self._preference_memories  # asked for after the arguments are checked
+        return _refresh(self.store, memories, user_ids, progress=progress, batch_size=batch_size)
 
     def rerank(self, user_id: str, query: str, candidates: Sequence[str], k: int | None = None) -> list[int]:
         """Order ``candidates`` for the user's request by their preference memory; best first.
@@ -705,69 +403,7 @@ class PersonaMem(MemoryApi):
             MethodError: as :meth:`memory`, or no LLM is configured.
             InvalidInputError: a candidate or the query is not a string.
         """
-        if not isinstance(query, str) or isinstance(candidates, str):
-            raise InvalidInputError("query must be a string and candidates a sequence of strings")
-        texts = list(candidates)
-        if not all(isinstance(text, str) for text in texts):
-            raise InvalidInputError("candidates must be strings")
-        if k is not None and k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        memory = self.memory(user_id)
-        llm = self._llm_for(self.config)
-        if llm is None:
-            raise MethodError(
-                "rerank needs a frozen LLM and none is configured (set the pipeline's llm, e.g. --llm "
-                "smollm2-135m, or pass llm= to PersonaMem.open)"
-            )
-        return SetwiseReranker(llm).rank(query, memory.text(), texts, k) if texts else []
-
-    def _preference_memories(self) -> PreferenceMemories:
-        """The configured pipeline's preference memories, or MethodError saying how to configure one."""
-        found = self.pipeline().memories
-        if found is None:
-            raise MethodError(
-                "no preference memory configured: set the pipeline's preference_memory to prompted or "
-                "atomic (with llm), or memrerank:<checkpoint folder>"
-            )
-        return found
-
-    def _memories_for(self, config: PipelineConfig, llm: FrozenLLM | None) -> PreferenceMemories | None:
-        """The memories ``config`` names, shared by every pipeline that names the same (lock held).
-
-        A method name applied over the config keeps its memory, so sharing spares the rebuilds (and a
-        checkpoint's load) that one object per pipeline would repeat.
-        """
-        if config.preference_memory == "none":
-            return None
-        writer = llm if config.preference_memory in LLM_MEMORIES else None
-        extractor = self._components.extractor(config, writer)  # a checkpoint loads once for every view
-        key = (id(extractor), config.memory_timeout_s)  # the components keep each extractor: ids stay
-        memories = self._memories.get(key)
-        if memories is None:
-            memories = self._memories[key] = PreferenceMemories(
-                self.store, extractor, timeout_s=config.memory_timeout_s
-            )
-        return memories
-
-    def _built(self, config: PipelineConfig, what: str, name: str = "pipeline") -> Pipeline:
-        """The pipeline for ``config``, built on first use (``what`` names it in errors, ``name`` in logs)."""
-        found = self._pipelines.get(config)  # the hot path takes no lock; building does
-        if found is not None:
-            return found
-        with self._lock:
-            found = self._pipelines.get(config)
-            if found is None:
-                llm = self._llm_for(config) if config.needs_llm else self._components.given
-                check_llm(what, config, llm)
-                memories = self._memories_for(config, llm)
-                found = self._pipelines[config] = Pipeline(
-                    self.store, config, llm=llm, bm25=self._bm25, memories=memories, name=name
-                )
-            return found
-
-    def _llm_for(self, config: PipelineConfig) -> FrozenLLM | None:
-        """The LLM given at construction, else the one ``config.llm`` names (loaded once for every view)."""
-        return self._components.llm(config)
+        return _rerank(lambda: self.memory(user_id), self._llm, query, candidates, k)
 
     def search_vector(self, user_id: str, vector: np.ndarray, k: int = 5) -> list[Hit]:
         """The user's top ``k`` records for a ready query vector (e.g. a personalized one from PBR).
@@ -779,7 +415,7 @@ class PersonaMem(MemoryApi):
         dim = self.store.encoder.dim
         if vector.shape != (dim,):
             raise ValueError(f"vector must have shape ({dim},), got {vector.shape}")
-        return self._dense.search_vector(check_user_id(user_id), vector, k)
+        return DenseRetriever(self.store).search_vector(check_user_id(user_id), vector, k)
 
     def get(self, user_id: str, record_id: str) -> Record | None:
         """The user's record with this id, or None."""
@@ -811,40 +447,87 @@ class PersonaMem(MemoryApi):
         """Records of one user, or of all users."""
         return self.store.count(None if user_id is None else check_user_id(user_id))
 
-    # -- what the server, MCP and the inspector read besides the records ---------------------------
 
-    @property
-    def tenant_name(self) -> str | None:
-        """The tenant this memory serves (a view from :meth:`tenant`); None for the whole store."""
-        return self.store.tenant
+def _replaced(store: Store, llm: FrozenLLM | None, record: Record) -> Record | None:
+    """The current knowledge record ``record`` replaces, by the LLM (``conflicts`` on); None if none.
 
-    @property
-    def keys(self) -> KeyRing:
-        """The API keys kept in the store's database (each names its tenant)."""
-        return self.store.keys
+    A failing LLM is a warning and None: the record is added without detection.
+    """
+    if llm is None:
+        raise ConfigError("conflicts = true needs an LLM: set the pipeline's llm or pass one")
+    detector = ConflictDetector(llm)
+    vector = store.encoder.encode([record.text])[0]
+    neighbours = store.nearest(record.user_id, vector, detector.candidates + 1)
+    try:
+        return detector.replaced(record, neighbours)
+    except Exception as error:  # any LLM failure: the write goes on without detection
+        message = f"conflict detection failed ({type(error).__name__}: {error}); added without it"
+        warn_fallback(message, ConflictFallbackWarning)
+        return None
 
-    def record_counts(self) -> dict[str, int]:
-        """Records per user, for the users with any."""
-        return self.store.count_by_user()
 
-    def last_calls(self) -> dict[str, str]:
-        """The time of each user's latest logged call (ISO 8601, UTC), for the users with any."""
-        return self.store.last_calls()
+def _refresh(
+    store: Store,
+    memories: Callable[[], PreferenceMemories],
+    user_ids: Sequence[str] | None,
+    *,
+    progress: Callable[[int], None] | None,
+    batch_size: int,
+) -> int:
+    """Build the missing or stale memories of ``user_ids`` (None: every user) in ``store``; how many.
 
-    def calls(self, user_id: str, *, limit: int = 100) -> list[dict[str, Any]]:
-        """The user's latest ``limit`` logged calls, newest first, with feedback and the LLM's view."""
-        return self.store.interactions.calls(check_user_id(user_id), limit=limit)
+    ``progress`` gets steps that add up to the number of users asked for, skipped ones included
+    (as :meth:`PersonaMem.refresh_memories` documents); ``memories`` is asked for after the
+    arguments are checked, so a bad argument is named before a missing memory is.
+    """
+    if isinstance(user_ids, str):
+        raise InvalidInputError("user_ids must be a sequence of user ids, not one string")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    found = memories()
+    users = store.users() if user_ids is None else [check_user_id(u) for u in user_ids]
+    known = [u for u in dict.fromkeys(users) if store.revision(u) is not None]
+    reported = 0
 
-    def stored_memory(self, user_id: str) -> PreferenceMemory:
-        """The user's preference memory as last built, without building one (no LLM call).
+    def advance(done: int) -> None:  # the service counts users done so far; callers add steps
+        nonlocal reported
+        if progress is not None:
+            progress(done - reported)
+        reported = done
 
-        ``stale`` as :meth:`~personamem.preference.PreferenceMemories.stored` says: the records
-        changed since, or the user has records and no memory yet.
+    built = found.refresh(known, batch_size=batch_size, progress=advance)
+    if progress is not None and reported < len(users):
+        progress(len(users) - reported)
+    return built
 
-        Raises:
-            MethodError: no preference memory is configured (as :meth:`memory`).
-        """
-        return self._preference_memories().stored(check_user_id(user_id))
+
+def _rerank(
+    memory: Callable[[], PreferenceMemory],
+    llm: Callable[[], FrozenLLM | None],
+    query: str,
+    candidates: Sequence[str],
+    k: int | None,
+) -> list[int]:
+    """Indices of ``candidates``, best first, by the setwise reranker shown ``memory()`` and ``query``.
+
+    As :meth:`PersonaMem.rerank` documents; the arguments are checked before ``memory`` and ``llm``
+    are asked for (a build or a load), and the memory before the LLM.
+    """
+    if not isinstance(query, str) or isinstance(candidates, str):
+        raise InvalidInputError("query must be a string and candidates a sequence of strings")
+    texts = list(candidates)
+    if not all(isinstance(text, str) for text in texts):
+        raise InvalidInputError("candidates must be strings")
+    if k is not None and k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    shown = memory()
+    ranker = llm()
+    if ranker is None:
+        raise MethodError(
+            "rerank needs a frozen LLM and none is configured (set the pipeline's llm, e.g. --llm "
+            "smollm2-135m, or pass llm= to PersonaMem.open)"
+        )
+    return SetwiseReranker(ranker).rank(query, shown.text(), texts, k) if texts else []
 
 
 def open_memory(
@@ -880,27 +563,3 @@ def vectors_in_database(path: str | Path, sql_url: str) -> bool:
     True for PostgreSQL, unless ``path/chroma`` holds the vectors of a store made before pgvector.
     """
     return make_url(sql_url).get_backend_name() == "postgresql" and not (Path(path) / "chroma").is_dir()
-
-
-def _pinned(pipeline: PipelineConfig | str | Path | None) -> PipelineConfig | None:
-    """The config a pipeline file or object given at open names (None: serve the store's live one)."""
-    return load_pipeline(pipeline) if isinstance(pipeline, str | Path) else pipeline
-
-
-def stored_pipeline(stored: str | None) -> PipelineConfig:
-    """A store's live pipeline (:attr:`Store.live_pipeline`), validated; the default where none or broken.
-
-    A table that no longer validates (written by another version, say) must not take every search
-    down: it is a warning naming the problem, and the default serves until ``improve`` runs again
-    or is rolled back.
-    """
-    if stored is None:
-        return PipelineConfig()
-    try:
-        return pipeline_config(json.loads(stored), source="the store's live pipeline")
-    except (ConfigError, ValueError) as exc:
-        warn_fallback(
-            f"{exc}; serving the package default (run 'personamem improve' again, or --rollback)",
-            PipelineFallbackWarning,
-        )
-        return PipelineConfig()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import typer.main
+from fastapi.routing import iter_route_contexts
 from mcp import Client as McpClient
 
 from personamem import PersonaMem, SentenceEncoder, remote
@@ -103,7 +104,8 @@ async def test_every_cli_command_and_mcp_tool_named_exists(mem: PersonaMem) -> N
 @pytest.fixture
 def routes(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[list[Any]]:
     with PersonaMem.open(tmp_path / "served", encoder=encoder) as memory:
-        yield [r for r in create_app(memory).routes if hasattr(r, "path_regex") and hasattr(r, "methods")]
+        routes = iter_route_contexts(create_app(memory).routes)  # the included routers' routes too
+        yield [r for r in routes if hasattr(r, "path_regex") and hasattr(r, "methods")]
 
 
 @pytest.mark.parametrize("name", sorted(SURFACES))

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
     from personamem.datasets.choice import ChoiceInstance
     from personamem.encoder import Encoder
+    from personamem.eval.memory_eval import MemoryText
+    from personamem.eval.runner import MethodRun
+    from personamem.llm.base import FrozenLLM
+    from personamem.preference.setwise import SetwiseReranker
 
 __all__ = ["eval_memory"]
 
@@ -91,14 +95,7 @@ def eval_memory(
     """Accuracy and MRR of the user's item among five, per kind of memory, on held-out users or topics."""
     from personamem.datasets.benchmark import evenly_spaced
     from personamem.encoder import default_encoder
-    from personamem.eval.memory_eval import (
-        MEMORY_METHODS,
-        MemoryEvalReport,
-        build_memories,
-        check_method,
-        evaluate_choices,
-        memory_key,
-    )
+    from personamem.eval.memory_eval import MEMORY_METHODS, MemoryEvalReport, check_method
 
     for name in method or []:
         try:
@@ -118,33 +115,16 @@ def eval_memory(
     separate = extractor_llm is not None or writer_runtime != llm_runtime
     writer = load_llm(extractor_llm or llm, runtime=writer_runtime) if separate else None
     reranker = SetwiseReranker(reranker_llm, shifts=shifts, calibrate=calibrate, item_chars=item_chars)
-    runs, memories = [], {}
-    with progress_bar() as progress:
-        for name in methods:
-            task = progress.add_task(f"{name}: memories", total=len(chosen))
-            memories[name] = build_memories(
-                name,
-                chosen,
-                llm=reranker_llm,
-                extractor_llm=writer,
-                encoder=encoder,
-                raw_tokens=raw_tokens,
-                cache=out_dir / "memories.jsonl",
-                progress=_advance(progress, task),
-            )
-            task = progress.add_task(f"{name}: choices", total=len(chosen))
-            runs.append(
-                evaluate_choices(
-                    name,
-                    chosen,
-                    memories[name],
-                    reranker,
-                    seeds=range(seeds),
-                    progress=_advance(progress, task),
-                    cache=out_dir / "choices.jsonl",
-                    memory_key=memory_key(name, writer or reranker_llm),
-                )
-            )
+    runs, memories = _evaluate(
+        methods,
+        chosen,
+        reranker,
+        writer,
+        encoder=encoder,
+        raw_tokens=raw_tokens,
+        seeds=seeds,
+        out_dir=out_dir,
+    )
     command = ["personamem", "eval-memory", "--data", str(data), "--benchmark", benchmark.value]
     command += [arg for name in methods for arg in ("--method", name)]
     command += ["--seeds", str(seeds), "--shifts", str(shifts), "--item-chars", str(item_chars)]
@@ -163,6 +143,54 @@ def eval_memory(
     written = report.write(out_dir)
     out.print(report.to_markdown())
     out.print(f"report: {written}")
+
+
+def _evaluate(
+    methods: list[str],
+    chosen: list[ChoiceInstance],
+    reranker: SetwiseReranker,
+    writer: FrozenLLM | None,
+    *,
+    encoder: Encoder,
+    raw_tokens: int,
+    seeds: int,
+    out_dir: Path,
+) -> tuple[list[MethodRun], dict[str, dict[str, MemoryText]]]:
+    """Each method's memories, then its choices over ``seeds`` orders, with progress bars.
+
+    Both are cached in ``out_dir`` (memories.jsonl, choices.jsonl), so a rerun resumes. ``writer``
+    writes the extracted memories (None: the reranker's LLM).
+    """
+    from personamem.eval.memory_eval import build_memories, evaluate_choices, memory_key
+
+    runs, memories = [], {}
+    with progress_bar() as progress:
+        for name in methods:
+            task = progress.add_task(f"{name}: memories", total=len(chosen))
+            memories[name] = build_memories(
+                name,
+                chosen,
+                llm=reranker.llm,
+                extractor_llm=writer,
+                encoder=encoder,
+                raw_tokens=raw_tokens,
+                cache=out_dir / "memories.jsonl",
+                progress=_advance(progress, task),
+            )
+            task = progress.add_task(f"{name}: choices", total=len(chosen))
+            runs.append(
+                evaluate_choices(
+                    name,
+                    chosen,
+                    memories[name],
+                    reranker,
+                    seeds=range(seeds),
+                    progress=_advance(progress, task),
+                    cache=out_dir / "choices.jsonl",
+                    memory_key=memory_key(name, writer or reranker.llm),
+                )
+            )
+    return runs, memories
 
 
 def _held_out(

@@ -106,6 +106,10 @@ class _Config:
     prefill: Mapping[tuple[str, ...], Mapping[str, Any]]  # nested defaults that are instances
 
 
+_ModelParam = tuple[int, str, type[BaseModel]]
+"""A model parameter of the command: (its position among the command's own parameters, name, model)."""
+
+
 def config_options(
     *, exclude: Collection[str] = (), flatten: bool = True, config_file: bool = False
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
@@ -138,74 +142,14 @@ def config_options(
     """
 
     def decorate(func: Callable[..., R]) -> Callable[..., R]:
-        signature = inspect.signature(func, eval_str=True)
-        hints = typing.get_type_hints(func, include_extras=True)
-        own: list[inspect.Parameter] = []
-        configs: list[tuple[int, str, type[BaseModel]]] = []  # (position, parameter, model)
-        context_param: str | None = None
-        for param in signature.parameters.values():
-            if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise TypeError(f"{func.__name__}: parameter {param.name!r} must be a plain parameter")
-            annotation = hints.get(param.name, param.annotation)
-            if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
-                configs.append((len(own), param.name, annotation))
-                continue
-            if inspect.isclass(annotation) and issubclass(annotation, typer.Context):
-                context_param = param.name
-            own.append(param.replace(kind=param.KEYWORD_ONLY, annotation=annotation))
-        if not configs:
-            raise TypeError(f"{func.__name__}: no parameter is annotated with a pydantic model")
-
-        taken = {p.name: f"parameter {p.name!r}" for p in own}
-        for p in own:
-            for option in _own_options(p):
-                taken[option] = f"parameter {p.name!r}"
-        unused = set(exclude)
-        built: list[_Config] = []
-        options: dict[int, list[inspect.Parameter]] = {}
-        for position, name, model in configs:
-            leaves: list[_Leaf] = []
-            prefill: dict[tuple[str, ...], Mapping[str, Any]] = {}
-            for leaf, parameter in _leaves(model, name, exclude, unused, flatten, prefill):
-                for label in (leaf.option, leaf.param):
-                    if label in taken:
-                        raise ValueError(
-                            f"{func.__name__}: {label} of {model.__name__}.{leaf.dotted} is also "
-                            f"{taken[label]}; exclude one of them or rename a field"
-                        )
-                    taken[label] = f"{model.__name__}.{leaf.dotted}"
-                leaves.append(leaf)
-                options.setdefault(position, []).append(parameter)
-            built.append(_Config(name, model, tuple(leaves), prefill))
-        if unused:
-            raise ValueError(f"{func.__name__}: exclude names no field: {sorted(unused)}")
-
-        params: list[inspect.Parameter] = []
-        for position in range(len(own) + 1):
-            params.extend(options.get(position, []))
-            if position < len(own):
-                params.append(own[position])
+        own, configs, context_param = _split(func)
+        taken = _taken(own)
+        built, options = _configs(func.__name__, configs, taken, exclude, flatten)
+        params = _merged(own, options)
         if config_file:
             if "--config" in taken:
                 raise ValueError(f"{func.__name__}: --config is taken by {taken['--config']}")
-            params.insert(
-                0,
-                inspect.Parameter(
-                    _FILE_PARAM,
-                    inspect.Parameter.KEYWORD_ONLY,
-                    default=None,
-                    annotation=Annotated[
-                        Path | None,
-                        typer.Option(
-                            "--config",
-                            help="A TOML file of these options, named with underscores (batch_size = 4); "
-                            "options given here win.",
-                            exists=True,
-                            dir_okay=False,
-                        ),
-                    ],
-                ),
-            )
+            params.insert(0, _file_parameter())
         added_context = context_param is None
         if context_param is None:
             context_param = _CONTEXT_PARAM
@@ -217,22 +161,7 @@ def config_options(
         def wrapper(**kwargs: Any) -> R:
             context = kwargs.pop(context_param) if added_context else kwargs.get(context_param)
             from_file = _read_file(kwargs.pop(_FILE_PARAM, None), built) if config_file else {}
-            models: dict[str, BaseModel] = {}
-            problems: list[str] = []
-            for config in built:
-                given: dict[str, Any] = {}
-                for leaf in config.leaves:
-                    value = kwargs.pop(leaf.param, None)
-                    if _was_given(context, leaf.param, kwargs_had=value is not None):
-                        _put(given, leaf.keys, value)
-                    elif leaf.param in from_file:
-                        _put(given, leaf.keys, from_file[leaf.param])
-                try:
-                    models[config.param] = config.model.model_validate(_fill(given, config.prefill))
-                except ValidationError as exc:
-                    problems.extend(_problems(exc, config.leaves))
-            if problems:
-                raise typer.BadParameter("; ".join(problems))
+            models = _models(built, kwargs, context, from_file)
             return func(**kwargs, **models)
 
         wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # what typer reads
@@ -271,6 +200,133 @@ def command_line(config: BaseModel) -> list[str]:
         for item in value if isinstance(value, (list, tuple)) else [value]:
             args += [option, str(item.value if isinstance(item, enum.Enum) else item)]
     return args
+
+
+def _split(
+    func: Callable[..., Any],
+) -> tuple[list[inspect.Parameter], list[_ModelParam], str | None]:
+    """The command's own parameters (made keyword-only), its model parameters, its ``typer.Context``'s name.
+
+    A model's options go where the model parameter stood among the own ones.
+    """
+    signature = inspect.signature(func, eval_str=True)
+    hints = typing.get_type_hints(func, include_extras=True)
+    own: list[inspect.Parameter] = []
+    configs: list[_ModelParam] = []
+    context_param: str | None = None
+    for param in signature.parameters.values():
+        if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"{func.__name__}: parameter {param.name!r} must be a plain parameter")
+        annotation = hints.get(param.name, param.annotation)
+        if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+            configs.append((len(own), param.name, annotation))
+            continue
+        if inspect.isclass(annotation) and issubclass(annotation, typer.Context):
+            context_param = param.name
+        own.append(param.replace(kind=param.KEYWORD_ONLY, annotation=annotation))
+    if not configs:
+        raise TypeError(f"{func.__name__}: no parameter is annotated with a pydantic model")
+    return own, configs, context_param
+
+
+def _taken(own: Sequence[inspect.Parameter]) -> dict[str, str]:
+    """What already holds each parameter and option name: the command's own parameters, for now."""
+    taken = {p.name: f"parameter {p.name!r}" for p in own}
+    for p in own:
+        for option in _own_options(p):
+            taken[option] = f"parameter {p.name!r}"
+    return taken
+
+
+def _configs(
+    command: str,
+    configs: Sequence[_ModelParam],
+    taken: dict[str, str],
+    exclude: Collection[str],
+    flatten: bool,
+) -> tuple[list[_Config], dict[int, list[inspect.Parameter]]]:
+    """Each model parameter's options, refusing a name already ``taken`` (which they are added to).
+
+    Returns the models' :class:`_Config` and their option parameters by the position they go to.
+    """
+    unused = set(exclude)
+    built: list[_Config] = []
+    options: dict[int, list[inspect.Parameter]] = {}
+    for position, name, model in configs:
+        leaves: list[_Leaf] = []
+        prefill: dict[tuple[str, ...], Mapping[str, Any]] = {}
+        for leaf, parameter in _leaves(model, name, exclude, unused, flatten, prefill):
+            for label in (leaf.option, leaf.param):
+                if label in taken:
+                    raise ValueError(
+                        f"{command}: {label} of {model.__name__}.{leaf.dotted} is also "
+                        f"{taken[label]}; exclude one of them or rename a field"
+                    )
+                taken[label] = f"{model.__name__}.{leaf.dotted}"
+            leaves.append(leaf)
+            options.setdefault(position, []).append(parameter)
+        built.append(_Config(name, model, tuple(leaves), prefill))
+    if unused:
+        raise ValueError(f"{command}: exclude names no field: {sorted(unused)}")
+    return built, options
+
+
+def _merged(
+    own: Sequence[inspect.Parameter], options: Mapping[int, list[inspect.Parameter]]
+) -> list[inspect.Parameter]:
+    """The signature typer sees: the own parameters with each model's options in the model's place."""
+    params: list[inspect.Parameter] = []
+    for position in range(len(own) + 1):
+        params.extend(options.get(position, []))
+        if position < len(own):
+            params.append(own[position])
+    return params
+
+
+def _file_parameter() -> inspect.Parameter:
+    """``--config FILE``, for ``config_file=True``."""
+    return inspect.Parameter(
+        _FILE_PARAM,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[
+            Path | None,
+            typer.Option(
+                "--config",
+                help="A TOML file of these options, named with underscores (batch_size = 4); "
+                "options given here win.",
+                exists=True,
+                dir_okay=False,
+            ),
+        ],
+    )
+
+
+def _models(
+    built: Sequence[_Config], kwargs: dict[str, Any], context: Any, from_file: Mapping[str, Any]
+) -> dict[str, BaseModel]:
+    """Each model, validated from its options given (popped from ``kwargs``), else from the file.
+
+    Raises:
+        typer.BadParameter: every model's validation errors, each naming its option.
+    """
+    models: dict[str, BaseModel] = {}
+    problems: list[str] = []
+    for config in built:
+        given: dict[str, Any] = {}
+        for leaf in config.leaves:
+            value = kwargs.pop(leaf.param, None)
+            if _was_given(context, leaf.param, kwargs_had=value is not None):
+                _put(given, leaf.keys, value)
+            elif leaf.param in from_file:
+                _put(given, leaf.keys, from_file[leaf.param])
+        try:
+            models[config.param] = config.model.model_validate(_fill(given, config.prefill))
+        except ValidationError as exc:
+            problems.extend(_problems(exc, config.leaves))
+    if problems:
+        raise typer.BadParameter("; ".join(problems))
+    return models
 
 
 def _leaves(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["UserCache"]
+__all__ = ["UserCache", "UserCaches"]
 
 
 class UserCache(Generic[T]):
@@ -57,3 +58,27 @@ class UserCache(Generic[T]):
         """Drop the entry of the user stored under ``key``."""
         with self._lock:
             self._entries.pop(key, None)
+
+
+class UserCaches:
+    """Every per-user cache made over one store, so that ``forget`` can empty them all.
+
+    Held weakly: a cache its owner dropped is not kept alive only to be evicted from.
+    """
+
+    def __init__(self, revision: Callable[[str], str | None]) -> None:
+        self._revision = revision
+        self._caches: weakref.WeakSet[UserCache[Any]] = weakref.WeakSet()
+
+    def new(
+        self, build: Callable[[str], T], *, key: Callable[[str], str] = str, max_users: int = 256
+    ) -> UserCache[T]:
+        """A cache of ``build(user_id)``, valid at the user's revision and evicted with the user."""
+        cache = UserCache(self._revision, build, key=key, max_users=max_users)
+        self._caches.add(cache)
+        return cache
+
+    def evict(self, key: str) -> None:
+        """Drop the user stored under ``key`` from every cache."""
+        for cache in list(self._caches):
+            cache.evict(key)

@@ -8,6 +8,7 @@ Only active users get entries, so a forget in progress cannot be refilled behind
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import delete
@@ -17,7 +18,7 @@ from sqlmodel import Session, col, select
 from personamem.store.engine import Database
 from personamem.store.tables import DerivedRow, UserRow, UserStatus
 
-__all__ = ["DerivedValues"]
+__all__ = ["DerivedValues", "derive"]
 
 
 class DerivedValues(Database):
@@ -68,6 +69,27 @@ class DerivedValues(Database):
     def _drop_derived(s: Session, user_id: str) -> None:
         """Every derived value of the user, in the caller's transaction (a record was deleted)."""
         s.execute(delete(DerivedRow).where(col(DerivedRow.user_id) == user_id))
+
+
+def derive(
+    values: DerivedValues,
+    namespace: str,
+    requests: Sequence[tuple[str, str]],
+    compute: Callable[[list[int]], Sequence[Any]],
+) -> list[Any]:
+    """The values of (store key, key) pairs in ``namespace``, computing and keeping the uncached ones.
+
+    ``compute(missing)`` gets the positions of the uncached pairs and returns their values in that
+    order, so one batched LLM call fills them.
+    """
+    found = [values.get_derived(user_id, namespace, key) for user_id, key in requests]
+    missing = [i for i, value in enumerate(found) if value is None]
+    if missing:
+        for i, value in zip(missing, compute(missing), strict=True):
+            user_id, key = requests[i]
+            values.put_derived(user_id, namespace, key, value)
+            found[i] = value
+    return found
 
 
 def _active(s: Session, user_id: str) -> bool:

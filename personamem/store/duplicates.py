@@ -8,10 +8,18 @@ new vector with the user's current records, which costs one exact nearest-neighb
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from personamem.errors import InvalidInputError
 
-__all__ = ["DUPLICATE_THRESHOLD", "DuplicatePolicy", "check_duplicates"]
+if TYPE_CHECKING:
+    import numpy as np
+
+    from personamem.records import Record
+    from personamem.store.indexing import Indexing
+    from personamem.store.vector_reads import VectorReads
+
+__all__ = ["DUPLICATE_THRESHOLD", "DuplicatePolicy", "Duplicates", "check_duplicates"]
 
 # cosine at or above which two records say the same thing (all-MiniLM-L6-v2); see docs/RESULTS.md
 DUPLICATE_THRESHOLD = 0.95
@@ -42,3 +50,50 @@ def check_duplicates(policy: object, threshold: object) -> tuple[DuplicatePolicy
             f"duplicate threshold must be a cosine in (0, 1] (above 1: off), got {threshold!r}"
         )
     return chosen, float(threshold)
+
+
+class Duplicates:
+    """What ``add`` does with a record the user's memory nearly holds; by store key, shared by views."""
+
+    def __init__(self, reads: VectorReads, indexing: Indexing) -> None:
+        self._reads = reads
+        self._indexing = indexing
+
+    def resolve(
+        self, record: Record, vector: np.ndarray, policy: DuplicatePolicy, threshold: float
+    ) -> tuple[Record, bool]:
+        """The record ``add`` returns under ``policy``, and whether it is to be stored.
+
+        A near-duplicate found is named in the returned record's ``duplicate_of``; a skipped or merged
+        record returns the existing one, which a merge has relabelled already.
+        """
+        near = self._nearest(record, vector, threshold)
+        if near is None:
+            return record, True
+        if policy is DuplicatePolicy.SKIP:
+            return near.model_copy(update={"duplicate_of": near.id}), False
+        if policy is DuplicatePolicy.MERGE_METADATA:
+            return self._merge(near, record), False
+        return record.model_copy(update={"duplicate_of": near.id}), True
+
+    def _nearest(self, record: Record, vector: np.ndarray, threshold: float) -> Record | None:
+        """The user's current record nearest to ``vector`` at ``threshold`` or above, other than itself."""
+        if threshold > 1:  # cosine never exceeds 1: the check is off
+            return None
+        own = self._reads.names.vector_id(record.user_id, record.id)
+        for vid, score in self._reads.nearest_ids(record.user_id, vector, 2)[0]:
+            if vid == own:
+                continue
+            if score < threshold:
+                return None
+            return self._reads.catalog.by_vector_ids(record.user_id, [vid]).get(vid)  # most adds skip this
+        return None
+
+    def _merge(self, near: Record, record: Record) -> Record:
+        """Keep ``near`` with ``record``'s metadata added (``record``'s values win on equal keys)."""
+        merged = near.model_copy(update={"metadata": {**near.metadata, **record.metadata}})
+        if merged.metadata != near.metadata:
+            self._indexing.settle()  # a queued ``near`` is marked indexed by its hash
+            with self._indexing.lock:
+                self._indexing.catalog.stage([], self._indexing.names, relabel=[merged])
+        return merged.model_copy(update={"duplicate_of": near.id})

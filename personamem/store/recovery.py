@@ -6,7 +6,8 @@ from the records' text, and puts every row back to ``pending`` *with* its vector
 the collection, so a search from any process scores that user from SQL while the rebuild runs,
 and a crash midway leaves pending rows that opening the store indexes. :func:`scan` is the full
 scan an operator runs (``personamem check``): it also reads every vector back, since an index can
-list ids whose vectors it lost (see ``store/vectors.py``) while counts and ids agree.
+list ids whose vectors it lost (see ``store/vectors.py``) while counts and ids agree. :func:`repair`
+runs on every open: it finishes interrupted forgets and indexes the rows a crash left pending.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from personamem.store.tables import RecordStatus
 
 if TYPE_CHECKING:
     from personamem.store.store import Store
+    from personamem.store.vector_home import VectorHome
 
-__all__ = ["ConsistencyReport", "heal", "readable", "rebuild", "scan"]
+__all__ = ["ConsistencyReport", "heal", "readable", "rebuild", "repair", "scan"]
 
 log = logging.getLogger("personamem.store")
 
@@ -86,12 +88,12 @@ def scan(store: Store, progress: Callable[[int, int], None] | None = None) -> Co
     return report
 
 
-def readable(store: Store, collection: str) -> tuple[list[str], np.ndarray]:
+def readable(index: VectorHome, collection: str) -> tuple[list[str], np.ndarray]:
     """The collection's vectors, or as many as can be read when it is damaged."""
     try:
-        return store.index.vectors(collection)
+        return index.vectors(collection)
     except UnreadableIndexError:
-        ids, matrix, _ = store.index.salvage(collection)
+        ids, matrix, _ = index.salvage(collection)
         return ids, matrix
 
 
@@ -125,6 +127,22 @@ def rebuild(store: Store, user: str) -> int:
         len(lost),
     )
     return indexed_again
+
+
+def repair(store: Store) -> int:
+    """Finish interrupted forgets and index pending rows; return how many rows were repaired."""
+    with store.write_lock:
+        for user in store.catalog.users_being_forgotten():
+            store.erasure.finish_forget(user)
+        repaired = 0
+        for user, pending in store.catalog.pending().items():
+            if store.index.ids(store.names.collection(user)) - store.catalog.vector_ids(user):
+                # a delete died between its SQL commit and its rebuild: the collection still
+                # holds the deleted vectors, so rebuild it rather than index into it
+                repaired += rebuild(store, user)
+            else:
+                repaired += store.index_pending(pending)
+        return repaired
 
 
 def heal(store: Store, report: ConsistencyReport) -> list[str]:

@@ -2,39 +2,35 @@
 
 :class:`SqlCatalog` is the database (``engine.py``) with the derived values (``derived.py``), the
 interaction log's table (``interaction_table.py``) and the records' events (``history.py``) mixed
-in; here are the records and users: staging and indexing (the protocol ``store.py`` numbers),
-deletes, forgetting, and the read path. The tables are in ``tables.py``; their names stay importable
-from here.
+in. It keeps the store's facts and waits out concurrent forgets itself, and hands the rest to one
+collaborator each: staging and marking indexed (``catalog_staging.py``, the protocol ``store.py``
+numbers), deletes and forgets (``catalog_erasure.py``), the record reads (``catalog_reads.py``) and
+the users' rows and tokens (``catalog_users.py``). The tables are in ``tables.py``; their names, and
+the collaborators' types callers name, stay importable from here.
 """
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
 
 import numpy as np
-from sqlalchemy import Connection, bindparam, case, delete, func, or_, tuple_, update
-from sqlalchemy import select as select_columns  # sqlmodel's select takes at most four columns
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, delete, update
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, SQLModel, col, select
+from sqlmodel import col, select
 
 from personamem.errors import UserBeingForgottenError
 from personamem.records import EventKind, Record
+from personamem.store.catalog_erasure import SqlErasure
+from personamem.store.catalog_reads import RecordReads, SearchState
+from personamem.store.catalog_staging import InDatabaseIndex, IndexedUser, Staging
+from personamem.store.catalog_users import UserRows, bump_revision
 from personamem.store.derived import DerivedValues
-from personamem.store.engine import chunks
 from personamem.store.history import EventTable
 from personamem.store.interaction_table import InteractionTable
 from personamem.store.pseudonyms import Pseudonyms
 from personamem.store.tables import (
-    RECORD_COLUMNS,
-    TIMES,
-    USER_STATUS,
     DerivedRow,
     InteractionRow,
     RecordRow,
@@ -42,13 +38,9 @@ from personamem.store.tables import (
     StoreInfo,
     UserRow,
     UserStatus,
-    content_hash,
     is_bounded,
-    record_from_columns,
-    row_values,
-    vector_blob,
 )
-from personamem.store.timeline import Bounds, Timeline
+from personamem.store.timeline import Timeline
 
 __all__ = [
     "PSEUDONYM_KEY",
@@ -72,111 +64,20 @@ FORGET_WAIT_S = 30.0
 PSEUDONYM_KEY = "pseudonym_key"
 
 
-class InDatabaseIndex(Protocol):
-    """A vector index in the catalog's own database (pgvector): it writes inside the catalog's transaction."""
-
-    def write(self, connection: Connection, name: str, ids: Sequence[str], vectors: np.ndarray) -> None:
-        """Add or replace collection ``name``'s vectors for ``ids`` before the caller commits."""
-
-    def remove(self, connection: Connection, ids: Sequence[str], *, name: str) -> None:
-        """Delete collection ``name``'s vectors for ``ids`` before the caller commits."""
-
-
-@dataclass(frozen=True)
-class IndexedUser:
-    """What :meth:`SqlCatalog.stage_indexed` indexed of one user, for the caller's view of the index."""
-
-    before: str | None
-    """The user's index token before the write; the view moves only if it was current there."""
-    after: str
-    vector_ids: list[str]
-    vectors: np.ndarray
-
-
-@dataclass(frozen=True)
-class SearchState:
-    """What a search reads from SQL before the vector index, in one statement.
-
-    ``index_token`` says which view of the vector index is current; the pending vectors are the
-    user's rows not indexed yet, scored directly.
-    """
-
-    index_token: str | None
-    pending_ids: list[str]
-    pending: np.ndarray | None
-    bounds_token: str | None = None
-    revision: str | None = None
-    """Changes on every write to the user: records read at one revision can be reused at it."""
-
-
-_BY_VECTOR_IDS = (
-    f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? AND vector_id IN ({{marks}})"
-)
-_BY_VECTOR = f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? ORDER BY pk"
-_SEARCH_STATE = (
-    "SELECT u.status, u.index_token, u.bounds_token, u.revision, r.vector_id, r.pending_vector FROM users u "
-    "LEFT JOIN records r ON r.user_id = u.user_id AND r.status = ? WHERE u.user_id = ?"
-)
-
-# the write path's fixed statements, built once: built and coerced per call they made one add's
-# staging 1.1 ms instead of 0.6 ms (measured here), more than running them costs
-_INSERT_USER = {  # executed with the row's columns as parameters
-    "sqlite": sqlite.insert(UserRow).on_conflict_do_nothing(),
-}  # PostgreSQL upserts instead (_UPSERT_USER_PG): it returns and locks the row in the same round trip
-_RECORD_STATES = select(RecordRow.record_id, RecordRow.content_hash, RecordRow.status).where(
-    col(RecordRow.user_id) == bindparam("user_id"),
-    col(RecordRow.record_id).in_(bindparam("ids", expanding=True)),
-)
-# a write that stores a bounded record, or writes to a user who has one, renews the bounds token
-_BUMP_REVISION = (
-    update(UserRow)
-    .where(col(UserRow.user_id) == bindparam("key"))
-    .values(
-        revision=bindparam("fresh"),
-        bounds_token=case(
-            (or_(bindparam("bounded"), col(UserRow.bounds_token).is_not(None)), bindparam("fresh")),
-            else_=None,
-        ),
-    )
-)
-_RELABEL = (  # a record's fields change, its text and vector do not (``supersede``, a merge)
-    update(RecordRow)
-    .where(col(RecordRow.user_id) == bindparam("key"), col(RecordRow.record_id) == bindparam("rid"))
-    .values(
-        category=bindparam("category"),
-        timestamp=bindparam("timestamp"),
-        meta=bindparam("meta"),
-        valid_from=bindparam("valid_from"),
-        valid_until=bindparam("valid_until"),
-        supersedes=bindparam("supersedes"),
-        expires_at=bindparam("expires_at"),
-        bounded=bindparam("bounded"),
-        content_hash=bindparam("content_hash"),
-    )
-)
-_USER_STATE = select_columns(col(UserRow.status), col(UserRow.index_token)).where(
-    col(UserRow.user_id) == bindparam("user_id")
-)
-_PG_USER = postgresql.insert(UserRow)
-_UPSERT_USER_PG = (  # a no-op update, so an existing row is locked and returned
-    _PG_USER.on_conflict_do_update(
-        index_elements=["user_id"], set_={"user_id": _PG_USER.excluded.user_id}
-    ).returning(col(UserRow.status), col(UserRow.index_token))
-)
-# the revision bump of a write whose vectors are indexed in its own transaction
-_BUMP_INDEXED = _BUMP_REVISION.values(index_token=bindparam("token"))
-_TIMELINE = (
-    "SELECT record_id, vector_id, valid_from, valid_until, expires_at FROM records "
-    "WHERE user_id = ? AND bounded = 1"
-)
-
-
 class SqlCatalog(DerivedValues, InteractionTable, EventTable):
     """Records and users in any SQLAlchemy database; every query names the user it reads.
 
     Safe for several processes over one database: besides :class:`~personamem.store.engine.Database`'s
-    guarantees, user rows are inserted-or-ignored.
+    guarantees, user rows are inserted-or-ignored. The methods the collaborators answer are kept
+    here as delegators, so callers (and tests that wrap them on the class) see one catalog.
     """
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._staging = Staging(self)
+        self._erasure = SqlErasure(self)
+        self._reads = RecordReads(self)
+        self._user_rows = UserRows(self)
 
     # -- store facts ---------------------------------------------------------------------------
 
@@ -234,7 +135,7 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
                         )
                     )
                 for user_id in {user_id for _, user_id, _ in rows}:
-                    self._bump(s, user_id)
+                    bump_revision(s, user_id)
                 return key
         except IntegrityError:  # another process adopted its key first
             stored = self.info(PSEUDONYM_KEY)
@@ -299,7 +200,7 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
         deadline = time.monotonic() + FORGET_WAIT_S
         while True:
             try:
-                return self._stage(records, names, vectors, relabel, relabel_event, index)
+                return self._staging.stage(records, names, vectors, relabel, relabel_event, index)
             except UserBeingForgottenError as waiting:
                 if time.monotonic() > deadline:
                     raise UserBeingForgottenError(
@@ -309,124 +210,16 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
                     ) from None
                 time.sleep(0.02)
 
-    def _stage(
-        self,
-        records: Sequence[Record],
-        names: Pseudonyms,
-        vectors: np.ndarray | None,
-        relabel: Sequence[Record],
-        relabel_event: EventKind,
-        index: InDatabaseIndex | None,
-    ) -> tuple[list[Record], dict[str, IndexedUser]]:
-        blobs: dict[tuple[str, str], bytes] = {}
-        rows_of: dict[tuple[str, str], int] = {}
-        if index is not None:  # indexed in this transaction: no vector waits in the row
-            assert vectors is not None
-            rows_of = {(r.user_id, r.id): i for i, r in enumerate(records)}
-        elif vectors is not None:
-            blobs = {(r.user_id, r.id): vector_blob(v) for r, v in zip(records, vectors, strict=True)}
-        indexed: dict[str, IndexedUser] = {}
-        by_user: dict[str, dict[str, Record]] = {}
-        for record in records:
-            by_user.setdefault(record.user_id, {})[record.id] = record  # last one wins within a batch
-        for record in relabel:
-            by_user.setdefault(record.user_id, {})
-        changed: list[Record] = []
-        with self.transaction() as s:
-            for user_id, batch in by_user.items():
-                before = self._ensure_user(s, user_id)
-                first = len(changed)  # this user's changed records are appended from here
-                existing: dict[str, tuple[str, str]] = {}
-                for ids in chunks(list(batch)):
-                    rows = s.execute(_RECORD_STATES, {"user_id": user_id, "ids": list(ids)})
-                    existing.update({rid: (h, st) for rid, h, st in rows})
-                inserts, updates = [], []
-                for record in batch.values():
-                    row = row_values(record, names)
-                    row["pending_vector"] = blobs.get((user_id, record.id))
-                    if index is not None:
-                        row["status"] = RecordStatus.INDEXED.value
-                    old = existing.get(record.id)
-                    if old is None:
-                        inserts.append(row)
-                    elif old != (row["content_hash"], RecordStatus.INDEXED.value):
-                        updates.append(row)
-                    else:
-                        continue
-                    changed.append(record)
-                if inserts:
-                    s.execute(RecordRow.__table__.insert(), inserts)  # type: ignore[attr-defined]
-                for row in updates:
-                    s.execute(
-                        update(RecordRow)
-                        .where(
-                            col(RecordRow.user_id) == user_id, col(RecordRow.record_id) == row["record_id"]
-                        )
-                        .values(**{k: v for k, v in row.items() if k not in ("user_id", "record_id")})
-                    )
-                relabelled = [r for r in relabel if r.user_id == user_id]
-                for record in relabelled:
-                    row = row_values(record, names)
-                    fields = ("category", "timestamp", "meta", *TIMES, "bounded", "content_hash")
-                    s.execute(_RELABEL, {"key": user_id, "rid": record.id, **{f: row[f] for f in fields}})
-                if inserts or updates or relabelled:
-                    self._log_events(
-                        s,
-                        names,
-                        user_id,
-                        [(row["record_id"], "added", row["text"]) for row in inserts]
-                        + [
-                            (row["record_id"], "updated", row["text"])
-                            for row in updates  # a pending row staged again unchanged is no update
-                            if existing[row["record_id"]][0] != row["content_hash"]
-                        ]
-                        + [(r.id, relabel_event, r.text) for r in relabelled],
-                    )
-                    bounded = any(is_bounded(r) for r in (*batch.values(), *relabelled))
-                    bump = {"key": user_id, "fresh": uuid.uuid4().hex, "bounded": bounded}
-                    written = changed[first:]
-                    if index is not None and written:
-                        assert vectors is not None
-                        ids = [names.vector_id(user_id, r.id) for r in written]
-                        mine = vectors[[rows_of[(user_id, r.id)] for r in written]]
-                        index.write(s, names.collection(user_id), ids, mine)
-                        indexed[user_id] = IndexedUser(before, uuid.uuid4().hex, ids, mine)
-                        s.execute(_BUMP_INDEXED, {**bump, "token": indexed[user_id].after})
-                    else:
-                        s.execute(_BUMP_REVISION, bump)
-        return changed, indexed
-
     def mark_indexed(
         self, user_id: str, records: Sequence[Record], write: Callable[[Connection], None] | None = None
     ) -> tuple[str | None, str] | None:
-        """Close the write protocol for these records, as they were when their vectors were written.
+        """Close the write protocol for these records; the user's index token before and after.
 
-        A row whose content changed since (a newer pending version) stays pending. None, marking
-        nothing, when the user is gone or being forgotten: the caller must remove the vectors.
-        Otherwise the user's index token before and after: the caller's view of the index is
-        current at the new token only if it was at the old one (no other process indexed between).
-        The revision changes again here: a cache built from vectors between staging and indexing
-        (P-Anchor reads every vector) would otherwise pass for current while missing these records.
-        ``write``, for a vector index in this database, stores the vectors in the same transaction.
+        None when the user is gone or being forgotten (:meth:`Staging.mark_indexed`).
         """
-        with self.session(write=True) as s:
-            user = s.get(UserRow, user_id)
-            if user is None or user.status != UserStatus.ACTIVE.value:
-                return None
-            if write is not None:
-                write(s.connection())
-            before, after = user.index_token, uuid.uuid4().hex
-            for chunk in chunks([(r.id, content_hash(r)) for r in records]):
-                s.execute(
-                    update(RecordRow)
-                    .where(
-                        col(RecordRow.user_id) == user_id,
-                        tuple_(col(RecordRow.record_id), col(RecordRow.content_hash)).in_(chunk),
-                    )
-                    .values(status=RecordStatus.INDEXED.value, pending_vector=None)
-                )
-            self._bump(s, user_id, index_token=after)
-            return before, after
+        return self._staging.mark_indexed(user_id, records, write)
+
+    # -- erasure ----------------------------------------------------------------------------------
 
     def delete_records(
         self,
@@ -439,322 +232,87 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
     ) -> list[str]:
         """Delete the user's records with these ids in one transaction; return the ids deleted.
 
-        Their events lose their text and gain ``event`` (``deleted``, or ``expired`` for the sweep),
-        content free, in the same transaction. The user's other records go back to ``pending`` with
-        their vectors (``kept``: vector ids and vectors as read from the index), because the caller
-        rebuilds the user's collection to erase the deleted vectors; a crash during the rebuild
-        leaves pending rows that repair indexes. The user's derived values are dropped too: an LLM's
-        output may quote a deleted record.
-
-        ``index``, a vector index in this database, loses the deleted records' vectors in the same
-        transaction instead: the other rows stay indexed and nothing is rebuilt.
+        With their events' text, the user's derived values and logged traces; the rest of the
+        user's rows go back to ``pending`` unless ``index`` is given (:meth:`SqlErasure.delete_records`).
         """
-        with self.session(write=True) as s:
-            found: list[str] = []
-            for ids in chunks(list(record_ids)):
-                found += s.exec(
-                    select(RecordRow.record_id).where(
-                        RecordRow.user_id == user_id, col(RecordRow.record_id).in_(ids)
-                    )
-                )
-            if not found:
-                return []
-            for ids in chunks(found):
-                s.execute(
-                    delete(RecordRow).where(
-                        col(RecordRow.user_id) == user_id, col(RecordRow.record_id).in_(ids)
-                    )
-                )
-            self._erase_history(s, names, user_id, found, event)
-            self._drop_derived(s, user_id)
-            self._scrub_interactions(s, user_id, set(found))
-            if index is None:
-                self._requeue(s, user_id, kept)
-            else:
-                ids = [names.vector_id(user_id, rid) for rid in found]
-                index.remove(s.connection(), ids, name=names.collection(user_id))
-                self._bump(s, user_id, index_token=uuid.uuid4().hex)
-        self._vacuum()
-        return found
+        return self._erasure.delete_records(user_id, record_ids, kept, names, event, index)
 
     def requeue(self, user_id: str, kept: tuple[list[str], np.ndarray]) -> None:
-        """Put the user's indexed rows back to ``pending`` with their vectors, before a rebuild.
-
-        Repair's half of :meth:`delete_records`, for a delete that died before its rebuild.
-        """
-        with self.session(write=True) as s:
-            self._requeue(s, user_id, kept)
-
-    @classmethod
-    def _requeue(cls, s: Session, user_id: str, kept: tuple[list[str], np.ndarray]) -> None:
-        blobs = dict(zip(kept[0], (vector_blob(v) for v in kept[1]), strict=True))
-        rows = s.exec(
-            select(RecordRow.pk, RecordRow.vector_id).where(
-                RecordRow.user_id == user_id, RecordRow.status == RecordStatus.INDEXED.value
-            )
-        ).all()
-        # one executemany (an ORM bulk update by primary key); a row not in the index gets no
-        # vector and is re-encoded by repair
-        pending = RecordStatus.PENDING.value
-        changes = [{"pk": pk, "status": pending, "pending_vector": blobs.get(vid)} for pk, vid in rows]
-        if changes:
-            s.execute(update(RecordRow), changes)
-        cls._bump(s, user_id, index_token=uuid.uuid4().hex)
+        """Put the user's indexed rows back to ``pending`` with their vectors, before a rebuild."""
+        self._erasure.requeue(user_id, kept)
 
     def begin_forget(self, user_id: str) -> bool:
         """Mark the user as being forgotten; False if the user is unknown."""
-        with self.session(write=True) as s:
-            user = s.get(UserRow, user_id)
-            if user is None:
-                return False
-            user.status = UserStatus.FORGETTING.value
-            user.revision = user.index_token = uuid.uuid4().hex
-            s.add(user)
-            return True
+        return self._erasure.begin_forget(user_id)
 
     def finish_forget(self, user_id: str, names: Pseudonyms) -> None:
-        """Delete every row of the user in every table that has a ``user_id`` column.
+        """Delete every row of the user in every table that has a ``user_id`` column, then vacuum."""
+        self._erasure.finish_forget(user_id, names)
 
-        The events of the user's records (a table without one) lose their text and gain a content
-        free ``forgotten`` event, in the same transaction.
-
-        On SQLite the database is then vacuumed: secure-delete zeroes deleted cells, but a b-tree
-        page rebuilt while rows move keeps stale bytes in its unused space (an index entry with a
-        forgotten user id was found there), and the WAL holds the old pages until checkpointed.
-        """
-        with self.session(write=True) as s:
-            record_ids = list(s.exec(select(RecordRow.record_id).where(RecordRow.user_id == user_id)))
-            self._erase_history(s, names, user_id, record_ids, "forgotten")
-            for table in reversed(SQLModel.metadata.sorted_tables):
-                if "user_id" in table.c:
-                    s.execute(table.delete().where(table.c.user_id == user_id))
-        self._vacuum()
-
-    @staticmethod
-    def _ensure_user(s: Connection, user_id: str) -> str | None:
-        """Insert the user's row unless another writer (in any process) already did; its index token.
-
-        The row is the transaction's from here (PostgreSQL: locked by the upsert; SQLite: the
-        immediate transaction holds the database), so the token stays current until the commit.
-        """
-        row = {"user_id": user_id, "revision": uuid.uuid4().hex, "status": UserStatus.ACTIVE.value}
-        if s.dialect.name == "postgresql":  # one round trip: insert, or lock and read the row
-            status, token = s.execute(_UPSERT_USER_PG, row).one()
-        else:
-            if (insert := _INSERT_USER.get(s.dialect.name)) is not None:
-                s.execute(insert, row)
-            elif s.execute(USER_STATUS, {"user_id": user_id}).scalar_one_or_none() is None:
-                s.execute(UserRow.__table__.insert(), row)  # type: ignore[attr-defined]
-            status, token = s.execute(_USER_STATE, {"user_id": user_id}).one()
-        if status == UserStatus.FORGETTING.value:
-            raise UserBeingForgottenError(f"user {user_id!r} is being forgotten", user_id=user_id)
-        return token
-
-    @staticmethod
-    def _bump(s: Session | Connection, user_id: str, *, index_token: str | None = None) -> None:
-        """A fresh revision; and a given index token when the user's indexed vectors changed."""
-        values = {"revision": uuid.uuid4().hex} | ({"index_token": index_token} if index_token else {})
-        s.execute(update(UserRow).where(col(UserRow.user_id) == user_id).values(**values))
-
-    # -- reads ------------------------------------------------------------------------------------
+    # -- users ------------------------------------------------------------------------------------
 
     def revision(self, user_id: str) -> str | None:
-        """The user's current write token, None for an unknown user.
-
-        Read on every per-user cache lookup (BM25, P-Anchor), so it must cost far less than encoding
-        the query. A fixed statement outside SQLAlchemy (:meth:`fixed_rows`; on SQLite ~6 µs, against
-        ~100 µs for a pooled SQLAlchemy connection): outside a transaction each SELECT sees the latest
-        commit, so writes from other processes are never missed.
-        """
-        # fetchall steps the statement to its end, so no read snapshot outlives the call
-        rows = self.fixed_rows("SELECT revision FROM users WHERE user_id = ?", (user_id,))
-        if rows is not None:
-            return str(rows[0][0]) if rows else None
-        with self.engine.connect() as connection:
-            return connection.execute(
-                select(UserRow.revision).where(col(UserRow.user_id) == user_id)
-            ).scalar_one_or_none()
-
-    def users(self) -> list[str]:
-        """Users with at least one record, sorted."""
-        with self.session() as s:
-            stmt = (
-                select(RecordRow.user_id)
-                .join(UserRow, col(UserRow.user_id) == col(RecordRow.user_id))
-                .where(UserRow.status == UserStatus.ACTIVE.value)
-                .distinct()
-                .order_by(RecordRow.user_id)
-            )
-            return list(s.exec(stmt))
-
-    def count(self, user_id: str | None = None) -> int:
-        """Records of one user, or of everybody."""
-        with self.session() as s:
-            stmt = select(func.count()).select_from(RecordRow)
-            if user_id is not None:
-                stmt = stmt.where(RecordRow.user_id == user_id)
-            return int(s.exec(stmt).one())
-
-    def count_by_user(self) -> dict[str, int]:
-        """Records per user key (a tenant view sums the keys it owns)."""
-        with self.session() as s:
-            stmt = select(RecordRow.user_id, func.count()).group_by(RecordRow.user_id)
-            return {user_id: int(n) for user_id, n in s.exec(stmt)}
-
-    def get_many(self, user_id: str, record_ids: Sequence[str]) -> dict[str, Record]:
-        """The user's records with these ids (missing ids are absent from the result)."""
-        return self._lookup(user_id, RecordRow.record_id, record_ids)
-
-    def by_vector_ids(self, user_id: str, vector_ids: Sequence[str]) -> dict[str, Record]:
-        """The user's records keyed by the vector ids asked for.
-
-        Every search ends here, so it is one fixed statement per chunk where the database has a fast
-        read path (on SQLite about a tenth of an ORM query's cost, measured by ``bench/read_path.py``).
-        """
-        found: dict[str, Record] = {}
-        for chunk in chunks(list(vector_ids)):
-            marks = ",".join("?" * len(chunk))
-            rows = self.fixed_rows(_BY_VECTOR_IDS.format(marks=marks), (user_id, *chunk))
-            if rows is None:
-                return self._lookup(user_id, RecordRow.vector_id, vector_ids)
-            found.update(_by_vector(rows))
-        return found
-
-    def records_by_vector(self, user_id: str) -> dict[str, Record]:
-        """All of the user's records keyed by vector id, in insertion order.
-
-        For a filter's pass over a user's records (``store/filters.py``), once per revision, so the
-        vector ids come from the rows rather than one HMAC each. A SQLite file is read like
-        :meth:`by_vector_ids`: 9 ms for 500 records here, against 15 ms through the ORM.
-        """
-        raw = self.fixed_rows(_BY_VECTOR, (user_id,))
-        if raw is not None:
-            return _by_vector(raw)
-        with self.session() as s:
-            rows = s.exec(select(RecordRow).where(RecordRow.user_id == user_id).order_by(col(RecordRow.pk)))
-            return {row.vector_id: row.to_record() for row in rows}
-
-    def _lookup(self, user_id: str, key: Any, values: Sequence[str]) -> dict[str, Record]:
-        found: dict[str, Record] = {}
-        with self.session() as s:
-            for chunk in chunks(list(values)):
-                rows = s.exec(select(RecordRow).where(RecordRow.user_id == user_id, col(key).in_(chunk)))
-                found.update({getattr(row, key.key): row.to_record() for row in rows})
-        return found
-
-    def records(self, user_id: str) -> list[Record]:
-        """All of the user's records in insertion order."""
-        with self.session() as s:
-            rows = s.exec(select(RecordRow).where(RecordRow.user_id == user_id).order_by(col(RecordRow.pk)))
-            return [row.to_record() for row in rows]
-
-    def vector_ids(self, user_id: str, status: RecordStatus | None = None) -> set[str]:
-        """Vector ids of the user's records, optionally only those in one write state."""
-        with self.session() as s:
-            stmt = select(RecordRow.vector_id).where(RecordRow.user_id == user_id)
-            if status is not None:
-                stmt = stmt.where(RecordRow.status == status.value)
-            return set(s.exec(stmt))
-
-    def pending(self, user_id: str | None = None) -> dict[str, list[tuple[Record, np.ndarray | None]]]:
-        """Records not yet indexed (written just now, or interrupted), by user, with kept vectors."""
-        out: dict[str, list[tuple[Record, np.ndarray | None]]] = {}
-        with self.session() as s:
-            stmt = select(RecordRow).where(RecordRow.status == RecordStatus.PENDING.value)
-            rows = s.exec(stmt if user_id is None else stmt.where(RecordRow.user_id == user_id))
-            for row in rows:
-                vector = None if row.pending_vector is None else np.frombuffer(row.pending_vector, "<f4")
-                out.setdefault(row.user_id, []).append((row.to_record(), vector))
-        return out
-
-    def search_state(self, user_id: str) -> SearchState | None:
-        """The user's index token and pending vectors, in one statement; None for an unknown user.
-
-        On the read path, so a SQLite file is read like :meth:`revision`, without SQLAlchemy. One
-        statement is one snapshot: a row is either pending here or covered by the token's view.
-        """
-        rows: Sequence[Any] | None = self.fixed_rows(_SEARCH_STATE, (RecordStatus.PENDING.value, user_id))
-        if rows is None:
-            joined = (col(RecordRow.user_id) == col(UserRow.user_id)) & (
-                col(RecordRow.status) == RecordStatus.PENDING.value
-            )
-            with self.session() as s:
-                rows = s.execute(
-                    select_columns(
-                        col(UserRow.status),
-                        col(UserRow.index_token),
-                        col(UserRow.bounds_token),
-                        col(UserRow.revision),
-                        col(RecordRow.vector_id),
-                        col(RecordRow.pending_vector),
-                    )
-                    .join(RecordRow, joined, isouter=True)
-                    .where(col(UserRow.user_id) == user_id)
-                ).all()
-        if not rows or rows[0][0] != UserStatus.ACTIVE.value:
-            return None
-        kept = [(vid, blob) for *_, vid, blob in rows if blob is not None]
-        pending = np.stack([np.frombuffer(blob, "<f4") for _, blob in kept]) if kept else None
-        return SearchState(rows[0][1], [vid for vid, _ in kept], pending, rows[0][2], rows[0][3])
+        """The user's current write token, None for an unknown user (read on every cache lookup)."""
+        return self._user_rows.revision(user_id)
 
     def bounds_token(self, user_id: str) -> str | None:
-        """The user's bounds token (None: no bounded record, or no user); read like :meth:`revision`."""
-        rows = self.fixed_rows("SELECT bounds_token FROM users WHERE user_id = ?", (user_id,))
-        if rows is not None:
-            return rows[0][0] if rows else None
-        with self.engine.connect() as connection:
-            return connection.execute(
-                select(UserRow.bounds_token).where(col(UserRow.user_id) == user_id)
-            ).scalar_one_or_none()
-
-    def timeline(self, user_id: str) -> Timeline:
-        """The user's bounded records (validity, expiry), for reads to filter by."""
-        reader = self._revision_reader()
-        rows: Sequence[Any]
-        if reader is not None:
-            rows = reader.execute(_TIMELINE, (user_id,)).fetchall()
-        else:
-            with self.session() as s:
-                rows = s.execute(
-                    select_columns(
-                        col(RecordRow.record_id),
-                        col(RecordRow.vector_id),
-                        col(RecordRow.valid_from),
-                        col(RecordRow.valid_until),
-                        col(RecordRow.expires_at),
-                    ).where(col(RecordRow.user_id) == user_id, col(RecordRow.bounded).is_(True))
-                ).all()
-        return Timeline([Bounds(*row) for row in rows])
-
-    def expired(self, now: float) -> dict[str, list[str]]:
-        """Ids of records whose expiry has passed, by user key (the sweep's work list)."""
-        found: dict[str, list[str]] = {}
-        with self.session() as s:
-            rows = s.exec(
-                select(RecordRow.user_id, RecordRow.record_id).where(
-                    col(RecordRow.expires_at).is_not(None), col(RecordRow.expires_at) <= now
-                )
-            )
-            for user_id, record_id in rows:
-                found.setdefault(user_id, []).append(record_id)
-        return found
+        """The user's bounds token (None: no bounded record, or no user)."""
+        return self._user_rows.bounds_token(user_id)
 
     def users_being_forgotten(self) -> list[str]:
         """Users whose forget was interrupted."""
-        with self.session() as s:
-            return list(s.exec(select(UserRow.user_id).where(UserRow.status == UserStatus.FORGETTING.value)))
+        return self._user_rows.being_forgotten()
 
     def all_users(self) -> Iterable[str]:
         """Every user row, active or not (for consistency checks)."""
-        with self.session() as s:
-            return list(s.exec(select(UserRow.user_id)))
+        return self._user_rows.all_users()
 
+    # -- reads ------------------------------------------------------------------------------------
 
-def _by_vector(rows: Iterable[Sequence[Any]]) -> dict[str, Record]:
-    """Raw rows of ``vector_id`` and :data:`RECORD_COLUMNS` as records by vector id."""
-    found: dict[str, Record] = {}
-    for vid, *columns in rows:
-        if isinstance(columns[6], str):  # meta: JSON text in SQLite's raw rows, decoded by psycopg
-            columns[6] = json.loads(columns[6])
-        found[vid] = record_from_columns(*columns)
-    return found
+    def users(self) -> list[str]:
+        """Users with at least one record, sorted."""
+        return self._reads.users()
+
+    def count(self, user_id: str | None = None) -> int:
+        """Records of one user, or of everybody."""
+        return self._reads.count(user_id)
+
+    def count_by_user(self) -> dict[str, int]:
+        """Records per user key (a tenant view sums the keys it owns)."""
+        return self._reads.count_by_user()
+
+    def get_many(self, user_id: str, record_ids: Sequence[str]) -> dict[str, Record]:
+        """The user's records with these ids (missing ids are absent from the result)."""
+        return self._reads.get_many(user_id, record_ids)
+
+    def by_vector_ids(self, user_id: str, vector_ids: Sequence[str]) -> dict[str, Record]:
+        """The user's records keyed by the vector ids asked for (every search ends here)."""
+        return self._reads.by_vector_ids(user_id, vector_ids)
+
+    def records_by_vector(self, user_id: str) -> dict[str, Record]:
+        """All of the user's records keyed by vector id, in insertion order."""
+        return self._reads.records_by_vector(user_id)
+
+    def records(self, user_id: str) -> list[Record]:
+        """All of the user's records in insertion order."""
+        return self._reads.records(user_id)
+
+    def vector_ids(self, user_id: str, status: RecordStatus | None = None) -> set[str]:
+        """Vector ids of the user's records, optionally only those in one write state."""
+        return self._reads.vector_ids(user_id, status)
+
+    def pending(self, user_id: str | None = None) -> dict[str, list[tuple[Record, np.ndarray | None]]]:
+        """Records not yet indexed (written just now, or interrupted), by user, with kept vectors."""
+        return self._reads.pending(user_id)
+
+    def search_state(self, user_id: str) -> SearchState | None:
+        """The user's index token and pending vectors, in one statement; None for an unknown user."""
+        return self._reads.search_state(user_id)
+
+    def timeline(self, user_id: str) -> Timeline:
+        """The user's bounded records (validity, expiry), for reads to filter by."""
+        return self._reads.timeline(user_id)
+
+    def expired(self, now: float) -> dict[str, list[str]]:
+        """Ids of records whose expiry has passed, by user key (the sweep's work list)."""
+        return self._reads.expired(now)

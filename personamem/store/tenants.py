@@ -11,8 +11,13 @@ the store's boundary instead of a schema migration and a filter in every query.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from personamem.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from personamem.records import Record
 
 __all__ = ["SEPARATOR", "Scope", "check_tenant"]
 
@@ -58,3 +63,17 @@ class Scope:
         if not self._prefix:
             return None if key.startswith(SEPARATOR) else key
         return key[len(self._prefix) :] if key.startswith(self._prefix) else None
+
+    def inward(self, records: Sequence[Record]) -> list[Record]:
+        """Records with their user ids mapped to store keys (each id checked, as :meth:`key` checks it)."""
+        if self.tenant is None:
+            for record in records:
+                self.key(record.user_id)
+            return list(records)
+        return [r.model_copy(update={"user_id": self.key(r.user_id)}) for r in records]
+
+    def outward(self, records: list[Record]) -> list[Record]:
+        """Records with their store keys mapped back to this scope's user ids."""
+        if self.tenant is None:
+            return records
+        return [r.model_copy(update={"user_id": self.user(r.user_id)}) for r in records]

@@ -19,14 +19,24 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from personamem.errors import InvalidInputError
 from personamem.records import Record, as_utc
 from personamem.store.filters import filtering, parse_filters
 
-__all__ = ["Bounds", "ReadTime", "Timeline", "epoch", "holds", "is_current", "read_time", "reading"]
+__all__ = [
+    "Bounds",
+    "ReadTime",
+    "Timeline",
+    "epoch",
+    "holds",
+    "is_current",
+    "read_time",
+    "reading",
+    "supersession",
+]
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,28 @@ def is_current(record: Record) -> bool:
     """Whether the record's validity interval contains now (its expiry aside)."""
     start, end = (None if t is None else t.timestamp() for t in (record.valid_from, record.valid_until))
     return holds(start, end, time.time())
+
+
+def supersession(old: Record, new: Record) -> tuple[Record, Record]:
+    """``new`` as the record that replaces ``old``, and ``old`` ended where it starts.
+
+    The new record starts at its ``valid_from`` (default now) and names ``old`` in ``supersedes``.
+
+    Raises:
+        InvalidInputError: ``old`` is no longer current at that time, or starts at it or later.
+    """
+    start = new.valid_from or datetime.now(UTC)
+    if old.valid_until is not None and old.valid_until <= start:
+        raise InvalidInputError(
+            f"record {old.id!r} stopped being current at {old.valid_until.isoformat()}; "
+            "supersede the record that replaced it"
+        )
+    if old.valid_from is not None and start <= old.valid_from:
+        raise InvalidInputError(
+            f"record {old.id!r} starts at {old.valid_from.isoformat()}; the new fact must start later"
+        )
+    new = new.model_copy(update={"valid_from": start, "supersedes": new.supersedes or old.id})
+    return new, old.model_copy(update={"valid_until": start})
 
 
 class Timeline:

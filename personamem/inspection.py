@@ -1,0 +1,48 @@
+"""What the server, MCP and the inspector read of a memory besides the records, and its interaction log.
+
+Reads that no other surface offers (they are not :class:`~personamem.contract.MemoryApi`'s), so a
+surface reaches the store only through the facade.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from personamem.interactions import Interaction
+from personamem.records import check_user_id
+from personamem.store import KeyRing, Store
+
+__all__ = ["Inspection"]
+
+
+class Inspection:
+    """Reads of a memory's ``store`` beside the records: tenant, keys, counts and the logged calls."""
+
+    store: Store
+
+    @property
+    def tenant_name(self) -> str | None:
+        """The tenant this memory serves (a view from :meth:`tenant`); None for the whole store."""
+        return self.store.tenant
+
+    @property
+    def keys(self) -> KeyRing:
+        """The API keys kept in the store's database (each names its tenant)."""
+        return self.store.keys
+
+    def record_counts(self) -> dict[str, int]:
+        """Records per user, for the users with any."""
+        return self.store.count_by_user()
+
+    def last_calls(self) -> dict[str, str]:
+        """The time of each user's latest logged call (ISO 8601, UTC), for the users with any."""
+        return self.store.last_calls()
+
+    def calls(self, user_id: str, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The user's latest ``limit`` logged calls, newest first, with feedback and the LLM's view."""
+        return self.store.interactions.calls(check_user_id(user_id), limit=limit)
+
+    def interactions(self, user_id: str | None = None) -> list[Interaction]:
+        """Logged interactions of one user (None: every user), oldest first, with their feedback."""
+        users = None if user_id is None else [check_user_id(user_id)]
+        return self.store.interactions.export(users)

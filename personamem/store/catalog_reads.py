@@ -1,0 +1,234 @@
+"""The catalog's reads of records: by id, vector id or write state, counts, and a search's SQL state.
+
+Every query names the user it reads. The reads on a search's path (:meth:`RecordReads.search_state`,
+:meth:`RecordReads.by_vector_ids`, :meth:`RecordReads.records_by_vector`,
+:meth:`RecordReads.timeline`) run fixed statements outside SQLAlchemy where the database has a fast
+read path (``Database.fixed_rows``), and fall back to the ORM elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func
+from sqlalchemy import select as select_columns  # sqlmodel's select takes at most four columns
+from sqlmodel import col, select
+
+from personamem.records import Record
+from personamem.store.engine import Database, chunks
+from personamem.store.tables import (
+    RECORD_COLUMNS,
+    RecordRow,
+    RecordStatus,
+    UserRow,
+    UserStatus,
+    record_from_columns,
+)
+from personamem.store.timeline import Bounds, Timeline
+
+__all__ = ["RecordReads", "SearchState"]
+
+
+@dataclass(frozen=True)
+class SearchState:
+    """What a search reads from SQL before the vector index, in one statement.
+
+    ``index_token`` says which view of the vector index is current; the pending vectors are the
+    user's rows not indexed yet, scored directly.
+    """
+
+    index_token: str | None
+    pending_ids: list[str]
+    pending: np.ndarray | None
+    bounds_token: str | None = None
+    revision: str | None = None
+    """Changes on every write to the user: records read at one revision can be reused at it."""
+
+
+_BY_VECTOR_IDS = (
+    f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? AND vector_id IN ({{marks}})"
+)
+_BY_VECTOR = f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? ORDER BY pk"
+_SEARCH_STATE = (
+    "SELECT u.status, u.index_token, u.bounds_token, u.revision, r.vector_id, r.pending_vector FROM users u "
+    "LEFT JOIN records r ON r.user_id = u.user_id AND r.status = ? WHERE u.user_id = ?"
+)
+_TIMELINE = (
+    "SELECT record_id, vector_id, valid_from, valid_until, expires_at FROM records "
+    "WHERE user_id = ? AND bounded = 1"
+)
+
+
+class RecordReads:
+    """Read-only queries of the ``records`` table (joined with ``users`` where a status matters)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def users(self) -> list[str]:
+        """Users with at least one record, sorted."""
+        with self._db.session() as s:
+            stmt = (
+                select(RecordRow.user_id)
+                .join(UserRow, col(UserRow.user_id) == col(RecordRow.user_id))
+                .where(UserRow.status == UserStatus.ACTIVE.value)
+                .distinct()
+                .order_by(RecordRow.user_id)
+            )
+            return list(s.exec(stmt))
+
+    def count(self, user_id: str | None = None) -> int:
+        """Records of one user, or of everybody."""
+        with self._db.session() as s:
+            stmt = select(func.count()).select_from(RecordRow)
+            if user_id is not None:
+                stmt = stmt.where(RecordRow.user_id == user_id)
+            return int(s.exec(stmt).one())
+
+    def count_by_user(self) -> dict[str, int]:
+        """Records per user key (a tenant view sums the keys it owns)."""
+        with self._db.session() as s:
+            stmt = select(RecordRow.user_id, func.count()).group_by(RecordRow.user_id)
+            return {user_id: int(n) for user_id, n in s.exec(stmt)}
+
+    def get_many(self, user_id: str, record_ids: Sequence[str]) -> dict[str, Record]:
+        """The user's records with these ids (missing ids are absent from the result)."""
+        return self._lookup(user_id, RecordRow.record_id, record_ids)
+
+    def by_vector_ids(self, user_id: str, vector_ids: Sequence[str]) -> dict[str, Record]:
+        """The user's records keyed by the vector ids asked for.
+
+        Every search ends here, so it is one fixed statement per chunk where the database has a fast
+        read path (on SQLite about a tenth of an ORM query's cost, measured by ``bench/read_path.py``).
+        """
+        found: dict[str, Record] = {}
+        for chunk in chunks(list(vector_ids)):
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.fixed_rows(_BY_VECTOR_IDS.format(marks=marks), (user_id, *chunk))
+            if rows is None:
+                return self._lookup(user_id, RecordRow.vector_id, vector_ids)
+            found.update(_by_vector(rows))
+        return found
+
+    def records_by_vector(self, user_id: str) -> dict[str, Record]:
+        """All of the user's records keyed by vector id, in insertion order.
+
+        For a filter's pass over a user's records (``store/filters.py``), once per revision, so the
+        vector ids come from the rows rather than one HMAC each. A SQLite file is read like
+        :meth:`by_vector_ids`: 9 ms for 500 records here, against 15 ms through the ORM.
+        """
+        raw = self._db.fixed_rows(_BY_VECTOR, (user_id,))
+        if raw is not None:
+            return _by_vector(raw)
+        with self._db.session() as s:
+            rows = s.exec(select(RecordRow).where(RecordRow.user_id == user_id).order_by(col(RecordRow.pk)))
+            return {row.vector_id: row.to_record() for row in rows}
+
+    def _lookup(self, user_id: str, key: Any, values: Sequence[str]) -> dict[str, Record]:
+        found: dict[str, Record] = {}
+        with self._db.session() as s:
+            for chunk in chunks(list(values)):
+                rows = s.exec(select(RecordRow).where(RecordRow.user_id == user_id, col(key).in_(chunk)))
+                found.update({getattr(row, key.key): row.to_record() for row in rows})
+        return found
+
+    def records(self, user_id: str) -> list[Record]:
+        """All of the user's records in insertion order."""
+        with self._db.session() as s:
+            rows = s.exec(select(RecordRow).where(RecordRow.user_id == user_id).order_by(col(RecordRow.pk)))
+            return [row.to_record() for row in rows]
+
+    def vector_ids(self, user_id: str, status: RecordStatus | None = None) -> set[str]:
+        """Vector ids of the user's records, optionally only those in one write state."""
+        with self._db.session() as s:
+            stmt = select(RecordRow.vector_id).where(RecordRow.user_id == user_id)
+            if status is not None:
+                stmt = stmt.where(RecordRow.status == status.value)
+            return set(s.exec(stmt))
+
+    def pending(self, user_id: str | None = None) -> dict[str, list[tuple[Record, np.ndarray | None]]]:
+        """Records not yet indexed (written just now, or interrupted), by user, with kept vectors."""
+        out: dict[str, list[tuple[Record, np.ndarray | None]]] = {}
+        with self._db.session() as s:
+            stmt = select(RecordRow).where(RecordRow.status == RecordStatus.PENDING.value)
+            rows = s.exec(stmt if user_id is None else stmt.where(RecordRow.user_id == user_id))
+            for row in rows:
+                vector = None if row.pending_vector is None else np.frombuffer(row.pending_vector, "<f4")
+                out.setdefault(row.user_id, []).append((row.to_record(), vector))
+        return out
+
+    def search_state(self, user_id: str) -> SearchState | None:
+        """The user's index token and pending vectors, in one statement; None for an unknown user.
+
+        On the read path, so a SQLite file is read like ``SqlCatalog.revision``, without SQLAlchemy.
+        One statement is one snapshot: a row is either pending here or covered by the token's view.
+        """
+        rows: Sequence[Any] | None = self._db.fixed_rows(_SEARCH_STATE, (RecordStatus.PENDING.value, user_id))
+        if rows is None:
+            joined = (col(RecordRow.user_id) == col(UserRow.user_id)) & (
+                col(RecordRow.status) == RecordStatus.PENDING.value
+            )
+            with self._db.session() as s:
+                rows = s.execute(
+                    select_columns(
+                        col(UserRow.status),
+                        col(UserRow.index_token),
+                        col(UserRow.bounds_token),
+                        col(UserRow.revision),
+                        col(RecordRow.vector_id),
+                        col(RecordRow.pending_vector),
+                    )
+                    .join(RecordRow, joined, isouter=True)
+                    .where(col(UserRow.user_id) == user_id)
+                ).all()
+        if not rows or rows[0][0] != UserStatus.ACTIVE.value:
+            return None
+        kept = [(vid, blob) for *_, vid, blob in rows if blob is not None]
+        pending = np.stack([np.frombuffer(blob, "<f4") for _, blob in kept]) if kept else None
+        return SearchState(rows[0][1], [vid for vid, _ in kept], pending, rows[0][2], rows[0][3])
+
+    def timeline(self, user_id: str) -> Timeline:
+        """The user's bounded records (validity, expiry), for reads to filter by."""
+        reader = self._db._revision_reader()
+        rows: Sequence[Any]
+        if reader is not None:
+            rows = reader.execute(_TIMELINE, (user_id,)).fetchall()
+        else:
+            with self._db.session() as s:
+                rows = s.execute(
+                    select_columns(
+                        col(RecordRow.record_id),
+                        col(RecordRow.vector_id),
+                        col(RecordRow.valid_from),
+                        col(RecordRow.valid_until),
+                        col(RecordRow.expires_at),
+                    ).where(col(RecordRow.user_id) == user_id, col(RecordRow.bounded).is_(True))
+                ).all()
+        return Timeline([Bounds(*row) for row in rows])
+
+    def expired(self, now: float) -> dict[str, list[str]]:
+        """Ids of records whose expiry has passed, by user key (the sweep's work list)."""
+        found: dict[str, list[str]] = {}
+        with self._db.session() as s:
+            rows = s.exec(
+                select(RecordRow.user_id, RecordRow.record_id).where(
+                    col(RecordRow.expires_at).is_not(None), col(RecordRow.expires_at) <= now
+                )
+            )
+            for user_id, record_id in rows:
+                found.setdefault(user_id, []).append(record_id)
+        return found
+
+
+def _by_vector(rows: Iterable[Sequence[Any]]) -> dict[str, Record]:
+    """Raw rows of ``vector_id`` and :data:`RECORD_COLUMNS` as records by vector id."""
+    found: dict[str, Record] = {}
+    for vid, *columns in rows:
+        if isinstance(columns[6], str):  # meta: JSON text in SQLite's raw rows, decoded by psycopg
+            columns[6] = json.loads(columns[6])
+        found[vid] = record_from_columns(*columns)
+    return found

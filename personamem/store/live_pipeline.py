@@ -1,0 +1,47 @@
+"""The live pipeline: the ``[pipeline]`` table that serves a store's users, kept with the data.
+
+``personamem improve`` puts it here, so every process and server worker over the store serves it
+(within :data:`~personamem.store.settings.FRESH_S` seconds of the change); the table it replaced is
+kept beside it, so one rollback undoes a bad choice. A tenant without its own follows the store's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from personamem.store.settings import TenantSetting
+from personamem.store.sql import SqlCatalog
+
+__all__ = ["PIPELINE_KEY", "LivePipeline"]
+
+PIPELINE_KEY = "pipeline"  # store_info: the live pipeline table (JSON); "pipeline:<tenant>" for one tenant
+_NO_PIPELINE = "none"  # the previous live pipeline, where there was none (the package default served)
+
+
+class LivePipeline:
+    """Each tenant's live pipeline table and the one it replaced; shared by a store and its tenant views."""
+
+    def __init__(self, catalog: SqlCatalog) -> None:
+        self._live = TenantSetting(catalog, PIPELINE_KEY)
+        self._replaced = TenantSetting(catalog, f"{PIPELINE_KEY}.previous")
+
+    def table(self, tenant: str | None) -> str | None:
+        """The table that serves the tenant's users, as JSON (None: the package default)."""
+        return self._live.get(tenant)
+
+    def serve(self, tenant: str | None, table: Mapping[str, Any]) -> None:
+        """Serve ``table`` to the tenant's users; the one it replaces is kept for :meth:`rollback`."""
+        previous = self._live.own(tenant)
+        self._replaced.set(tenant, _NO_PIPELINE if previous is None else previous)
+        self._live.set(tenant, json.dumps(dict(table), sort_keys=True))
+
+    def rollback(self, tenant: str | None) -> bool:
+        """Put back the table that the last :meth:`serve` replaced; False if none."""
+        previous = self._replaced.own(tenant)
+        if previous is None:
+            return False
+        self._live.set(tenant, None if previous == _NO_PIPELINE else previous)
+        self._replaced.set(tenant, None)
+        return True

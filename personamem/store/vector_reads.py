@@ -1,0 +1,177 @@
+"""Reads of users' vectors: nearest neighbours, a user's whole corpus, and the rows of given records.
+
+One SQL read (``SqlCatalog.search_state``) gives a user's index token, pending vectors and bounds
+token. The indexed vectors come from this process's view (``store/views.py``), current at that token
+and rebuilt when another process indexed, or from the index's HNSW for a user too large to copy; the
+pending ones are scored from SQL, so a record is searchable as soon as its row commits. Everything
+here is by store key, with records keyed as stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from personamem.errors import UnreadableIndexError
+from personamem.records import Record
+from personamem.store.pseudonyms import Pseudonyms
+from personamem.store.sql import SqlCatalog
+from personamem.store.vector_home import VectorHome
+from personamem.store.views import UserView, VectorViews, best
+from personamem.store.visibility import Visibility
+
+__all__ = ["VectorReads"]
+
+
+class VectorReads:
+    """Vector reads by store key, each hiding what the read in force must not see; shared by tenant views."""
+
+    def __init__(
+        self,
+        catalog: SqlCatalog,
+        index: VectorHome,
+        names: Pseudonyms,
+        views: VectorViews,
+        visibility: Visibility,
+        rebuild: Callable[[str], object],
+    ) -> None:
+        self.catalog = catalog
+        self.index = index
+        self.names = names
+        self.views = views
+        self.visibility = visibility
+        self._rebuild = rebuild  # heals a user whose vectors the index cannot read back
+
+    def nearest(self, key: str, vector: np.ndarray, k: int) -> list[tuple[Record, float]]:
+        """The user's ``k`` records closest to ``vector`` by cosine, best first."""
+        hits, view, revision = self.nearest_ids(key, vector, k)
+        if view is None:
+            return []
+        known = view.records(revision)
+        missing = [vid for vid, _ in hits if vid not in known]
+        if missing:
+            known.update(self.catalog.by_vector_ids(key, missing))
+        return [(known[vid], score) for vid, score in hits if vid in known]
+
+    def nearest_ids(
+        self, key: str, vector: np.ndarray, k: int
+    ) -> tuple[list[tuple[str, float]], UserView | None, str | None]:
+        """The ``k`` best (vector id, cosine) of the user, with the view and revision they came from."""
+        state = self.catalog.search_state(key)
+        if state is None or k <= 0:
+            return [], None, None
+        hidden = self.visibility.hidden_vectors(key, state.bounds_token)
+        verdict = self.visibility.verdict(key)
+        scores = [] if state.pending is None else (state.pending @ vector).tolist()
+        fresh = {
+            vid: s
+            for vid, s in zip(state.pending_ids, scores, strict=True)
+            if vid not in hidden and (verdict is None or vid in verdict.kept_vector_set)
+        }
+        skip = set(state.pending_ids) | hidden
+        view = self.view(key, state.index_token)
+        if verdict is not None:  # filtered: only the vectors the filter keeps are scored, exactly
+            kept = [vid for vid in verdict.kept_vectors if vid not in skip]
+            hits = self._nearest_among(key, view, vector, k, kept)
+        elif view.matrix is not None:
+            hits = view.nearest(vector, k, skip=skip)
+        else:  # too large to copy: the index's HNSW, asked for enough to cover what is skipped
+            hits = self.index.query(self.names.collection(key), vector, k + len(skip))
+            hits = [(vid, score) for vid, score in hits if vid not in skip]
+        if fresh:
+            hits = sorted(hits + list(fresh.items()), key=lambda hit: -hit[1])
+        return hits[:k], view, state.revision
+
+    def _nearest_among(
+        self, key: str, view: UserView, vector: np.ndarray, k: int, kept: list[str]
+    ) -> list[tuple[str, float]]:
+        """The ``k`` best indexed vectors of ``kept`` (a filter's), so a filter never leaves k unfilled.
+
+        From the view's copy; for a user too large to copy, the kept vectors are read from the index
+        and scored exactly while they are few enough to copy, else HNSW is asked for enough to cover
+        every vector left out.
+        """
+        if view.matrix is not None:
+            return view.among(vector, k, kept)
+        collection = self.names.collection(key)
+        if len(kept) <= self.views.max_user_vectors:
+            ids, matrix = self.index.vectors(collection, kept)
+            return best(ids, matrix @ np.asarray(vector, dtype=np.float32), k) if ids else []
+        allowed = set(kept)
+        hits = self.index.query(collection, vector, k + self.index.count(collection) - len(allowed))
+        return [(vid, score) for vid, score in hits if vid in allowed][:k]
+
+    def vectors(self, key: str) -> tuple[list[Record], np.ndarray]:
+        """The user's records and their vectors (rows aligned): pending ones in, time-hidden ones out.
+
+        A read's filter is not applied: it narrows the candidates of one call, not the history a
+        corpus-level method summarizes (and caches per revision).
+        """
+        state = self.catalog.search_state(key)
+        if state is None:
+            return [], np.zeros((0, 0), dtype=np.float32)  # as the index answers for no collection
+        view = self.view(key, state.index_token)
+        if view.matrix is not None:
+            vector_ids, matrix = list(view.ids), view.matrix
+        else:
+            vector_ids, matrix = self.index.vectors(self.names.collection(key))
+        if state.pending is not None:
+            kept = set(state.pending_ids)
+            indexed = [i for i, vid in enumerate(vector_ids) if vid not in kept]
+            matrix = np.vstack([matrix[indexed], state.pending]) if indexed else state.pending
+            vector_ids = [vector_ids[i] for i in indexed] + state.pending_ids
+        found = self.catalog.by_vector_ids(key, vector_ids)
+        hidden = self.visibility.hidden_vectors(key, state.bounds_token)
+        keep = [i for i, vid in enumerate(vector_ids) if vid in found and vid not in hidden]
+        return [found[vector_ids[i]] for i in keep], matrix[keep] if keep else matrix[:0]
+
+    def record_vectors(self, key: str, record_ids: Sequence[str], dim: int) -> np.ndarray:
+        """The stored vectors of ``record_ids``, rows aligned; a zero row where the user has no such vector.
+
+        Read as a search reads them: from this process's view and the pending vectors. A zero row
+        has cosine 0 to everything, so a record written since counts as unrelated rather than failing.
+        """
+        found = np.zeros((len(record_ids), dim), dtype=np.float32)
+        state = self.catalog.search_state(key)
+        if state is None or not record_ids:
+            return found
+        wanted = {self.names.vector_id(key, record_id): i for i, record_id in enumerate(record_ids)}
+        pending = set()
+        if state.pending is not None:
+            for vid, row in zip(state.pending_ids, state.pending, strict=True):
+                if vid in wanted:
+                    found[wanted[vid]] = row
+                    pending.add(vid)
+        rest = [vid for vid in wanted if vid not in pending]
+        view = self.view(key, state.index_token)
+        if view.matrix is not None:
+            matrix = view.matrix  # the indexer may grow the view meanwhile: rows past it wait
+            for vid in rest:
+                if (i := view.position.get(vid)) is not None and i < len(matrix):
+                    found[wanted[vid]] = matrix[i]
+        elif rest:
+            ids, matrix = self.index.vectors(self.names.collection(key), rest)
+            for vid, row in zip(ids, matrix, strict=True):
+                found[wanted[vid]] = row
+        return found
+
+    def view(self, key: str, token: str | None) -> UserView:
+        """This process's view of the user's indexed vectors, current at ``token``.
+
+        Built after refreshing the vector index (an embedded one does not see other processes'
+        writes otherwise); a token read before the build is safe, since the build can only be newer.
+        """
+        view = self.views.get(key, token)
+        if view is not None:
+            return view
+        collection = self.names.collection(key)
+        self.index.refresh(collection)
+        if self.index.count(collection) > self.views.max_user_vectors:
+            return self.views.put(key, token, [], None)
+        try:
+            ids, matrix = self.index.vectors(collection)
+        except UnreadableIndexError:  # healed here, once: a failing rebuild reaches the caller
+            self._rebuild(key)
+            ids, matrix = self.index.vectors(collection)
+        return self.views.put(key, token, ids, matrix)
