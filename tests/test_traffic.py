@@ -114,8 +114,10 @@ def test_train_purple_from_a_store_records_its_source(
     assert main(argv) == 0  # the command line's --steps 1 wins over the file's 5
     printed = capsys.readouterr().out
     assert f'selector = "purple:{out / "best"}"' in printed.replace("\n", "")
-    training = json.loads((out / "best" / "config.json").read_text(encoding="utf-8"))["training"]
-    assert training["step"] == 1 and training["data_source"]["traffic"]["store"] == str(store.resolve())
+    # last/ is step 1; best/ is step 0 (the first stage's order) unless step 1 validated better
+    training = json.loads((out / "last" / "config.json").read_text(encoding="utf-8"))["training"]
+    assert training["step"] == 1 and training["best_step"] in (0, 1)
+    assert training["data_source"]["traffic"]["store"] == str(store.resolve())
     assert len(training["validation_users"]) == 1 and np.isfinite(training["best_validation"])
 
     config.write_text(f'from_store = "{store}"\nstepz = 5\n', encoding="utf-8")

@@ -116,7 +116,8 @@ def examples(
 ) -> tuple[list[ProfileExample], list[ProfileExample], list[ProfileExample], dict[str, Any]]:
     """(train, validation, test, split.json) from the data source, split by user.
 
-    ``max_train`` and ``max_validation`` take seeded samples; split.json names the users sampled.
+    ``max_train`` takes a sample seeded by the training seed, ``max_validation`` one seeded by the split
+    seed; split.json names the users sampled.
     """
     from personamem.datasets.vectors import default_vector_cache
     from personamem.trainers.purple.data import examples_from_benchmark, examples_from_traffic
@@ -151,7 +152,8 @@ def examples(
     test = [e for e in found if e.user_id in split.test]
     if data.max_train and data.max_train < len(train):
         train = picker.sample(train, data.max_train)
-    validation = picker.sample(validation, min(data.max_validation, len(validation)))
+    # the same validation questions for every training seed: seeds compare, and share the LLM's scores
+    validation = random.Random(data.split_seed).sample(validation, min(data.max_validation, len(validation)))
     sampled = dataclasses.replace(
         split, train=sorted({e.user_id for e in train}), validation=sorted({e.user_id for e in validation})
     )
