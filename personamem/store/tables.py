@@ -203,7 +203,7 @@ ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 """(table, column) added since the table was first created: opening an older store adds them."""
 
-# read on every write and logged call: built once (see the statements in ``catalog_users``, ``catalog_staging``)
+# read on every write and logged call: built once (as are catalog_users' and catalog_staging's)
 USER_STATUS = select(UserRow.status).where(col(UserRow.user_id) == bindparam("user_id"))
 
 RECORD_COLUMNS = (
