@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from personamem import SentenceEncoder
+from personamem.errors import CheckpointError
 from personamem.llm import TransformersLLM
 from personamem.profile.purple.selector import PurpleSelector
 from personamem.trainers.purple import train_purple
@@ -60,6 +61,9 @@ def test_reward_model_learns_the_bandit_and_agrees_on_held_out_questions(
     assert again(request) == pytest.approx(DistilledReward(model, encoder)(request), abs=1e-6)
     with pytest.raises(ValueError, match="at least 2 examples"):
         fit_reward_model(train, {}, encoder)
+    (tmp_path / "rm" / "config.json").write_text('{"dim": 384, "hidden": 128, "slots": 5}', encoding="utf-8")
+    with pytest.raises(CheckpointError, match="delete the folder to refit"):  # the first version's shape
+        load_reward_model(tmp_path / "rm")
 
 
 def test_llm_reward_keeps_its_scores_in_a_file(tmp_path: Path, llm: TransformersLLM) -> None:

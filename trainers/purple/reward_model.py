@@ -35,6 +35,7 @@ from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from torch import nn
 
 from personamem.encoder import Encoder
+from personamem.errors import CheckpointError
 from personamem.records import Record
 from personamem.trainers.purple.data import ProfileExample
 from personamem.trainers.purple.reward import Key
@@ -338,11 +339,22 @@ def save_reward_model(model: RewardModel, folder: Path) -> None:
 
 
 def load_reward_model(folder: Path) -> RewardModel:
-    """A R̂ written by :func:`save_reward_model`."""
+    """A R̂ written by :func:`save_reward_model`.
+
+    Raises:
+        CheckpointError: the folder holds no reward model, or one of another shape (an older version):
+            delete it and the run refits one from its ``rewards.jsonl`` without asking the LLM again.
+    """
     import json
 
     from safetensors.torch import load_file
 
-    model = RewardModel(**json.loads((folder / "config.json").read_text(encoding="utf-8")))
-    model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    try:
+        model = RewardModel(**json.loads((folder / "config.json").read_text(encoding="utf-8")))
+        model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    except (OSError, ValueError, TypeError, RuntimeError) as error:
+        raise CheckpointError(
+            f"{folder}: not a reward model this version reads ({error}); delete the folder to refit it "
+            "from rewards.jsonl"
+        ) from None
     return model.eval()
