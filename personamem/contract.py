@@ -8,9 +8,11 @@ and the MCP tools dump them, and the clients read the server's answers back with
 so a field added here reaches every surface at once. Nothing here imports FastAPI, so the SDK, the CLI
 and the MCP server use it without the ``server`` extra.
 
-A new operation is a method of :class:`MemoryApi` (and a result model here unless it returns a
-record or a plain value); then ``PersonaMem`` does it, ``remote.py`` sends it (one generator, read
-back with the model), each client gets a one-line stub and the server a route that dumps the model.
+A new operation is a method of :class:`MemoryApi`, a result model here and its row in
+:data:`ROUTES` (verb, path, request models from :mod:`personamem.request_models`, answer model,
+status); then ``PersonaMem`` does it, ``remote.py`` sends it (one generator: the request built with
+the row's models, the answer read with its model), each client gets a one-line stub and the server
+a handler declared and checked at the row (``personamem.server.routes.serves``) that dumps the model.
 ``tests/test_contract_api.py`` fails until ``PersonaMem``, ``Client`` and ``AsyncClient`` all have it
 with the protocol's signature, and a behaviour test in ``personamem.testing.MemoryContract`` runs
 it in process and over HTTP, where :meth:`~personamem.testing.MemoryContract.served` lets it compare
@@ -27,15 +29,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 from urllib.parse import quote
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainSerializer, computed_field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainSerializer, RootModel, computed_field
 
 from personamem.errors import InvalidInputError, PersonaMemDeprecationWarning
+from personamem.interactions import FeedbackReport
 from personamem.llm.base import Usage
+from personamem.portability import Imported
 from personamem.records import Record, RecordEvent
+from personamem.request_models import (
+    AddIn,
+    BatchIn,
+    ContextIn,
+    CountQuery,
+    DeleteIn,
+    ExportQuery,
+    HistoryQuery,
+    ImportQuery,
+    RecordsQuery,
+    RefreshIn,
+    RerankIn,
+    SearchIn,
+    SupersedeIn,
+    TtlIn,
+    UpdateIn,
+    UserQuery,
+)
 from personamem.retrieval.base import Hit
 
 if TYPE_CHECKING:
-    from personamem.portability import Imported
     from personamem.preference import PreferenceMemory
     from personamem.store.duplicates import DuplicatePolicy
 
@@ -51,6 +72,8 @@ __all__ = [
     "JsonHits",
     "JsonRecords",
     "MemoryApi",
+    "PreferenceAnswer",
+    "PreferenceStatement",
     "Purged",
     "RecordBatch",
     "RecordHistory",
@@ -58,6 +81,7 @@ __all__ = [
     "Reranked",
     "Route",
     "SearchResult",
+    "StoredRecord",
     "Ttl",
     "Users",
     "hit_json",
@@ -70,14 +94,20 @@ M = TypeVar("M")
 
 @dataclass(frozen=True)
 class Route:
-    """Where the REST server answers one operation: its HTTP verb and path.
+    """Where and how the REST server answers one operation: the row both sides read.
 
-    ``{record_id}`` in a path is the record's id, percent-encoded (ids may hold ``/``); user ids
-    travel in bodies and query strings, never in paths.
+    ``body`` and ``query`` are the request's models (:mod:`personamem.request_models`): the server
+    reads the request with them and the clients build it with them. ``response`` is the answer's
+    model (None: not JSON, as an export's lines). ``{record_id}`` in a path is the record's id,
+    percent-encoded (ids may hold ``/``); user ids travel in bodies and query strings, never in paths.
     """
 
     verb: str
     path: str
+    response: type[BaseModel] | None
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    status: int = 200
 
     @property
     def served(self) -> str:
@@ -87,34 +117,6 @@ class Route:
     def to(self, record_id: str | None = None) -> str:
         """The path a client requests."""
         return self.path if record_id is None else self.path.format(record_id=quote(record_id, safe=""))
-
-
-ROUTES: dict[str, Route] = {
-    "add": Route("POST", "/v1/records"),
-    "add_many": Route("POST", "/v1/records/batch"),
-    "supersede": Route("POST", "/v1/records/supersede"),
-    "delete": Route("POST", "/v1/records/delete"),
-    "update": Route("PATCH", "/v1/records/{record_id}"),
-    "get": Route("GET", "/v1/records/{record_id}"),
-    "records": Route("GET", "/v1/records"),
-    "history": Route("GET", "/v1/history"),
-    "ttl": Route("GET", "/v1/ttl"),
-    "set_ttl": Route("PUT", "/v1/ttl"),
-    "purge": Route("POST", "/v1/purge"),
-    "export": Route("GET", "/v1/export"),
-    "import_user": Route("POST", "/v1/import"),
-    "search": Route("POST", "/v1/search"),
-    "context": Route("POST", "/v1/context"),
-    "feedback": Route("POST", "/v1/feedback"),
-    "memory": Route("GET", "/v1/memory"),
-    "refresh_memories": Route("POST", "/v1/memory/refresh"),
-    "rerank": Route("POST", "/v1/rerank"),
-    "users": Route("GET", "/v1/users"),
-    "forget": Route("DELETE", "/v1/users"),
-    "count": Route("GET", "/v1/count"),
-}
-"""Each :class:`MemoryApi` operation's route: the server declares it from here and the clients
-(``personamem/remote.py``) request it from here."""
 
 
 def record_json(record: Record) -> dict[str, Any]:
@@ -349,6 +351,72 @@ class Reranked(BaseModel):
     def degraded(self) -> bool:
         """Whether an LLM stage fell back (``warnings`` say which and why)."""
         return bool(self.warnings)
+
+
+class StoredRecord(RootModel[Record]):
+    """One record as an answer holds it (:func:`record_json`): ``add``, ``supersede``, ``get``, ``update``."""
+
+    root: Annotated[Record, PlainSerializer(record_json, return_type=dict[str, Any])]
+
+
+class PreferenceStatement(BaseModel):
+    """One statement of a preference memory and the ids of the records that support it."""
+
+    text: str
+    evidence: list[str]
+
+
+class PreferenceAnswer(BaseModel):
+    """A preference memory as ``GET /v1/memory`` and the MCP ``preferences`` tool answer it.
+
+    The fields of ``PreferenceMemory.to_json`` (read back with ``PreferenceMemory.from_json``) and
+    ``warnings``: why a rebuild failed or did not finish (``stale`` is then true).
+    """
+
+    user_id: str
+    within: dict[str, list[PreferenceStatement]]
+    cross: list[PreferenceStatement]
+    revision: str | None
+    extractor: str
+    notes: list[str]
+    stale: bool
+    seconds: float
+    text: str
+    words: int
+    warnings: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, memory: PreferenceMemory, notes: Sequence[str] = ()) -> PreferenceAnswer:
+        """The answer for ``memory``, with the fallbacks its rebuild noted."""
+        return cls.model_validate({**memory.to_json(), "warnings": list(notes)})
+
+
+ROUTES: dict[str, Route] = {
+    "add": Route("POST", "/v1/records", StoredRecord, body=AddIn, status=201),
+    "add_many": Route("POST", "/v1/records/batch", RecordBatch, body=BatchIn, status=201),
+    "supersede": Route("POST", "/v1/records/supersede", StoredRecord, body=SupersedeIn, status=201),
+    "delete": Route("POST", "/v1/records/delete", Deleted, body=DeleteIn),
+    "update": Route("PATCH", "/v1/records/{record_id}", StoredRecord, body=UpdateIn, query=UserQuery),
+    "get": Route("GET", "/v1/records/{record_id}", StoredRecord, query=UserQuery),
+    "records": Route("GET", "/v1/records", RecordPage, query=RecordsQuery),
+    "history": Route("GET", "/v1/history", RecordHistory, query=HistoryQuery),
+    "ttl": Route("GET", "/v1/ttl", Ttl),
+    "set_ttl": Route("PUT", "/v1/ttl", Ttl, body=TtlIn),
+    "purge": Route("POST", "/v1/purge", Purged),
+    "export": Route("GET", "/v1/export", None, query=ExportQuery),
+    "import_user": Route("POST", "/v1/import", Imported, query=ImportQuery, status=201),
+    "search": Route("POST", "/v1/search", SearchResult, body=SearchIn),
+    "context": Route("POST", "/v1/context", Context, body=ContextIn),
+    "feedback": Route("POST", "/v1/feedback", FeedbackResult, body=FeedbackReport),
+    "memory": Route("GET", "/v1/memory", PreferenceAnswer, query=UserQuery),
+    "refresh_memories": Route("POST", "/v1/memory/refresh", Built, body=RefreshIn),
+    "rerank": Route("POST", "/v1/rerank", Reranked, body=RerankIn),
+    "users": Route("GET", "/v1/users", Users),
+    "forget": Route("DELETE", "/v1/users", Forgotten, query=UserQuery),
+    "count": Route("GET", "/v1/count", Count, query=CountQuery),
+}
+"""Each :class:`MemoryApi` operation's route row: the server declares and reads it from here
+(``personamem/server/routes.py``) and the clients build and read it from here (``personamem/remote.py``)."""
 
 
 def method_of(method: M, pipeline: M, *, stacklevel: int = 3) -> M:

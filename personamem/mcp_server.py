@@ -46,7 +46,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from personamem.contract import Deleted, RecordHistory, RecordPage, SearchResult, record_json
+from personamem.contract import (
+    Deleted,
+    PreferenceAnswer,
+    RecordHistory,
+    RecordPage,
+    SearchResult,
+    record_json,
+)
 from personamem.errors import PersonaMemError
 from personamem.llm.base import Usage
 from personamem.memory import PersonaMem
@@ -350,7 +357,7 @@ def _add_record_tools(tools: _Tools) -> None:
                     "this server keeps no preference memory (its pipeline's preference_memory is 'none'); "
                     "use `context` or `recall`"
                 )
-            return mem.stored_memory(user_id).to_json()
+            return PreferenceAnswer.of(mem.stored_memory(user_id)).model_dump(mode="json")
 
 
 def build_server(mem: PersonaMem, *, methods: ServedMethods | None = SERVED_BY_DEFAULT) -> MCPServer:

@@ -326,7 +326,7 @@ class PersonaMem(Serving, Inspection, AsyncTwins, MemoryApi):
         data = read_export(path, user_id=None if user_id is None else check_user_id(user_id))
         written = self.store.add_many(data.records)
         logged = self.store.interactions.import_(data.interactions) if data.interactions else 0
-        return Imported(written, logged)
+        return Imported(records=written, interactions=logged)
 
     def improve(self, *, progress: Progress | None = None, **settings: Any) -> Any:
         """Fit the first stage to this store and put it live in the store only if it validates better.

@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict
+
 from personamem.errors import InvalidRecordError
 from personamem.interactions import Interaction, parse_interactions
 from personamem.jsonfile import JsonFile, write_lines
@@ -46,9 +48,13 @@ class UserExport:
     interactions: list[Interaction]
 
 
-@dataclass(frozen=True)
-class Imported:
-    """What an import added: records new or changed, and interactions not already logged."""
+class Imported(BaseModel):
+    """What an import added: records new or changed, and interactions not already logged.
+
+    Also ``POST /v1/import``'s answer (a model, so the route and the clients share its JSON shape).
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     records: int
     interactions: int

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
 from personamem import errors
@@ -26,12 +27,14 @@ from personamem.contract import (
     Deleted,
     Forgotten,
     Hits,
+    PreferenceAnswer,
     Purged,
     RecordBatch,
     RecordHistory,
     RecordPage,
     Reranked,
     SearchResult,
+    StoredRecord,
     Ttl,
     Users,
 )
@@ -46,6 +49,7 @@ from personamem.interactions import FeedbackReport
 from personamem.portability import Imported, write_export
 from personamem.preference import PreferenceMemory
 from personamem.records import Record, RecordEvent, parse_record, parse_records
+from personamem.request_models import MAX_BATCH, problems_text
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
 from personamem.store.expiry import check_ttl
 from personamem.store.filters import parse_filters
@@ -54,7 +58,6 @@ from personamem.store.timeline import epoch
 __all__ = ["Call", "Request", "error_from"]
 
 T = TypeVar("T")
-_BATCH = 10_000  # the server's most records per batch request (personamem.server.schemas.MAX_BATCH)
 _PAGE = 1000
 
 
@@ -91,13 +94,13 @@ def add(user_id: str, text: str, fields: Mapping[str, Any]) -> Call[Record]:
         )
     record = parse_record({"user_id": user_id, "text": text, **fields})  # the SDK's errors, here
     body = {**record.model_dump(mode="json"), **options}
-    return Record.model_validate((yield _to("add", body)))
+    return StoredRecord.model_validate((yield _to("add", body))).root
 
 
 def supersede(user_id: str, old_id: str, text: str, fields: Mapping[str, Any]) -> Call[Record]:
     record = parse_record({"user_id": _user(user_id), "text": text, **fields})
     body = {"user_id": user_id, "old_id": old_id, "record": record.model_dump(mode="json")}
-    return Record.model_validate((yield _to("supersede", body)))
+    return StoredRecord.model_validate((yield _to("supersede", body))).root
 
 
 def ttl() -> Call[timedelta | None]:
@@ -120,8 +123,8 @@ def add_many(
 ) -> Call[list[Record]]:
     parsed = parse_records(records, user_id=user_id)
     stored: list[Record] = []
-    for start in range(0, len(parsed), _BATCH):
-        batch = [r.model_dump(mode="json") for r in parsed[start : start + _BATCH]]
+    for start in range(0, len(parsed), MAX_BATCH):
+        batch = [r.model_dump(mode="json") for r in parsed[start : start + MAX_BATCH]]
         try:
             body = yield _to("add_many", {"records": batch})
         except errors.PersonaMemError as exc:
@@ -149,12 +152,12 @@ def delete(user_id: str, record_ids: str | Sequence[str]) -> Call[list[str]]:
 
 def update(user_id: str, record_id: str, changes: Mapping[str, Any]) -> Call[Record]:
     body = to_jsonable_python(dict(changes))  # datetimes as ISO strings, as Record dumps them
-    request = _to("update", body, params={"user_id": _user(user_id)}, record_id=record_id)
-    return Record.model_validate((yield request))
+    request = _to("update", body, query={"user_id": _user(user_id)}, record_id=record_id)
+    return StoredRecord.model_validate((yield request)).root
 
 
 def forget(user_id: str) -> Call[bool]:
-    body = yield _to("forget", params={"user_id": _user(user_id)})
+    body = yield _to("forget", query={"user_id": _user(user_id)})
     return Forgotten.model_validate(body).forgotten
 
 
@@ -196,7 +199,8 @@ def context(
 
 
 def memory(user_id: str) -> Call[PreferenceMemory]:
-    return PreferenceMemory.from_json((yield _to("memory", params={"user_id": _user(user_id)})))
+    answer = PreferenceAnswer.model_validate((yield _to("memory", query={"user_id": _user(user_id)})))
+    return PreferenceMemory.from_json(answer.model_dump(mode="json"))
 
 
 def refresh_memories(
@@ -226,19 +230,19 @@ def rerank(user_id: str, query: str, candidates: Sequence[str], k: int | None) -
 
 def get(user_id: str, record_id: str) -> Call[Record | None]:
     try:
-        body = yield _to("get", params={"user_id": _user(user_id)}, record_id=record_id)
+        body = yield _to("get", query={"user_id": _user(user_id)}, record_id=record_id)
     except RemoteError as exc:
         if exc.status == 404:
             return None
         raise
-    return Record.model_validate(body)
+    return StoredRecord.model_validate(body).root
 
 
 def records(user_id: str) -> Call[list[Record]]:
     found: list[Record] = []
     while True:
-        params = {"user_id": _user(user_id), "offset": len(found), "limit": _PAGE}
-        page = RecordPage.model_validate((yield _to("records", params=params)))
+        query = {"user_id": _user(user_id), "offset": len(found), "limit": _PAGE}
+        page = RecordPage.model_validate((yield _to("records", query=query)))
         found.extend(page.records)
         if not page.records or len(found) >= page.count:
             return found
@@ -247,20 +251,20 @@ def records(user_id: str) -> Call[list[Record]]:
 def history(user_id: str, record_id: str) -> Call[list[RecordEvent]]:
     if not isinstance(record_id, str):
         raise errors.InvalidInputError(f"record_id must be a string, got {record_id!r}")
-    params = {"user_id": _user(user_id), "record_id": record_id}
-    return RecordHistory.model_validate((yield _to("history", params=params))).events
+    query = {"user_id": _user(user_id), "record_id": record_id}
+    return RecordHistory.model_validate((yield _to("history", query=query))).events
 
 
 def export(user_id: str, path: str | Path, interactions: bool) -> Call[int]:
-    params = {"user_id": _user(user_id), "interactions": str(interactions).lower()}
-    text = yield _to("export", params=params, raw=True)
+    query = {"user_id": _user(user_id), "interactions": interactions}
+    text = yield _to("export", query=query, raw=True)
     return write_export(path, (line for line in text.splitlines() if line))
 
 
 def import_user(path: str | Path, user_id: str | None) -> Call[Imported]:
-    params = {} if user_id is None else {"user_id": _user(user_id)}
-    body = yield _to("import_user", params=params, content=Path(path).read_bytes())
-    return Imported(**body)
+    query = {} if user_id is None else {"user_id": _user(user_id)}
+    body = yield _to("import_user", query=query, content=Path(path).read_bytes())
+    return Imported.model_validate(body)
 
 
 def list_users() -> Call[list[str]]:
@@ -268,8 +272,8 @@ def list_users() -> Call[list[str]]:
 
 
 def count(user_id: str | None) -> Call[int]:
-    params = {} if user_id is None else {"user_id": _user(user_id)}
-    return Count.model_validate((yield _to("count", params=params))).count
+    query = {} if user_id is None else {"user_id": _user(user_id)}
+    return Count.model_validate((yield _to("count", query=query))).count
 
 
 def health() -> Call[dict[str, Any]]:
@@ -297,18 +301,41 @@ def _user(user_id: str) -> str:
 
 def _to(
     operation: str,
-    json: Any = None,
+    body: Mapping[str, Any] | None = None,
     *,
-    params: Mapping[str, Any] | None = None,
+    query: Mapping[str, Any] | None = None,
     content: bytes | None = None,
     raw: bool = False,
     record_id: str | None = None,
 ) -> Request:
-    """The request of ``operation`` at its route (:data:`~personamem.contract.ROUTES`)."""
+    """The request of ``operation``, built with its row in :data:`~personamem.contract.ROUTES`.
+
+    ``body`` and ``query`` are checked with the row's request models, as the server checks them, and
+    sent as those models dump them (only the keys given: older servers refuse keys they do not know).
+
+    Raises:
+        InvalidInputError: the server would refuse them (the message is its 422's).
+    """
     route = ROUTES[operation]
     if "{record_id}" in route.path and (not isinstance(record_id, str) or not record_id):
         raise errors.InvalidInputError(f"record ids must be non-empty strings, got {record_id!r}")
+    json = _dumped("body", route.body, body)
+    params = _dumped("query", route.query, query)
     return Request(route.verb, route.to(record_id), json, params, content, raw)
+
+
+def _dumped(part: str, model: type[BaseModel] | None, values: Mapping[str, Any] | None) -> Any:
+    """``values`` through ``model`` (None: the route has no such part), as the request sends them."""
+    if model is None:
+        if values:
+            raise TypeError(f"this route takes no {part}")  # a mistake in this module, not the caller's
+        return None
+    try:
+        checked = model.model_validate(dict(values or {}))
+    except ValidationError as exc:
+        problems = [{**p, "loc": (part, *p["loc"])} for p in exc.errors()]
+        raise errors.InvalidInputError(problems_text(problems)) from None
+    return checked.model_dump(mode="json", exclude_unset=True)
 
 
 def error_from(status: int, response: Any) -> Exception:

@@ -14,7 +14,7 @@ import pytest
 
 from personamem.client import Client
 from personamem.errors import InvalidInputError
-from personamem.server.schemas import MAX_CANDIDATES
+from personamem.request_models import MAX_CANDIDATES
 from personamem.store import KeyRing
 from personamem.store.sql import SqlCatalog
 from personamem.testing.servers import personamem_server

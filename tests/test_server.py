@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from personamem.client import Client
-from personamem.errors import AuthenticationError, MethodError
+from personamem.errors import AuthenticationError, InvalidInputError, MethodError
 from personamem.store import KeyRing
 from personamem.store.sql import SqlCatalog
 from personamem.testing.servers import personamem_server
@@ -180,6 +180,29 @@ def test_bad_requests_get_a_4xx_with_a_message(served: tuple[str, KeyRing], key:
             assert answer.status_code == 413, answer.text
             assert answer.json()["error"]["type"] == "PayloadTooLarge", answer.text
         assert http.get("/v1/count").json() == {"count": 0}  # nothing of the above was stored
+
+
+def test_a_client_refuses_what_the_server_would_with_the_servers_message(
+    served: tuple[str, KeyRing], key: str
+) -> None:
+    """Both build requests with the row's models (personamem.contract.ROUTES), so they agree."""
+    url, _ = served
+    many = ["x"] * 101
+    cases = [  # (the raw request the server refuses, the same call through the client)
+        ("/v1/search", {"user_id": "a", "query": "q", "k": 5000}, lambda c: c.search("a", "q", k=5000)),
+        ("/v1/search", {"user_id": "a", "query": ""}, lambda c: c.search("a", "")),
+        ("/v1/context", {"user_id": "a", "query": "q", "budget_tokens": 0},
+         lambda c: c.context("a", "q", budget_tokens=0)),
+        ("/v1/rerank", {"user_id": "a", "query": "q", "candidates": many},
+         lambda c: c.rerank("a", "q", many)),
+    ]  # fmt: skip
+    with _http(url, key) as http, Client(url, key) as client:
+        for path, body, call in cases:
+            answer = http.post(path, json=body)
+            assert answer.status_code == 422, answer.text
+            with pytest.raises(InvalidInputError) as refused:
+                call(client)
+            assert str(refused.value) == answer.json()["error"]["message"], path
 
 
 def test_a_client_gone_mid_batch_leaves_all_or_none(served: tuple[str, KeyRing], key: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import typer.main
+from fastapi import APIRouter
 from fastapi.routing import iter_route_contexts
 from mcp import Client as McpClient
 
@@ -21,8 +22,10 @@ from personamem import PersonaMem, SentenceEncoder, remote
 from personamem.cli.app import app as cli
 from personamem.client import AsyncClient, Client
 from personamem.contract import ROUTES, MemoryApi
+from personamem.errors import InvalidInputError
 from personamem.mcp_server import build_server
 from personamem.server.app import create_app
+from personamem.server.routes import serves
 
 _NOT_FOR_AGENTS = "absent: an agent recalls and remembers; store administration stays with people"
 _NOT_YET_CLI = "absent: no command yet (the SDK and both clients rerank candidates by the user's memory)"
@@ -120,3 +123,25 @@ def test_the_route_each_client_call_uses_is_served(name: str, routes: list[Any],
     served = [r for r in routes if r.path_regex.match(request.path) and request.method in r.methods]
     assert served, f"{name}: the clients call {request.method} {request.path}, which no route answers"
     assert ROUTES[name].served in {r.path for r in served}, name  # the server declared it from ROUTES
+
+
+@pytest.mark.parametrize("name", sorted(SURFACES))
+def test_the_server_answers_each_operation_with_its_rows_model(name: str, routes: list[Any]) -> None:
+    row = ROUTES[name]
+    served = next(r for r in routes if r.path == row.served and row.verb in r.methods)
+    assert (served.response_model, served.status_code) == (row.response, row.status), name
+
+
+def test_a_handler_that_does_not_read_the_rows_request_model_is_refused() -> None:
+    def search(body: dict[str, Any]) -> None:  # a hand-read body: what the clients send is not checked
+        del body
+
+    with pytest.raises(TypeError, match="does not read SearchIn"):
+        serves(APIRouter(), "search")(search)
+
+
+def test_a_request_the_server_would_refuse_never_leaves_the_client() -> None:
+    with pytest.raises(InvalidInputError, match=r"^body\.k: k must be at least 1"):
+        next(remote.search("u", "q", 0, None, None, False, None))
+    with pytest.raises(InvalidInputError, match=r"^body\.batch_size: .* less than or equal to 64"):
+        next(remote.refresh_memories(["u"], None, 65))

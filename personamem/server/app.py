@@ -45,6 +45,7 @@ from personamem.errors import (
 )
 from personamem.memory import PersonaMem, open_memory
 from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
+from personamem.request_models import problems_text
 from personamem.server.auth import authorize
 from personamem.server.routes import ROUTERS
 from personamem.server.ui import install_ui
@@ -220,11 +221,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         if any(p.get("type") == "json_invalid" for p in problems):
             reason = problems[0].get("ctx", {}).get("error", "parse error")
             return _error(400, "MalformedJSON", f"the body is not valid JSON: {reason}")
-        text = "; ".join(
-            f"{'.'.join(str(p) for p in problem['loc'])}: {str(problem['msg']).removeprefix('Value error, ')}"
-            for problem in problems
-        )
-        return _error(422, "InvalidInputError", text)
+        return _error(422, "InvalidInputError", problems_text(problems))
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:

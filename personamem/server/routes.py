@@ -14,11 +14,11 @@ import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
@@ -26,48 +26,46 @@ from starlette.exceptions import HTTPException
 from personamem.contract import (
     ROUTES,
     Built,
-    Context,
     Count,
     Deleted,
     FeedbackResult,
     Forgotten,
+    PreferenceAnswer,
     Purged,
     RecordBatch,
     RecordHistory,
     RecordPage,
     Reranked,
     SearchResult,
+    StoredRecord,
     Ttl,
     Users,
-    record_json,
 )
-from personamem.errors import (
-    IngestError,
-    InvalidInputError,
-    InvalidRecordError,
-    StoreError,
-    collect_fallbacks,
-)
+from personamem.errors import IngestError, InvalidInputError, StoreError, collect_fallbacks
 from personamem.interactions import FeedbackReport
 from personamem.memory import PersonaMem
 from personamem.portability import Imported, export_lines
 from personamem.records import check_user_id
-from personamem.server.auth import Admin, Reader, Writer
-from personamem.server.schemas import (
-    MAX_BATCH,
+from personamem.request_models import (
+    AddIn,
     BatchIn,
     ContextIn,
+    CountQuery,
     DeleteIn,
-    KeyIn,
-    KeyOut,
-    KeysOut,
-    NewKeyOut,
+    ExportQuery,
+    HistoryQuery,
+    ImportQuery,
+    RecordsQuery,
     RefreshIn,
     RerankIn,
     SearchIn,
     SupersedeIn,
     TtlIn,
+    UpdateIn,
+    UserQuery,
 )
+from personamem.server.auth import Admin, Reader, Writer
+from personamem.server.schemas import KeyIn, KeyOut, KeysOut, NewKeyOut
 
 __all__ = ["ROUTERS", "serves"]
 
@@ -77,9 +75,36 @@ _Handler = TypeVar("_Handler", bound=Callable[..., Any])
 
 
 def serves(router: APIRouter, operation: str, **options: Any) -> Callable[[_Handler], _Handler]:
-    """A handler's decorator on ``router`` at the operation's route in ``ROUTES`` (where clients call it)."""
+    """A handler's decorator on ``router`` at the operation's row in ``ROUTES`` (where clients call it).
+
+    The row gives the verb, path, status and answer model; the handler must read the row's request
+    models (``body``, ``query``), so the server cannot accept what the clients would not send.
+
+    Raises:
+        TypeError: the handler does not take one of the row's request models.
+    """
     route = ROUTES[operation]
-    return router.api_route(route.served, methods=[route.verb], **options)
+    declare = router.api_route(
+        route.served,
+        methods=[route.verb],
+        status_code=route.status,
+        response_model=route.response,
+        **options,
+    )
+
+    def check(handler: _Handler) -> _Handler:
+        taken = {_model_of(hint) for hint in get_type_hints(handler, include_extras=True).values()}
+        missing = [m.__name__ for m in (route.body, route.query) if m is not None and m not in taken]
+        if missing:
+            raise TypeError(f"{handler.__name__} serves {operation!r} but does not read {', '.join(missing)}")
+        return declare(handler)
+
+    return check
+
+
+def _model_of(hint: Any) -> Any:
+    """The type an ``Annotated[Model, Query()]`` hint annotates (the hint itself otherwise)."""
+    return get_args(hint)[0] if get_origin(hint) is Annotated else hint
 
 
 async def _memory(request: Request) -> PersonaMem:
@@ -113,15 +138,22 @@ operations_router = APIRouter(tags=["operations"])
 """Health and metrics: no key, no tenant."""
 
 
-@operations_router.get("/v1/health")
-def health(request: Request, mem: Memory) -> JSONResponse:
+class Health(BaseModel):
+    """``GET /v1/health``: ``ok`` with the server's version, or ``unavailable`` (a 503)."""
+
+    status: str
+    version: str | None = None
+
+
+@operations_router.get("/v1/health", response_model=Health)
+def health(request: Request, mem: Memory) -> Response:
     """Whether the store answers (for load balancers); needs no key and names no tenant."""
     try:
         mem.keys.tenant_of("pm_health_check")
     except StoreError as exc:
         log.warning("health check failed: %s", exc)
-        return JSONResponse({"status": "unavailable"}, 503)
-    return JSONResponse({"status": "ok", "version": request.app.version})
+        return _answer(Health(status="unavailable"), 503)
+    return _answer(Health(status="ok", version=request.app.version))
 
 
 @operations_router.get("/v1/metrics", response_class=PlainTextResponse)
@@ -134,85 +166,81 @@ records_router = APIRouter(tags=["records"])
 """One user's records: add, change, delete, page through, export and import; the tenant's TTL."""
 
 
-@serves(records_router, "add", status_code=201)
-def add(body: dict[str, Any], tenant: Writer) -> JSONResponse:
+@serves(records_router, "add")
+def add(body: AddIn, tenant: Writer) -> Response:
     """Add one record: ``user_id`` and Record fields (text, id, kind, category, timestamp...)."""
-    fields = dict(body)
-    user_id = fields.pop("user_id", None)
-    if not isinstance(user_id, str):
-        raise InvalidRecordError(f"user_id must be a non-empty string, got {user_id!r}")
-    fields.pop("duplicate_of", None)  # a report of a response, sent back by a client: not stored
-    return JSONResponse(record_json(tenant.add(user_id, **fields)), 201)
+    options = body.model_dump(include={"duplicates", "duplicate_threshold"}, exclude_none=True)
+    added = tenant.add(body.user_id, **options, **(body.model_extra or {}))
+    return _answer(StoredRecord(added), 201)
 
 
-@serves(records_router, "supersede", status_code=201)
-def supersede(body: SupersedeIn, tenant: Writer) -> JSONResponse:
+@serves(records_router, "supersede")
+def supersede(body: SupersedeIn, tenant: Writer) -> Response:
     """Store a record that replaces ``old_id`` as the current fact; the old one stays in history."""
     fields = {k: v for k, v in body.record.items() if k not in ("user_id", "duplicate_of")}
-    return JSONResponse(record_json(tenant.supersede(body.user_id, body.old_id, **fields)), 201)
+    return _answer(StoredRecord(tenant.supersede(body.user_id, body.old_id, **fields)), 201)
 
 
-@serves(records_router, "ttl", response_model=Ttl)
+@serves(records_router, "ttl")
 def ttl(tenant: Admin) -> Response:
     """The tenant's default time-to-live of new records in seconds (null: records do not expire)."""
     found = tenant.ttl()
     return _answer(Ttl(seconds=None if found is None else found.total_seconds()))
 
 
-@serves(records_router, "set_ttl", response_model=Ttl)
+@serves(records_router, "set_ttl")
 def set_ttl(body: TtlIn, tenant: Admin) -> Response:
     """Set the tenant's default time-to-live of new records (null: none)."""
     tenant.set_ttl(body.seconds)
     return _answer(Ttl(seconds=body.seconds))
 
 
-@serves(records_router, "purge", response_model=Purged)
+@serves(records_router, "purge")
 def purge(tenant: Admin) -> Response:
     """Erase the tenant's expired records now (a background sweep does it every minute too)."""
     return _answer(Purged(purged=tenant.purge()))
 
 
-@serves(records_router, "add_many", status_code=201, response_model=RecordBatch)
+@serves(records_router, "add_many")
 def add_many(body: BatchIn, tenant: Writer) -> Response:
     """Add many records in one transaction: after any failure, all of them or none are stored."""
     records = tenant.add_many(body.records, user_id=body.user_id, batch_size=len(body.records))
     return _answer(RecordBatch(records=records), 201)
 
 
-@serves(records_router, "delete", response_model=Deleted)
+@serves(records_router, "delete")
 def delete(body: DeleteIn, tenant: Writer) -> Response:
     """Delete records by id (ids the user does not have are skipped); returns the ids deleted."""
     return _answer(Deleted(deleted=tenant.delete(body.user_id, body.ids)))
 
 
-@serves(records_router, "records", response_model=RecordPage)
-def memory(user_id: str, tenant: Reader, offset: int = 0, limit: int = 1000) -> Response:
+@serves(records_router, "records")
+def memory(query: Annotated[RecordsQuery, Query()], tenant: Reader) -> Response:
     """The user's memory: their records in insertion order, a page at a time."""
-    if offset < 0 or not 1 <= limit <= MAX_BATCH:
-        raise InvalidInputError(f"need offset >= 0 and 1 <= limit <= {MAX_BATCH}, got {offset}, {limit}")
-    records = tenant.records(user_id)
-    return _answer(RecordPage(count=len(records), records=records[offset : offset + limit]))
+    records = tenant.records(query.user_id)
+    page = records[query.offset : query.offset + query.limit]
+    return _answer(RecordPage(count=len(records), records=page))
 
 
-@serves(records_router, "history", response_model=RecordHistory)
-def history(user_id: str, record_id: str, tenant: Reader) -> Response:
+@serves(records_router, "history")
+def history(query: Annotated[HistoryQuery, Query()], tenant: Reader) -> Response:
     """A record's events, oldest first, with who made them; an erased record's without its text."""
-    return _answer(RecordHistory(events=tenant.history(user_id, record_id)))
+    return _answer(RecordHistory(events=tenant.history(query.user_id, query.record_id)))
 
 
 @serves(records_router, "export", response_class=StreamingResponse)
-def export(user_id: str, tenant: Reader, interactions: bool = False) -> StreamingResponse:
+def export(query: Annotated[ExportQuery, Query()], tenant: Reader) -> StreamingResponse:
     """The user's export as JSON Lines (see ``personamem.portability``), for ``POST /v1/import``."""
-    lines = export_lines(tenant, check_user_id(user_id), interactions=interactions)
+    lines = export_lines(tenant, check_user_id(query.user_id), interactions=query.interactions)
     return StreamingResponse((line + "\n" for line in lines), media_type="application/x-ndjson")
 
 
-@serves(records_router, "import_user", status_code=201)
-async def import_user(request: Request, tenant: Writer, user_id: str | None = None) -> dict[str, Any]:
+@serves(records_router, "import_user")
+async def import_user(request: Request, query: Annotated[ImportQuery, Query()], tenant: Writer) -> Response:
     """Store a user's export (the body, JSON Lines), as its user or ``user_id``; idempotent."""
     body = await request.body()
-    added = await run_in_threadpool(_import_export, tenant, body, user_id)
-    return {"records": added.records, "interactions": added.interactions}
+    added = await run_in_threadpool(_import_export, tenant, body, query.user_id)
+    return _answer(added, 201)
 
 
 def _import_export(mem: PersonaMem, body: bytes, user_id: str | None) -> Imported:
@@ -229,28 +257,26 @@ def _import_export(mem: PersonaMem, body: bytes, user_id: str | None) -> Importe
 
 # a record id is the rest of the path, so ids with "/" work; user ids travel in queries and bodies
 @serves(records_router, "get")
-def get(record_id: str, user_id: str, tenant: Reader) -> JSONResponse:
+def get(record_id: str, query: Annotated[UserQuery, Query()], tenant: Reader) -> Response:
     """One record; 404 when the user has no record with this id."""
-    record = tenant.get(user_id, record_id)
+    record = tenant.get(query.user_id, record_id)
     if record is None:
-        raise HTTPException(404, f"user {user_id!r} has no record {record_id!r}")
-    return JSONResponse(record_json(record))
+        raise HTTPException(404, f"user {query.user_id!r} has no record {record_id!r}")
+    return _answer(StoredRecord(record))
 
 
 @serves(records_router, "update")
-def update(record_id: str, user_id: str, body: dict[str, Any], tenant: Writer) -> JSONResponse:
+def update(record_id: str, query: Annotated[UserQuery, Query()], body: UpdateIn, tenant: Writer) -> Response:
     """Replace fields of one record (not its id or user); it is re-indexed."""
-    if {"id", "user_id", "record_id"} & body.keys():
-        raise InvalidInputError("update cannot change a record's id or user; delete it and add a new one")
-    return JSONResponse(record_json(tenant.update(user_id, record_id, **body)))
+    return _answer(StoredRecord(tenant.update(query.user_id, record_id, **(body.model_extra or {}))))
 
 
 @records_router.delete("/v1/records/{record_id:path}", response_model=Deleted)
-def delete_one(record_id: str, user_id: str, tenant: Writer) -> Response:
+def delete_one(record_id: str, query: Annotated[UserQuery, Query()], tenant: Writer) -> Response:
     """Delete one record, leaving no trace of it; 404 when there is no such record."""
-    deleted = tenant.delete(user_id, [record_id])
+    deleted = tenant.delete(query.user_id, [record_id])
     if not deleted:
-        raise HTTPException(404, f"user {user_id!r} has no record {record_id!r}")
+        raise HTTPException(404, f"user {query.user_id!r} has no record {record_id!r}")
     return _answer(Deleted(deleted=deleted))
 
 
@@ -258,7 +284,7 @@ retrieval_router = APIRouter(tags=["retrieval"])
 """Search, context for a prompt, and feedback on a logged call."""
 
 
-@serves(retrieval_router, "search", response_model=SearchResult)
+@serves(retrieval_router, "search")
 def search(body: SearchIn, tenant: Reader) -> Response:
     """The user's top k records by any method name; LLM stages that fell back are listed."""
     with collect_fallbacks() as notes:
@@ -274,14 +300,14 @@ def search(body: SearchIn, tenant: Reader) -> Response:
     return _answer(SearchResult.of(hits, notes))
 
 
-@serves(retrieval_router, "feedback", response_model=FeedbackResult)
+@serves(retrieval_router, "feedback")
 def feedback(body: FeedbackReport, tenant: Writer) -> Response:
     """Report the accepted answer, a rating or the records used for a logged call (422 if unknown)."""
     tenant.feedback(**body.model_dump())
     return _answer(FeedbackResult(interaction_id=body.interaction_id))
 
 
-@serves(retrieval_router, "context", response_model=Context)
+@serves(retrieval_router, "context")
 def context(body: ContextIn, tenant: Reader) -> Response:
     """What to paste into the LLM's prompt for the query, within the token budget."""
     result = tenant.context(
@@ -301,24 +327,24 @@ memory_router = APIRouter(tags=["memory"])
 
 
 @serves(memory_router, "memory")
-def preference_memory(user_id: str, tenant: Reader) -> dict[str, Any]:
+def preference_memory(query: Annotated[UserQuery, Query()], tenant: Reader) -> Response:
     """The user's preference memory with its evidence record ids; rebuilt first if the history changed.
 
     ``stale`` is true when the rebuild failed or did not finish in time (``warnings`` say which).
     """
     with collect_fallbacks() as notes:
-        memory = tenant.memory(user_id)
-    return {**memory.to_json(), "warnings": notes}
+        memory = tenant.memory(query.user_id)
+    return _answer(PreferenceAnswer.of(memory, notes))
 
 
-@serves(memory_router, "refresh_memories", response_model=Built)
+@serves(memory_router, "refresh_memories")
 def refresh_memories(body: RefreshIn, tenant: Writer) -> Response:
     """Build the missing or stale memories of the users named (or all); returns how many were built."""
     users = None if body.all else body.user_ids
     return _answer(Built(built=tenant.refresh_memories(users, batch_size=body.batch_size)))
 
 
-@serves(memory_router, "rerank", response_model=Reranked)
+@serves(memory_router, "rerank")
 def rerank(body: RerankIn, tenant: Writer) -> Response:
     """Candidate indices, best first, by the setwise LLM reranker given the user's memory."""
     with collect_fallbacks() as notes:
@@ -330,22 +356,22 @@ users_router = APIRouter(tags=["users"])
 """The tenant's users: list, count and erase."""
 
 
-@serves(users_router, "users", response_model=Users)
+@serves(users_router, "users")
 def users(tenant: Reader) -> Response:
     """The tenant's users with at least one record, sorted."""
     return _answer(Users(users=tenant.users()))
 
 
-@serves(users_router, "forget", response_model=Forgotten)
-def forget(user_id: str, tenant: Writer) -> Response:
+@serves(users_router, "forget")
+def forget(query: Annotated[UserQuery, Query()], tenant: Writer) -> Response:
     """Erase the user: records, vectors, cached derived data."""
-    return _answer(Forgotten(forgotten=tenant.forget(user_id)))
+    return _answer(Forgotten(forgotten=tenant.forget(query.user_id)))
 
 
-@serves(users_router, "count", response_model=Count)
-def count(tenant: Reader, user_id: str | None = None) -> Response:
+@serves(users_router, "count")
+def count(query: Annotated[CountQuery, Query()], tenant: Reader) -> Response:
     """Records of one user (0 for an unknown user), or of all the tenant's users."""
-    return _answer(Count(count=tenant.count(user_id)))
+    return _answer(Count(count=tenant.count(query.user_id)))
 
 
 keys_router = APIRouter(tags=["keys"])

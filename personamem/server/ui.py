@@ -23,8 +23,8 @@ from personamem.contract import hit_json, record_json
 from personamem.errors import InvalidInputError
 from personamem.pipeline.config import PipelineConfig
 from personamem.records import check_user_id
+from personamem.request_models import MAX_K, MAX_QUERY
 from personamem.server.auth import Reader
-from personamem.server.schemas import MAX_K, MAX_QUERY
 from personamem.settings import settings
 from personamem.store.timeline import is_current
 
