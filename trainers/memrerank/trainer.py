@@ -215,7 +215,7 @@ def rewards_for(
         raise ValueError("no training-side choice instance with a history to train on")
     judge = frozen
     if config.reranker not in (None, config.base_model):
-        judge = load_llm(config.reranker, runtime="transformers")
+        judge = load_llm(config.reranker, runtime=config.reranker_runtime)
     reranker = SetwiseReranker(judge, shifts=config.reranker_shifts, calibrate=config.reranker_calibrate)
     return UtilityReward(examples, extractor, reranker), QualityReward(examples, extractor)
 
