@@ -70,7 +70,7 @@ def ana_memory(mem: PersonaMem) -> PersonaMem:
 def purple_checkpoint(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> Path:
     """A PURPLE checkpoint folder trained for two steps on the toy food reward (inference tests)."""
     from personamem.trainers.purple import train_purple
-    from tests.test_purple_train import _config, _examples, food_reward
+    from tests.trainers.test_purple_train import _config, _examples, food_reward
 
     folder = tmp_path_factory.mktemp("purple")
     train_purple(_examples(4), _examples(2, "v"), encoder, food_reward, _config(steps=2), folder)
@@ -85,7 +85,7 @@ def pgret_checkpoint(
     from personamem.eval.judge import RelevanceJudge, calibrate
     from personamem.trainers.pgret.config import PGRetTrainConfig
     from personamem.trainers.pgret.trainer import train_pgret
-    from tests.test_pgret import cook_logged
+    from tests.trainers.test_pgret import cook_logged
 
     data = cook_logged(encoder)
     config = PGRetTrainConfig(
@@ -113,7 +113,7 @@ def purple(purple_checkpoint: Path) -> str:
 @pytest.fixture(scope="module")
 def cook_mem(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
     """A cook with eight records (more than a 5-record profile) and another user."""
-    from tests.test_purple_train import FOOD, OTHER
+    from tests.trainers.test_purple_train import FOOD, OTHER
 
     with PersonaMem.open(tmp_path_factory.mktemp("cook") / "store", encoder=encoder) as memory:
         memory.add_many([{"id": f"r{i}", "text": t} for i, t in enumerate([*OTHER, *FOOD])], user_id="cook")

@@ -32,7 +32,7 @@ class TestServerMemory(MemoryContract):
 
 
 def test_connect_needs_one_vector_location_except_on_postgres(tmp_path: Path) -> None:
-    """Only PostgreSQL keeps vectors itself (pgvector, tests/test_pgvector.py); others need Chroma."""
+    """Only PostgreSQL keeps vectors itself (pgvector, tests/store/test_pgvector.py); others need Chroma."""
     with pytest.raises(ValueError, match="only PostgreSQL keeps the vectors itself"):
         PersonaMem.connect(f"sqlite:///{tmp_path / 'x.sqlite'}")
     with pytest.raises(ValueError, match="not both"):

@@ -5,7 +5,7 @@ root group imports a command's module only when that command runs or prints its 
 command modules pull in the store, Chroma, the pipeline and, for some, torch (seconds together),
 so ``personamem --help`` loads none of them and ``personamem search`` only what a search needs.
 A row names its module as a string for that reason alone: it is one of this package's modules, not
-a plugin, and ``tests/test_cli_imports.py`` builds every row.
+a plugin, and ``tests/cli/test_cli_imports.py`` builds every row.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Command:
     panel: str
     """The ``--help`` panel that lists it."""
     summary: str
-    """What ``--help`` lists: the first paragraph of the command's own help (``tests/test_cli_imports.py``
+    """What ``--help`` lists: the first paragraph of the command's own help (``tests/cli/test_cli_imports.py``
     checks that the two agree)."""
 
     def load(self) -> Any:

@@ -3,7 +3,7 @@
 On this project's 2-core machines (AVX2, no int8 dot-product instructions) it decodes ~2.0-2.8x the
 tokens per second of the transformers path and scores ~1.3-1.85x as fast (``bench/llm_scoring.py``).
 Its int8 activations move a log-likelihood by ~0.2-0.3 nats per target token, and by a nat or two
-with the other requests in the batch (``tests/test_llm_ct2.py``): good for generating, not for
+with the other requests in the batch (``tests/llm/test_llm_ct2.py``): good for generating, not for
 scores that are a measurement or a reward, which keep the float32
 :class:`~personamem.llm.hf.TransformersLLM` (also the only runtime that takes gradients).
 

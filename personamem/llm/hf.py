@@ -230,7 +230,7 @@ class TransformersLLM:
     def _score_alone(self, context: list[int], tokens: list[int]) -> list[float]:
         """One context's next-token log-probabilities, its cached prefix reused and its states kept.
 
-        The values equal a full forward's to float rounding (tests/test_llm_local.py checks 1e-4); a
+        The values equal a full forward's to float rounding (tests/llm/test_llm_local.py checks 1e-4); a
         context scored again is answered from its kept logits, so a repeat is free and gives the same
         values exactly.
         """

@@ -24,7 +24,7 @@ A collection dropped by another process invalidates its handle; every call gets 
 carries on (a write recreates the collection).
 
 That view can also fall *behind what is on disk*, and then a write loses data (found after a
-SIGKILLed ``serve --workers 2``; ``tests/test_crash_recovery.py`` reproduces it without a crash).
+SIGKILLed ``serve --workers 2``; ``tests/store/test_crash_recovery.py`` reproduces it without a crash).
 Each process applies Chroma's log to its in-memory HNSW only past the *shared* watermark (the
 vector segment's ``max_seq_id`` row), which a process advances when it persists its index (every
 ``sync_threshold`` = 1,000 vectors it applied), purging the log below it. A process that loaded the

@@ -35,8 +35,9 @@ QUERY = "What should I cook for dinner tonight?"
 
 
 def _benchmark() -> Benchmark:
-    """User ``u``'s facts under 30 near-identical chat turns (tests/test_context_diversity.py's flood);
-    user ``v`` with five distinct records, so no knob can change ``v``'s profile."""
+    """User ``u``'s facts under 30 near-identical chat turns (the flood of
+    tests/pipeline/test_context_diversity.py); user ``v`` with five distinct records, so no knob can
+    change ``v``'s profile."""
     records = [Record(id=key, user_id="u", text=text) for key, text in FACTS.items()]
     records += [
         Record(

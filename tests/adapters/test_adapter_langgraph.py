@@ -24,7 +24,7 @@ from personamem import PersonaMem, SentenceEncoder
 from personamem.adapters.langgraph import PersonaMemStore
 from personamem.errors import InvalidInputError, MethodError
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "langgraph_agent.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langgraph_agent.py"
 
 PUTS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (

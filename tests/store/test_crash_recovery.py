@@ -33,7 +33,7 @@ from personamem.store.vectors import VectorIndex
 from personamem.testing.postgres import find_postgres, postgres_cluster
 from personamem.testing.servers import free_port
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "store-after-crash"
+FIXTURE = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "store-after-crash"
 DAMAGED = "\x1ft1\x1fbob"  # the fixture's user whose vectors cannot be read back
 PGVECTOR = find_postgres("vector")
 

@@ -32,7 +32,7 @@ from personamem.profile import RelevanceSelector
 from personamem.retrieval.base import Hit, ranked
 from personamem.testing import FakeLLM
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "langchain_chain.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langchain_chain.py"
 PURPLE_EXAMPLE = EXAMPLE.with_name("langchain_purple.py")
 
 ALICE = [

@@ -46,7 +46,7 @@ FACTS = {
         "I collect vinyl records of jazz music.",
     ],
 }
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llamaindex_chat.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llamaindex_chat.py"
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A few PURPLE steps on the known-best-profile bandit, run by ``test_purple_ddp`` under a launcher.
 
-Usage: ``accelerate launch ... -m tests.ddp_purple OUT STEPS fresh|resume``; each process then saves
+Usage: ``accelerate launch ... -m tests.trainers.ddp_purple OUT STEPS fresh|resume``; each process then saves
 the weights it ended with to ``OUT/rank<i>.safetensors``, so the test compares the replicas itself.
 """
 
@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from personamem import default_encoder
 from personamem.trainers.purple import train_purple
-from tests.test_purple_train import _config, _examples, food_reward
+from tests.trainers.test_purple_train import _config, _examples, food_reward
 
 out, steps, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 result = train_purple(

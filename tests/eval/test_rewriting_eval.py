@@ -18,7 +18,7 @@ from personamem.llm.packaged import local_model_path
 from personamem.rewriting import RewriteConfig
 from personamem.testing import FakeLLM
 from tests.conftest import need_data
-from tests.test_rewriting import IKAT, PTKB, QUESTIONS
+from tests.rewriting.test_rewriting import IKAT, PTKB, QUESTIONS
 
 GOOD = json.dumps({"selected": ["1"], "rewrite": "Where can I eat vegetarian food in Paris tonight?"})
 

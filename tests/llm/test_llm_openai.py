@@ -18,7 +18,7 @@ from personamem.llm.base import FrozenLLM, LLMError, Prompt
 from personamem.llm.hf import TransformersLLM
 from personamem.llm.openai_backend import OpenAICompatibleLLM
 from personamem.testing import FrozenLLMContract
-from tests.openai_server import OpenAIServer
+from tests.llm.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.enable_socket
 

@@ -25,7 +25,7 @@ from personamem.trainers.purple.reward_model import (
     sample_profiles,
     save_reward_model,
 )
-from tests.test_purple_train import FOOD, _config, _examples, food_reward
+from tests.trainers.test_purple_train import FOOD, _config, _examples, food_reward
 
 
 def _with_gold(examples: list) -> list:

@@ -16,7 +16,7 @@ _namespace = itertools.count()
 
 user_names = st.one_of(
     st.sampled_from(["alice", "bob", "Alice", "alice ", "a/b", "ünï", "1"]),
-    # U+001F separates a tenant from its user ids, so it is refused in user ids (tests/test_tenants.py)
+    # U+001F separates a tenant from its user ids, so it is refused in user ids (tests/store/test_tenants.py)
     st.text(min_size=1, max_size=12).filter(lambda s: s.strip() and "\x1f" not in s),
 )
 record_ids = st.one_of(st.none(), st.sampled_from(["1", "2", "D1:3", "x"]))

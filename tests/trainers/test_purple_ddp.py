@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from personamem.profile.purple.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.enable_socket
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _launch(out: Path, steps: int, mode: str) -> None:
@@ -25,7 +25,7 @@ def _launch(out: Path, steps: int, mode: str) -> None:
     command = [
         sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
         "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(port), "-m", "tests.ddp_purple", str(out), str(steps), mode,
+        "--main_process_port", str(port), "-m", "tests.trainers.ddp_purple", str(out), str(steps), mode,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -187,7 +187,7 @@ def test_only_a_question_is_taken_from_the_llm(answer: str, question: str | None
 
 
 def _demo(mem: PersonaMem) -> None:
-    demo = Path(__file__).parents[1] / "personamem" / "data" / "demo.jsonl"
+    demo = Path(__file__).parents[2] / "personamem" / "data" / "demo.jsonl"
     rows = [json.loads(line) for line in demo.read_text(encoding="utf-8").splitlines()]
     mem.add_many([Record(**row) for row in rows])
 
