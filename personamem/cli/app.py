@@ -42,7 +42,8 @@ class Command:
     module: str
     """The module under ``personamem.cli`` that defines it."""
     attr: str
-    """The command function, or the ``typer.Typer`` of a command group, in that module."""
+    """The command function, or the ``typer.Typer`` of a command group, in that module; or a mapping
+    of commands by name, for a module that builds its commands from a table (``evals``)."""
     panel: str
     """The ``--help`` panel that lists it."""
     summary: str
@@ -51,7 +52,8 @@ class Command:
 
     def load(self) -> Any:
         """The command function or group, importing its module."""
-        return getattr(importlib.import_module(f"personamem.cli.{self.module}"), self.attr)
+        found = getattr(importlib.import_module(f"personamem.cli.{self.module}"), self.attr)
+        return found[self.name] if isinstance(found, Mapping) else found
 
 
 COMMANDS = (
@@ -206,49 +208,49 @@ COMMANDS = (
     ),
     Command(
         "eval",
-        "eval",
-        "eval_",
+        "evals",
+        "COMMANDS",
         EVALUATE,
         "Score retrieval methods on a benchmark: mean ± std over seeds, paired t-tests, a written report.",
     ),
     Command(
         "eval-rewriting",
-        "eval",
-        "eval_rewriting",
+        "evals",
+        "COMMANDS",
         EVALUATE,
         "Score query rewriting with the user's PTKB (None/All/STR/SAR) on iKAT: mean ± std over seeds.",
     ),
     Command(
         "eval-memory",
-        "eval_memory",
-        "eval_memory",
+        "evals",
+        "COMMANDS",
         EVALUATE,
         "Accuracy and MRR of the user's item among five, per kind of memory, on held-out users or topics.",
     ),
     Command(
         "eval-pgret",
-        "eval_pgret",
-        "eval_pgret",
+        "evals",
+        "COMMANDS",
         EVALUATE,
         "Recall, nDCG, novelty@k and judged precision@k of each variant (mean ± std over its seeds).",
     ),
     Command(
         "eval-adapter",
-        "eval_adapter",
-        "eval_adapter",
+        "evals",
+        "COMMANDS",
         EVALUATE,
         "Recall@5/10 and nDCG@10 of each variant (mean ± std over its training seeds) on unseen users.",
     ),
     Command(
         "eval-conflicts",
-        "eval_conflicts",
-        "eval_conflicts",
+        "evals",
+        "COMMANDS",
         EVALUATE,
         "Precision and recall (95 % bootstrap intervals) of the LLM's verdicts and of the cosine alone.",
     ),
     Command(
         "compare",
-        "eval",
+        "compare",
         "compare",
         EVALUATE,
         "Paired t-test between two written reports over their common questions (e.g. two renderings).",

@@ -56,4 +56,4 @@ def test_a_dense_search_imports_no_torch_and_no_bm25(tmp_path: Path) -> None:
     ] == []
     default = _loaded([*store, "search", "which bike?", "--user", "ana"])  # hybrid and the learned ranker
     assert [m for m in default if m.split(".")[0] in ("torch", "transformers", "sentence_transformers")] == []
-    assert "personamem.cli.train" not in loaded and "personamem.cli.eval" not in loaded
+    assert "personamem.cli.train" not in loaded and "personamem.cli.evals" not in loaded
