@@ -1,19 +1,19 @@
-"""What the benchmarks share: realistic record texts, the query list, logging to stderr.
+"""What the benchmarks share of their data: realistic record texts, the query list, logging to stderr.
 
 Each script is run as ``python bench/NAME.py``, so ``bench/`` is on ``sys.path`` and they import
-this module by name; they never import each other.
+this module by name (``harness`` holds their parser, timing loop and verdict line); they never
+import each other.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["QUERIES", "fill_users", "ingest_through", "log", "median_ratio", "realistic_text", "rss_mib"]
+__all__ = ["QUERIES", "fill_users", "ingest_through", "log", "realistic_text", "rss_mib"]
 
 _OPENERS = [
     "I",
@@ -117,11 +117,6 @@ QUERIES = [
     "which coffee grinder did I order online?",
     "what did I repair at home last week?",
 ]
-
-
-def median_ratio(ours: list[float], baseline: list[float]) -> float:
-    """p50(ours) / p50(baseline): the one figure a noisy machine reproduces."""
-    return statistics.median(ours) / statistics.median(baseline)
 
 
 def rss_mib(port: int) -> float:

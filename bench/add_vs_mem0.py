@@ -36,7 +36,7 @@ Gates (issue 46), ratios in this run, of medians except batch ingest's total tim
 - dense search / our own encoder call <= 1.15.
 
 The table and one line per gate go to stderr. The one stdout line is the worst gate measured against
-its target, ``add_vs_mem0_worst_over_target: W (target <= 1.0)`` where W = max(ratio / target) (the
+its target, ``add_vs_mem0_worst_over_target: W (target <= 1)`` where W = max(ratio / target) (the
 line before it on stderr names that gate); the exit status is 1 when any target is missed, 2 when the
 peer's environment is missing.
 
@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import log
+from harness import arguments, gate
 
 TARGETS = {
     "single_add": 0.8,
@@ -293,9 +294,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument(
         "--mem0-python", default=str(MEM0_PYTHON), help="Python of the environment with mem0ai"
     )
@@ -321,8 +320,7 @@ def main() -> int:
     worst = max(ratios, key=lambda name: ratios[name] / TARGETS[name])
     score = ratios[worst] / TARGETS[worst]
     log(f"[done] {time.perf_counter() - started:.0f} s; worst gate: {worst}, {score:.2f} x its target")
-    print(f"add_vs_mem0_worst_over_target: {score:.2f} (target <= 1.0)")
-    return 0 if all(ratios[name] <= TARGETS[name] for name in ratios) else 1
+    return gate("add_vs_mem0_worst_over_target", score, 1.0, digits=2)
 
 
 if __name__ == "__main__":

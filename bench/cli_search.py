@@ -2,17 +2,18 @@
 
 A user's first command pays for everything a process loads. The store (5 records of one user, put
 there by ``personamem ingest``, not timed) lives in a temporary folder. Then ``--rounds`` rounds
-each start three fresh processes of the installed ``personamem`` script, in this order: ``--help``,
-``search QUERY --user u`` (dense, the default) and ``context QUERY --user u`` (the default pipeline:
-hybrid, the token budget), each timed from start to exit with its output discarded. Interleaving
-puts the three under the same contention. The interpreter's own start (``python -c pass``) is
-timed in every round too and printed as the floor, with the load average: this is an absolute
-target on a shared 2-core machine, so a slow run says first how busy the machine was.
+each start three fresh processes of the installed ``personamem`` script: ``--help``, ``search QUERY
+--user u`` (dense, the default) and ``context QUERY --user u`` (the default pipeline: hybrid, the
+token budget), each timed from start to exit with its output discarded. Interleaving puts the three
+under the same contention; which goes first rotates every round. The interpreter's own start
+(``python -c pass``) is timed in every round too and printed as the floor, with the load average:
+this is an absolute target on a shared 2-core machine, so a slow run says first how busy the
+machine was.
 
 Gates: median ``--help`` <= 0.3 s and median search <= 1.0 s (issue 46), median context <= 2.0 s
 (issue 34).
-Three stdout lines, the last the search: ``cli_help_s: X (target 0.3)``,
-``cli_context_cold_s: X (target 2.0)``, ``cli_search_cold_s: X (target 1.0)``; the exit status is 1
+Three stdout lines, the last the search: ``cli_help_s: X (target <= 0.3)``,
+``cli_context_cold_s: X (target <= 2)``, ``cli_search_cold_s: X (target <= 1)``; the exit status is 1
 when any of them is missed or a command fails.
 
     python bench/cli_search.py [--rounds 7]
@@ -20,7 +21,6 @@ when any of them is missed or a command fails.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from _common import QUERIES, log
+from harness import arguments, gate, paired
 
 TARGETS = {"help": 0.3, "context": 2.0, "search": 1.0}  # issue 46 tightened help and search
 RECORDS = [
@@ -55,9 +56,7 @@ def _timed(command: list[str]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     os.environ["HF_HUB_OFFLINE"] = "1"  # the children's environment: nothing may reach a hub
@@ -74,12 +73,15 @@ def main() -> int:
             "search": [*cli, *store, "search", QUERIES[3], "--user", "u"],
             "context": [*cli, *store, "context", QUERIES[3], "--user", "u"],
         }
-        seconds: dict[str, list[float]] = {name: [] for name in commands}
         try:
-            for round_ in range(args.rounds):
-                for name, command in commands.items():
-                    seconds[name].append(_timed(command))
-                log(f"[round {round_ + 1}] " + "  ".join(f"{n} {s[-1]:.3f} s" for n, s in seconds.items()))
+            seconds = paired(
+                {name: lambda _, command=command: _timed(command) for name, command in commands.items()},
+                args.rounds,
+                warmup=0,  # every command is a fresh process: each round is as cold as the first
+                check=lambda i, took: log(
+                    f"[round {i + 1}] " + "  ".join(f"{n} {took[n]:.3f} s" for n in commands)
+                ),
+            )
         except subprocess.CalledProcessError as failed:
             log(f"{' '.join(failed.cmd)} exited {failed.returncode}:\n{failed.stderr}")
             return 1
@@ -89,10 +91,11 @@ def main() -> int:
         "[result] "
         + "  ".join(f"{n} median {m:.3f} s (min {min(seconds[n]):.3f})" for n, m in medians.items())
     )
-    print(f"cli_help_s: {medians['help']:.3f} (target {TARGETS['help']})")
-    print(f"cli_context_cold_s: {medians['context']:.3f} (target {TARGETS['context']})")
-    print(f"cli_search_cold_s: {medians['search']:.3f} (target {TARGETS['search']})")
-    return 0 if all(medians[name] <= target for name, target in TARGETS.items()) else 1
+    return max(
+        gate("cli_help_s", medians["help"], TARGETS["help"]),
+        gate("cli_context_cold_s", medians["context"], TARGETS["context"]),
+        gate("cli_search_cold_s", medians["search"], TARGETS["search"]),
+    )
 
 
 if __name__ == "__main__":

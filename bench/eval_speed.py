@@ -17,7 +17,6 @@ Last line: ``eval_cold_seconds: S (target <= 120)``; exit status 1 when missed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -25,12 +24,14 @@ import time
 import warnings
 from pathlib import Path
 
+from harness import arguments, gate
+
 TARGET_SECONDS = 120.0
 DATA = Path(os.environ.get("PERSONAMEM_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = arguments(__doc__)
     parser.add_argument("--benchmark", default="locomo", choices=["locomo", "personabench"])
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--method", default="dense")
@@ -68,8 +69,7 @@ def main() -> int:
     print(f"stages of the cold run (s): {', '.join(f'{k} {v:.1f}' for k, v in cold.timings.items())}")
     print(f"cold run (embeds the corpus): {cold_s:.1f} s; warm run (cached vectors): {warm_s:.1f} s")
     print(f"bare encoder on corpus + questions: {encoder_s:.1f} s; cold / encoder = {cold_s / encoder_s:.2f}")
-    print(f"eval_cold_seconds: {cold_s:.1f} (target <= {TARGET_SECONDS:.0f})")
-    return 0 if cold_s <= TARGET_SECONDS else 1
+    return gate("eval_cold_seconds", cold_s, TARGET_SECONDS, digits=1)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ them. Both erase the same way (rows, vectors rebuilt, files vacuumed), so the sw
 finding the records.
 
 Gate: purge seconds / delete-by-id seconds <= 2.0. The last stdout line is
-``expiry_sweep_ratio: R (target <= 2.0)`` and the exit status is 1 when the target is missed.
+``expiry_sweep_ratio: R (target <= 2)`` and the exit status is 1 when the target is missed.
 
     python bench/expiry_sweep.py [--users 20] [--per-user 5000] [--expired 500]
 """
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import log, realistic_text
+from harness import arguments, gate
 
 TARGET_RATIO = 2.0
 
@@ -60,9 +61,7 @@ def build(root: Path, args: argparse.Namespace, expires: datetime) -> dict[str, 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--per-user", type=int, default=5000)
     parser.add_argument("--expired", type=int, default=500)
@@ -92,12 +91,10 @@ def main() -> int:
             raise SystemExit(f"deleted {deleted}, purged {purged}, {left} left of {total}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    ratio = purge_s / delete_s
     print(f"{purged} expired records among {total}, {args.users} users")
     print(f"delete by id {delete_s:7.2f} s")
     print(f"purge()      {purge_s:7.2f} s")
-    print(f"expiry_sweep_ratio: {ratio:.2f} (target <= {TARGET_RATIO})")
-    return 0 if ratio <= TARGET_RATIO else 1
+    return gate("expiry_sweep_ratio", purge_s / delete_s, TARGET_RATIO, digits=2)
 
 
 if __name__ == "__main__":

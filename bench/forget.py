@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import log, realistic_text
+from harness import arguments, gate
 
 TARGET_RATIO = 0.25
 
@@ -73,9 +74,7 @@ def one_repeat(args: argparse.Namespace, root: Path, rep: int) -> tuple[float, f
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--others", type=int, default=20)
     parser.add_argument("--per-other", type=int, default=500)
@@ -100,8 +99,7 @@ def main() -> int:
     print(f"add_many of the user (precomputed vectors): {write_s:.2f} s")
     print(f"forget of the user:                         {forget_s:.2f} s")
     print(f"delete of one of its records (not gated):   {statistics.median(r[3] for r in runs):.2f} s")
-    print(f"forget_cost_ratio: {ratio:.2f} (target <= {TARGET_RATIO})")
-    return 0 if ratio <= TARGET_RATIO else 1
+    return gate("forget_cost_ratio", ratio, TARGET_RATIO, digits=2)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ Without a GPU the CPU side is measured and printed, and the last line says ``n/a
 
 from __future__ import annotations
 
-import argparse
 import random
 import shutil
 import sys
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 
 from _common import QUERIES, log, realistic_text
+from harness import arguments, gate
 
 TARGET = 20.0
 PAPER_STEP = 16 * 32  # PURPLE's B x M
@@ -101,9 +101,7 @@ def time_rollouts(llm: object, prompts: int, seed: int, sync: object) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="packaged name or model folder")
     parser.add_argument("--random-weights", action="store_true", help="time the shape, not the weights")
     parser.add_argument("--pairs", type=int, default=PAPER_STEP, help="reward requests timed on the GPU")
@@ -143,9 +141,7 @@ def main() -> int:
     if gpu_rate is None:
         print(f"gpu_reward_speedup: n/a (no GPU here; target >= {TARGET:.0f})")
         return 0
-    speedup = gpu_rate / cpu_rate
-    print(f"gpu_reward_speedup: {speedup:.1f} (target >= {TARGET:.0f})")
-    return 0 if speedup >= TARGET else 1
+    return gate("gpu_reward_speedup", gpu_rate / cpu_rate, TARGET, higher_is_better=True, digits=1)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ target is missed or the command fails. Its progress lines (stderr is not a termi
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import subprocess
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 
 from _common import log, realistic_text
+from harness import arguments, gate
 
 TARGET_SECONDS = 1800
 LONG_TARGET_SECONDS = 900
@@ -34,9 +34,7 @@ LONG_WORDS = 150
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--users", type=int, default=1000)
     parser.add_argument("--records", type=int, default=200, help="records per user")
     parser.add_argument("--pool", type=int, default=4000, help="distinct record texts drawn from")
@@ -84,11 +82,9 @@ def main() -> int:
         started = time.perf_counter()
         done = subprocess.run(command, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
         seconds = time.perf_counter() - started
-    ok = done.returncode == 0 and seconds <= target
     if done.returncode != 0:
         log(f"improve exited {done.returncode}")
-    print(f"improve_seconds: {seconds:.0f} (target <= {target})")
-    return 0 if ok else 1
+    return max(gate("improve_seconds", seconds, target, digits=0), int(done.returncode != 0))
 
 
 def _text(rng: random.Random, words: int) -> str:

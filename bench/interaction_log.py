@@ -15,23 +15,20 @@ Gate: p50(logged) / p50(plain) <= 1.05. The last stdout line is
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import QUERIES, fill_users, log, median_ratio
+from _common import QUERIES, fill_users, log
+from harness import arguments, gate, median_ratio, paired
 
 TARGET = 1.05
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--records", type=int, default=200, help="records per user")
     parser.add_argument("--iters", type=int, default=300, help="timed calls per variant")
@@ -53,20 +50,22 @@ def main() -> int:
             for query in QUERIES:
                 mem.context(user, query)
                 mem.context(user, query, method=logged)
-        times: dict[str, list[float]] = {"context": [], "context, logged": []}
-        for i in range(args.iters):
-            user, query = users[i % len(users)], QUERIES[(i * 7) % len(QUERIES)]
-            for name, pipeline in (("context", None), ("context, logged", logged)):
-                start = time.perf_counter()
-                mem.context(user, query, method=pipeline)
-                times[name].append(time.perf_counter() - start)
+        times = paired(
+            {
+                name: lambda i, pipeline=pipeline: mem.context(
+                    users[i % len(users)], QUERIES[(i * 7) % len(QUERIES)], method=pipeline
+                )
+                for name, pipeline in (("context", None), ("context, logged", logged))
+            },
+            args.iters,
+            warmup=0,  # warmed up above, every user and query
+        )
         rows = len(mem.interactions())
     for name, samples in times.items():
         print(f"{name:18s} p50 {statistics.median(samples) * 1e3:7.2f} ms")
     print(f"interactions logged: {rows}")
     ratio = median_ratio(times["context, logged"], times["context"])
-    print(f"interaction_log_overhead_p50_ratio: {ratio:.3f} (target <= {TARGET})")
-    return 0 if ratio <= TARGET else 1
+    return gate("interaction_log_overhead_p50_ratio", ratio, TARGET)
 
 
 if __name__ == "__main__":

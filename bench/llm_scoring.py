@@ -49,6 +49,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import arguments, gate, paired
+
 TARGET_FLOOR_RATIO = 0.5
 TARGET_CT2_SCORING = 1.8  # CTranslate2 int8 scoring tokens/s over transformers', same model and threads
 TARGET_CT2_DECODING = 3.0  # and decoded tokens/s
@@ -672,19 +674,15 @@ def runtime_comparison(base: Baseline, args: argparse.Namespace) -> tuple[float,
     ct2 = CTranslate2LLM.local("smollm2-135m", threads=threads)
     log(f"[ct2] loaded (converted once if missing) in {time.perf_counter() - start:.1f}s, {threads} threads")
     ct2.loglikelihood(base.pairs[:16])
+    llms = {"transformers": hf, "ctranslate2": ct2}
     chunks = [base.pairs[i :: args.chunks] for i in range(args.chunks)]
-    seconds = {"transformers": 0.0, "ctranslate2": 0.0}
     tokens = {"transformers": 0, "ctranslate2": 0}
     deltas: list[float] = []
-    for c, chunk in enumerate(chunks):
-        order = [("transformers", hf), ("ctranslate2", ct2)]
-        results = {}
-        for name, llm in order if c % 2 == 0 else order[::-1]:
-            start = time.perf_counter()
-            results[name] = llm.loglikelihood(chunk)
-            seconds[name] += time.perf_counter() - start
-            tokens[name] += results[name].usage.prompt_tokens
-        deltas += [
+
+    def compare(c: int, results: dict[str, Any]) -> None:
+        for name, scores in results.items():
+            tokens[name] += scores.usage.prompt_tokens
+        deltas.extend(
             abs(a - b) / n
             for a, b, n in zip(
                 results["ctranslate2"],
@@ -692,23 +690,36 @@ def runtime_comparison(base: Baseline, args: argparse.Namespace) -> tuple[float,
                 results["ctranslate2"].token_counts,
                 strict=True,
             )
-        ]
-    score_tps = {name: tokens[name] / seconds[name] for name in seconds}
+        )
+
+    seconds = paired(
+        {name: lambda c, llm=llm: llm.loglikelihood(chunks[c]) for name, llm in llms.items()},
+        len(chunks),
+        warmup=0,  # both warmed up above
+        check=compare,
+    )
+    score_tps = {name: tokens[name] / sum(seconds[name]) for name in llms}
     prompts = [
         [{"role": "user", "content": f"Write a short note about {_TOPICS[i % len(_TOPICS)]}."}]
         for i in range(args.gen_prompts)
     ]
     ct2.generate(prompts[:2], max_tokens=4)
-    gen_s = {"transformers": 0.0, "ctranslate2": 0.0}
     gen_tokens = {"transformers": 0, "ctranslate2": 0}
-    for round_ in range(2):
-        order = [("transformers", hf), ("ctranslate2", ct2)]
-        for name, llm in order if round_ == 0 else order[::-1]:
-            start = time.perf_counter()
-            out = llm.generate(prompts, max_tokens=args.gen_tokens)
-            gen_s[name] += time.perf_counter() - start
+
+    def count(round_: int, outs: dict[str, Any]) -> None:
+        for name, out in outs.items():
             gen_tokens[name] += out.usage.completion_tokens
-    gen_tps = {name: gen_tokens[name] / gen_s[name] for name in gen_s}
+
+    gen_s = paired(
+        {
+            name: lambda _, llm=llm: llm.generate(prompts, max_tokens=args.gen_tokens)
+            for name, llm in llms.items()
+        },
+        2,
+        warmup=0,
+        check=count,
+    )
+    gen_tps = {name: gen_tokens[name] / sum(gen_s[name]) for name in llms}
     scoring, decoding = (
         score_tps["ctranslate2"] / score_tps["transformers"],
         gen_tps["ctranslate2"] / gen_tps["transformers"],
@@ -737,9 +748,7 @@ def runtime_comparison(base: Baseline, args: argparse.Namespace) -> tuple[float,
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--pairs", type=int, default=256)
     parser.add_argument("--chunks", type=int, default=4, help="interleaved chunks (batched vs one at a time)")
     parser.add_argument("--min-tokens", type=int, default=60, help="fewest prompt + target tokens per pair")
@@ -758,21 +767,13 @@ def main() -> int:
 
     base = run(args)
     scoring, decoding = runtime_comparison(base, args)
-    missed = [
-        name
-        for name, value, target in (
-            ("floor ratio", base.ratio, TARGET_FLOOR_RATIO),
-            ("ctranslate2 decoding", decoding, TARGET_CT2_DECODING),
-            ("ctranslate2 scoring", scoring, TARGET_CT2_SCORING),
-        )
-        if value < target
-    ]
-    print(f"llm_scoring_floor_ratio: {base.ratio:.2f} (target >= {TARGET_FLOOR_RATIO})")
-    print(f"llm_scoring_ct2_decoding_speedup: {decoding:.2f} (target >= {TARGET_CT2_DECODING})")
-    if missed:
-        print("missed: " + ", ".join(missed))
-    print(f"llm_scoring_ct2_speedup: {scoring:.2f} (target >= {TARGET_CT2_SCORING})")
-    return 1 if missed else 0
+    return max(
+        gate("llm_scoring_floor_ratio", base.ratio, TARGET_FLOOR_RATIO, higher_is_better=True, digits=2),
+        gate(
+            "llm_scoring_ct2_decoding_speedup", decoding, TARGET_CT2_DECODING, higher_is_better=True, digits=2
+        ),
+        gate("llm_scoring_ct2_speedup", scoring, TARGET_CT2_SCORING, higher_is_better=True, digits=2),
+    )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ The gate is what MCP itself adds, on each transport: the worse of p50(stdio reca
 and p50(HTTP recall) / p50(REST search). p50(HTTP recall) / p50(SDK search), which also holds the
 HTTP server's own cost (``bench/server_load.py`` gates that at 1.5), is reported beside them. The
 clients, the server and the stdio child share this machine's cores. The last stdout line is
-``mcp_call: R (target 1.3)``; the exit status is 1 when R exceeds it.
+``mcp_call: R (target <= 1.3)``; the exit status is 1 when R exceeds it.
 
     python bench/mcp_call.py [--users 20] [--records 200] [--iters 200]
 """
@@ -33,7 +33,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from _common import QUERIES, fill_users, log, median_ratio
+from _common import QUERIES, fill_users, log
+from harness import arguments, gate, median_ratio
 
 TARGET = 1.3
 TENANT = "bench"
@@ -106,9 +107,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, list[float]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--records", type=int, default=200, help="records per user")
     parser.add_argument("--iters", type=int, default=200, help="timed calls per variant")
@@ -130,9 +129,7 @@ def main() -> int:
     print(f"stdio recall / SDK search: {over_stdio:.2f}")
     print(f"HTTP recall / REST search: {over_http:.2f}")
     print(f"HTTP recall / SDK search: {http_vs_sdk:.2f} (reported, not gated)")
-    ratio = max(over_stdio, over_http)
-    print(f"mcp_call: {ratio:.2f} (target {TARGET})")
-    return 0 if ratio <= TARGET else 1
+    return gate("mcp_call", max(over_stdio, over_http), TARGET, digits=2)
 
 
 if __name__ == "__main__":

@@ -16,24 +16,23 @@ Gate: p50(context, 1,000 records) / p50(context, 10 records) <= 1.2. The last st
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _common import QUERIES, log, realistic_text
+from harness import arguments, gate, paired
 
 TARGET_RATIO = 1.2
 SIZES = (10, 100, 1000)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--iters", type=int, default=20, help="timed context() calls per user")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -57,29 +56,33 @@ def main() -> int:
         for user in users.values():  # warm: BM25 index, revision readers, the LLM's tokenizer
             mem.context(user, QUERIES[-1])
         log(f"[time] context() x {args.iters} per user, alternating")
-        times: dict[int, list[float]] = {n: [] for n in SIZES}
-        memory_tokens: dict[int, int] = {}
-        for i in range(args.iters):
-            query = QUERIES[i % (len(QUERIES) - 1)]
-            for n in SIZES[:: 1 if i % 2 == 0 else -1]:
-                start = time.perf_counter()
-                context = mem.context(users[n], query)
-                times[n].append(time.perf_counter() - start)
-                assert context.memory is not None and not context.warnings, context.warnings
-                memory_tokens[n] = mem.pipeline().llm.count_tokens(context.memory)  # type: ignore[union-attr]
         llm = mem.pipeline().llm
         assert llm is not None
+        memory_tokens: dict[str, int] = {}
+
+        def count(i: int, contexts: dict[str, Any]) -> None:
+            for user, context in contexts.items():
+                assert context.memory is not None and not context.warnings, context.warnings
+                memory_tokens[user] = llm.count_tokens(context.memory)
+
+        times = paired(
+            {
+                user: lambda i, u=user: mem.context(u, QUERIES[i % (len(QUERIES) - 1)])
+                for user in users.values()
+            },
+            args.iters,
+            warmup=0,
+            check=count,
+        )
         raw_tokens = {
             n: llm.count_tokens("\n".join(f"- {r.text}" for r in mem.records(users[n]))) for n in SIZES
         }
-    p50 = {n: statistics.median(samples) for n, samples in times.items()}
+    p50 = {n: statistics.median(times[user]) for n, user in users.items()}
     print(f"memories built ahead: {build_s:.1f} s for {len(SIZES)} users (one batched generation)")
     print("records   context p50 ms   memory tokens   raw-history tokens")
     for n in SIZES:
-        print(f"{n:>7} {p50[n] * 1e3:16.1f} {memory_tokens[n]:15d} {raw_tokens[n]:20d}")
-    ratio = p50[1000] / p50[10]
-    print(f"memory_context_1000_over_10: {ratio:.2f} (target <= {TARGET_RATIO})")
-    return 0 if ratio <= TARGET_RATIO else 1
+        print(f"{n:>7} {p50[n] * 1e3:16.1f} {memory_tokens[users[n]]:15d} {raw_tokens[n]:20d}")
+    return gate("memory_context_1000_over_10", p50[1000] / p50[10], TARGET_RATIO, digits=2)
 
 
 if __name__ == "__main__":

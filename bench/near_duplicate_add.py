@@ -21,10 +21,10 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from _common import log, realistic_text
+from harness import arguments, gate, paired
 
 TARGET_RATIO = 1.10
 OFF = 2.0  # a cosine never reaches it: the check is skipped
@@ -45,34 +45,36 @@ def run(args: argparse.Namespace, root: Path) -> float:
         encoder.encode(texts[:32])
         for user in users:
             mem.search(user, "warm up this user's view", k=1)
-        ratios, checked, unchecked, found = [], [], [], 0
-        for i in range(args.records):
-            mem.store.flush()
-            user = users[i % args.users]
-            spent = [0.0, 0.0]
-            for side in (0, 1) if i % 2 == 0 else (1, 0):
-                text = texts[2 * i + side]
-                start = time.perf_counter()
-                record = mem.add(user, text, duplicate_threshold=None if side == 0 else OFF)
-                spent[side] = time.perf_counter() - start
-                found += side == 0 and record.duplicate_of is not None
-            checked.append(spent[0])
-            unchecked.append(spent[1])
-            ratios.append(spent[0] / spent[1])
+        duplicates: list[bool] = []
+        spent = paired(
+            {
+                "check": lambda i: mem.add(users[i % args.users], texts[2 * i]),
+                "no check": lambda i: mem.add(
+                    users[i % args.users], texts[2 * i + 1], duplicate_threshold=OFF
+                ),
+            },
+            args.records,
+            warmup=0,
+            between=lambda i: mem.store.flush(),  # the previous record is indexed between turns, untimed
+            check=lambda i, added: duplicates.append(added["check"].duplicate_of is not None),
+        )
         if not mem.store.check().ok:
             raise SystemExit("store inconsistent after the run")
+    checked, unchecked = spent["check"], spent["no check"]
+    ratios = [c / u for c, u in zip(checked, unchecked, strict=True)]
     ratio = statistics.median(ratios)
     print(f"{args.records} paired single adds, {args.users} users with {args.history} records each")
     print(f"add, check off       median {statistics.median(unchecked) * 1e3:6.2f} ms")
-    print(f"add, check on (keep) median {statistics.median(checked) * 1e3:6.2f} ms ({found} near-duplicates)")
+    print(
+        f"add, check on (keep) median {statistics.median(checked) * 1e3:6.2f} ms "
+        f"({sum(duplicates)} near-duplicates)"
+    )
     print(f"paired ratio median {ratio:.3f} (p90 {statistics.quantiles(ratios, n=10)[-1]:.3f})")
     return ratio
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--records", type=int, default=300)
     parser.add_argument("--users", type=int, default=10)
     parser.add_argument("--history", type=int, default=500)
@@ -83,8 +85,7 @@ def main() -> int:
         ratio = run(args, root / "store")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"near_duplicate_add_ratio: {ratio:.3f} (target <= {TARGET_RATIO})")
-    return 0 if ratio <= TARGET_RATIO else 1
+    return gate("near_duplicate_add_ratio", ratio, TARGET_RATIO)
 
 
 if __name__ == "__main__":

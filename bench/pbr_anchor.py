@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import QUERIES, log, realistic_text
+from harness import arguments, gate, median_ratio, paired
 
 TARGET_RATIO = 0.05
 USER = "alice"
@@ -103,23 +104,17 @@ def run(args: argparse.Namespace, root: Path) -> float:
             fused = query_vectors[query] + anchor
             return fused / np.linalg.norm(fused)
 
-        for i in range(args.warmup):
-            encoder.encode([QUERIES[i % len(QUERIES)]])
-            personalize(QUERIES[i % len(QUERIES)])
-
         load_before = f"{os.getloadavg()[0]:.2f}"
         log(f"[time] per query: {args.iters} iterations, alternating with the encoder baseline")
-        base, over = [], []
-        for i in range(args.iters):
-            query = QUERIES[i % len(QUERIES)]
-            run_base = lambda q=query: encoder.encode([q])  # noqa: E731
-            run_over = lambda q=query: personalize(q)  # noqa: E731
-            if i % 2 == 0:
-                base.append(timed(run_base))
-                over.append(timed(run_over))
-            else:
-                over.append(timed(run_over))
-                base.append(timed(run_base))
+        spent = paired(
+            {
+                "encode": lambda i: encoder.encode([QUERIES[i % len(QUERIES)]]),
+                "anchor": lambda i: personalize(QUERIES[i % len(QUERIES)]),
+            },
+            args.iters,
+            warmup=args.warmup,
+        )
+        base, over = spent["encode"], spent["anchor"]
 
         log("[time] breakdown of the cached path")
         parts: dict[str, list[float]] = {"revision (sql)": [], "cache get": [], "fusion op": []}
@@ -142,9 +137,8 @@ def run(args: argparse.Namespace, root: Path) -> float:
     finally:
         mem.close()
 
-    b50, o50 = statistics.median(base), statistics.median(over)
-    ratio = o50 / b50
-    paired = statistics.median(o / b for o, b in zip(over, base, strict=True))
+    ratio = median_ratio(over, base)
+    each = statistics.median(o / b for o, b in zip(over, base, strict=True))
     print(
         f"load average before / after timing: {load_before} / {os.getloadavg()[0]:.2f} "
         f"({os.cpu_count()} cpus)"
@@ -167,7 +161,7 @@ def run(args: argparse.Namespace, root: Path) -> float:
     print(f"per query, {args.iters} iterations interleaved     p50 ms   p95 ms")
     for name, samples in (("encoder.encode([query])", base), ("cached anchor + fusion", over)):
         print(f"{name:<40} {ms(statistics.median(samples))} {ms(float(np.percentile(samples, 95)))}")
-    print(f"paired p50 ratio (median of per-iteration ratios): {paired:.4f}")
+    print(f"paired p50 ratio (median of per-iteration ratios): {each:.4f}")
     print("\ncached path breakdown                    p50 ms   p95 ms")
     for name, samples in parts.items():
         print(f"{name:<40} {ms(statistics.median(samples))} {ms(float(np.percentile(samples, 95)))}")
@@ -175,9 +169,7 @@ def run(args: argparse.Namespace, root: Path) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--records", type=int, default=500)
     parser.add_argument("--iters", type=int, default=200, help="timed per-query iterations")
     parser.add_argument("--warmup", type=int, default=5)
@@ -198,8 +190,7 @@ def main() -> int:
             ratio = run(args, root)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"pbr_anchor_overhead_ratio: {ratio:.4f} (target <= {TARGET_RATIO})")
-    return 0 if ratio <= TARGET_RATIO else 1
+    return gate("pbr_anchor_overhead_ratio", ratio, TARGET_RATIO, digits=4)
 
 
 if __name__ == "__main__":

@@ -18,22 +18,20 @@ Gate: p50(pgret) / p50(dense) <= 1.1. The last stdout line is
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import QUERIES, log, median_ratio, realistic_text
+from _common import QUERIES, log, realistic_text
+from harness import arguments, gate, median_ratio, paired
 
 TARGET_RATIO = 1.1
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--records", type=int, default=500, help="records of the user searched")
     parser.add_argument("--iters", type=int, default=200, help="timed searches per method")
     parser.add_argument("--steps", type=int, default=3, help="training steps per throughput run")
@@ -59,15 +57,15 @@ def main() -> int:
                 [{"id": f"r{i}", "text": realistic_text(rng)} for i in range(args.records)], user_id="u"
             )
             methods = {"dense": "dense", "pgret": f"pgret:{tower}"}
-            times: dict[str, list[float]] = {name: [] for name in methods}
-            for method in methods.values():  # warm up: load the tower, fill caches
-                mem.search("u", QUERIES[0], k=10, method=method)
-            for i in range(args.iters):
-                query = QUERIES[i % len(QUERIES)] + f" ({i})"
-                for name, method in methods.items():
-                    start = time.perf_counter()
-                    mem.search("u", query, k=10, method=method)
-                    times[name].append(time.perf_counter() - start)
+            times = paired(  # the warm-up loads the tower, fills caches
+                {
+                    name: lambda i, method=method: mem.search(
+                        "u", QUERIES[i % len(QUERIES)] + f" ({i})", k=10, method=method
+                    )
+                    for name, method in methods.items()
+                },
+                args.iters,
+            )
         ratio = median_ratio(times["pgret"], times["dense"])
         log(
             f"search p50: dense {sorted(times['dense'])[args.iters // 2] * 1e3:.2f} ms, "
@@ -76,8 +74,7 @@ def main() -> int:
         cold, warm = _throughput(args.steps, Path(tmp))
         speedup = warm / cold
         print(f"pgret_training_judged_pairs_per_s: cold judge {cold:.1f}, cached {warm:.1f} ({speedup:.1f}x)")
-    print(f"pgret_query_latency_ratio: {ratio:.3f} (target <= {TARGET_RATIO})")
-    return 0 if ratio <= TARGET_RATIO else 1
+    return gate("pgret_query_latency_ratio", ratio, TARGET_RATIO)
 
 
 def _throughput(steps: int, tmp: Path) -> tuple[float, float]:

@@ -48,12 +48,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import QUERIES, ingest_through, log, median_ratio, realistic_text
+from _common import QUERIES, ingest_through, log, realistic_text
+from harness import arguments, gate, median_ratio, paired
 
 ADD_TARGET = 1.2
 SEARCH_TARGET = 1.5
@@ -77,21 +77,6 @@ def load(mem: Any, records: list[Any], vectors: Any, label: str) -> None:
     start = time.perf_counter()
     mem.store.add_many(records, vectors=vectors, batch_size=1000)
     log(f"[setup] {label}: {len(records)} records bulk-loaded in {time.perf_counter() - start:.1f} s")
-
-
-def paired(
-    stores: dict[str, Any], iters: int, call: Callable[[Any, int], None], between: Callable[[], None]
-) -> dict[str, list[float]]:
-    """Time ``call(mem, i)`` on both stores per iteration, alternating which goes first."""
-    names = list(stores)
-    spent: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(iters):
-        between()
-        for name in names if i % 2 == 0 else reversed(names):
-            start = time.perf_counter()
-            call(stores[name], i)
-            spent[name].append(time.perf_counter() - start)
-    return spent
 
 
 def in_process(args: argparse.Namespace, root: Path, sql_url: str) -> tuple[float, float, list[str]]:
@@ -137,9 +122,6 @@ def in_process(args: argparse.Namespace, root: Path, sql_url: str) -> tuple[floa
                     mem.search(user, QUERIES[j % len(QUERIES)], k=10)
                     mem.search(user, QUERIES[j % len(QUERIES)], k=10, method="dense")
 
-        def nothing() -> None:
-            pass
-
         search_ratio = float("nan")
         for method in (None, "dense"):
             label = method or "default"
@@ -152,7 +134,11 @@ def in_process(args: argparse.Namespace, root: Path, sql_url: str) -> tuple[floa
                 if len(hits) != 10:
                     raise SystemExit(f"a search returned {len(hits)} hits, not 10")
 
-            spent = paired(stores, args.searches, search, nothing)
+            spent = paired(
+                {name: lambda i, mem=mem: search(mem, i) for name, mem in stores.items()},
+                args.searches,
+                warmup=0,  # warmed up above, every user
+            )
             ratio = median_ratio(spent["pgvector"], spent["embedded"])
             each = [a / b for a, b in zip(spent["pgvector"], spent["embedded"], strict=True)]
             lines.append(
@@ -176,7 +162,12 @@ def in_process(args: argparse.Namespace, root: Path, sql_url: str) -> tuple[floa
             embedded.store.flush()
             pg.store.flush()
 
-        spent = paired(stores, args.adds, add, flush)
+        spent = paired(
+            {name: lambda i, mem=mem: add(mem, i) for name, mem in stores.items()},
+            args.adds,
+            warmup=0,  # a warm-up would add records
+            between=lambda i: flush(),
+        )
         flush()
         ratios = [a / b for a, b in zip(spent["pgvector"], spent["embedded"], strict=True)]
         add_ratio = statistics.median(ratios)
@@ -328,9 +319,7 @@ def scale_out(args: argparse.Namespace, root: Path, cluster: Any) -> list[ScaleO
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--per-user", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=3, help="searches per user and method before timing")
@@ -373,9 +362,11 @@ def main() -> int:
     failed = [r.shape for r in scaled if not r.ok]
     if failed:
         log(f"scale-out lost, duplicated or failed records: {', '.join(failed)}")
-    print(f"pgvector_add_ratio: {add_ratio:.2f} (target <= {ADD_TARGET})")
-    print(f"pgvector_search_p50_ratio: {search_ratio:.2f} (target <= {SEARCH_TARGET})")
-    return 0 if add_ratio <= ADD_TARGET and search_ratio <= SEARCH_TARGET and not failed else 1
+    return max(
+        gate("pgvector_add_ratio", add_ratio, ADD_TARGET, digits=2),
+        gate("pgvector_search_p50_ratio", search_ratio, SEARCH_TARGET, digits=2),
+        int(bool(failed)),
+    )
 
 
 if __name__ == "__main__":

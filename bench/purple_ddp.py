@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from _common import QUERIES, log, realistic_text
+from harness import arguments, gate
 
 TARGET = 0.8
 
@@ -99,9 +100,7 @@ def run(processes: int, args: argparse.Namespace, out: Path) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--samples", type=int, default=8)
@@ -115,10 +114,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-purple-ddp-") as tmp:
         one = run(1, args, Path(tmp) / "one")
         two = run(2, args, Path(tmp) / "two")
-    ratio = two / one
     print(f"profiles rewarded per second: 1 process {one:.1f}, 2 processes {two:.1f}")
-    print(f"purple_ddp_throughput_ratio: {ratio:.2f} (target >= {TARGET})")
-    return 0 if ratio >= TARGET else 1
+    return gate("purple_ddp_throughput_ratio", two / one, TARGET, higher_is_better=True, digits=2)
 
 
 if __name__ == "__main__":

@@ -18,24 +18,21 @@ Gate: p50(listwise) / p50(PURPLE) >= 50. The last stdout line is
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
 from _common import QUERIES, log, realistic_text
+from harness import arguments, gate, paired
 
 TARGET_SPEEDUP = 50.0
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--iters", type=int, default=5, help="timed reranks per method")
     parser.add_argument("--steps", type=int, default=4, help="training steps per throughput run")
     parser.add_argument("--batch-size", type=int, default=4)
@@ -76,13 +73,16 @@ def main() -> int:
         selector.select("alice", QUERIES[-1], candidates, 5)
 
     log(f"[time] rerank of 20 candidates, {args.iters} alternating iterations")
-    times: dict[str, list[float]] = {name: [] for name in selectors}
-    for i in range(args.iters):
-        query = QUERIES[i % (len(QUERIES) - 1)]
-        for name in list(selectors)[:: 1 if i % 2 == 0 else -1]:
-            start = time.perf_counter()
-            selectors[name].select("alice", query, candidates, 5)
-            times[name].append(time.perf_counter() - start)
+    times = paired(
+        {
+            name: lambda i, selector=selector: selector.select(
+                "alice", QUERIES[i % (len(QUERIES) - 1)], candidates, 5
+            )
+            for name, selector in selectors.items()
+        },
+        args.iters,
+        warmup=0,  # warmed up above, on QUERIES[-1], which is never timed
+    )
     p50 = {name: statistics.median(samples) for name, samples in times.items()}
     speedup = p50["listwise"] / p50["purple"]
 
@@ -117,8 +117,7 @@ def main() -> int:
     print(
         f"listwise / PURPLE without the record cache: {p50['listwise'] / p50['purple, no record cache']:.1f}x"
     )
-    print(f"purple_vs_listwise_speedup: {speedup:.1f} (target >= {TARGET_SPEEDUP:.0f})")
-    return 0 if speedup >= TARGET_SPEEDUP else 1
+    return gate("purple_vs_listwise_speedup", speedup, TARGET_SPEEDUP, higher_is_better=True, digits=1)
 
 
 if __name__ == "__main__":

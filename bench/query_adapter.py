@@ -14,22 +14,19 @@ Gate: p50(adapter) / p50(dense) <= 1.05. The last stdout line is
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import QUERIES, log, median_ratio, realistic_text
+from _common import QUERIES, log, realistic_text
+from harness import arguments, gate, median_ratio, paired
 
 TARGET_RATIO = 1.05
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--records", type=int, default=500, help="records of the user searched")
     parser.add_argument("--iters", type=int, default=300, help="timed searches per method")
     args = parser.parse_args()
@@ -39,21 +36,21 @@ def main() -> int:
 
     rng = random.Random(0)
     pairs = {"adapter": ("dense", "adapter:mixed"), "default": ("hybrid", "default")}
-    times: dict[str, list[float]] = {m: [] for pair in pairs.values() for m in pair}
     with (
         tempfile.TemporaryDirectory(prefix="bench-adapter-") as tmp,
         PersonaMem.open(Path(tmp) / "store", encoder=default_encoder()) as mem,
     ):
         mem.add_many([{"id": f"r{i}", "text": realistic_text(rng)} for i in range(args.records)], user_id="u")
-        for method in times:  # warm up: load the adapter, build BM25, fill caches
-            mem.search("u", QUERIES[0], k=10, method=method)
-        for i in range(args.iters):
-            query = QUERIES[i % len(QUERIES)] + f" ({i})"
-            for base, ours in pairs.values():
-                for method in (base, ours) if i % 2 else (ours, base):
-                    start = time.perf_counter()
-                    mem.search("u", query, k=10, method=method)
-                    times[method].append(time.perf_counter() - start)
+        times = paired(  # the warm-up loads the adapter, builds BM25, fills caches
+            {
+                method: lambda i, method=method: mem.search(
+                    "u", QUERIES[i % len(QUERIES)] + f" ({i})", k=10, method=method
+                )
+                for pair in pairs.values()
+                for method in pair
+            },
+            args.iters,
+        )
     for base, ours in pairs.values():
         log(
             f"search p50: {base} {sorted(times[base])[args.iters // 2] * 1e3:.2f} ms, {ours} "
@@ -61,8 +58,7 @@ def main() -> int:
         )
     print(f"default_vs_hybrid_search_p50_ratio: {median_ratio(times['default'], times['hybrid']):.3f}")
     ratio = median_ratio(times["adapter:mixed"], times["dense"])
-    print(f"query_adapter_search_p50_ratio: {ratio:.3f} (target <= {TARGET_RATIO})")
-    return 0 if ratio <= TARGET_RATIO else 1
+    return gate("query_adapter_search_p50_ratio", ratio, TARGET_RATIO)
 
 
 if __name__ == "__main__":

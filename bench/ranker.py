@@ -13,22 +13,19 @@ Gate: p50(default) / p50(default without the ranker) <= 1.15. The last stdout li
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import QUERIES, log, median_ratio, realistic_text
+from _common import QUERIES, log, realistic_text
+from harness import arguments, gate, median_ratio, paired
 
 TARGET_RATIO = 1.15
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--records", type=int, default=500, help="records of the user searched")
     parser.add_argument("--iters", type=int, default=300, help="timed searches per pipeline")
     args = parser.parse_args()
@@ -37,27 +34,25 @@ def main() -> int:
     from personamem.encoder import default_encoder
 
     rng = random.Random(0)
-    pipelines = {"with": PipelineConfig(), "without": PipelineConfig(ranker="none")}
-    times: dict[str, list[float]] = {name: [] for name in pipelines}
+    pipelines = {"without": PipelineConfig(ranker="none"), "with": PipelineConfig()}
     with (
         tempfile.TemporaryDirectory(prefix="bench-ranker-") as tmp,
         PersonaMem.open(Path(tmp) / "store", encoder=default_encoder()) as mem,
     ):
         mem.add_many([{"id": f"r{i}", "text": realistic_text(rng)} for i in range(args.records)], user_id="u")
         assert mem.pipeline(pipelines["with"]).ranker_name == "mixed"
-        for config in pipelines.values():  # warm up: load the adapter and the ranker, build BM25, fill caches
-            mem.search("u", QUERIES[0], k=10, method=config)
-        for i in range(args.iters):
-            query = QUERIES[i % len(QUERIES)] + f" ({i})"
-            for name in ("with", "without") if i % 2 else ("without", "with"):
-                start = time.perf_counter()
-                mem.search("u", query, k=10, method=pipelines[name])
-                times[name].append(time.perf_counter() - start)
+        times = paired(  # the warm-up loads the adapter and the ranker, builds BM25, fills caches
+            {
+                name: lambda i, config=config: mem.search(
+                    "u", QUERIES[i % len(QUERIES)] + f" ({i})", k=10, method=config
+                )
+                for name, config in pipelines.items()
+            },
+            args.iters,
+        )
     p50 = {name: sorted(found)[args.iters // 2] * 1e3 for name, found in times.items()}
     log(f"search p50: default {p50['with']:.2f} ms, without the ranker {p50['without']:.2f} ms")
-    ratio = median_ratio(times["with"], times["without"])
-    print(f"ranker_search_p50_ratio: {ratio:.3f} (target <= {TARGET_RATIO})")
-    return 0 if ratio <= TARGET_RATIO else 1
+    return gate("ranker_search_p50_ratio", median_ratio(times["with"], times["without"]), TARGET_RATIO)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import QUERIES, log
+from harness import arguments, gate, paired
 
 TARGET_DENSE_P50_RATIO = 1.2
 TARGET_HYBRID_P50_RATIO = 1.35
@@ -210,18 +211,15 @@ def build_store(mem, encoder, args: argparse.Namespace) -> tuple[float, int]:
 
 def measure(mem, encoder, user: str, method: str, iters: int) -> tuple[list[float], list[float]]:
     """Alternate baseline and search on the same query; return (encoder seconds, search seconds)."""
-    base, search = [], []
-    for i in range(iters):
-        query = QUERIES[i % len(QUERIES)]
-        run_base = lambda q=query: encoder.encode([q])  # noqa: E731
-        run_search = lambda q=query: mem.search(user, q, k=10, method=method)  # noqa: E731
-        if i % 2 == 0:
-            base.append(timed(run_base))
-            search.append(timed(run_search))
-        else:
-            search.append(timed(run_search))
-            base.append(timed(run_base))
-    return base, search
+    spent = paired(
+        {
+            "encode": lambda i: encoder.encode([QUERIES[i % len(QUERIES)]]),
+            "search": lambda i: mem.search(user, QUERIES[i % len(QUERIES)], k=10, method=method),
+        },
+        iters,
+        warmup=0,  # run() warms every method up before the first is timed
+    )
+    return spent["encode"], spent["search"]
 
 
 def dense_breakdown(mem, encoder, user: str, iters: int) -> dict[str, list[float]]:
@@ -257,7 +255,7 @@ def dense_breakdown(mem, encoder, user: str, iters: int) -> dict[str, list[float
 
 def bm25_breakdown(mem, user: str, iters: int) -> dict[str, list[float]]:
     """The BM25 path taken apart: the cache's revision check (a SQL read) and the bm25s retrieve."""
-    from personamem.retrieval.bm25 import _tokenize
+    from personamem.retrieval.bm25 import tokenize
 
     store = mem.store
     retriever = mem._bm25  # the cached per-user index every pipeline shares, as search() uses it
@@ -269,7 +267,7 @@ def bm25_breakdown(mem, user: str, iters: int) -> dict[str, list[float]]:
         t1 = time.perf_counter()
         index = retriever._indexes.get(user)
         t1b = time.perf_counter()
-        index.bm25.retrieve(_tokenize([query]), k=10, show_progress=False, n_threads=1)
+        index.bm25.retrieve(tokenize([query]), k=10, show_progress=False, n_threads=1)
         t2 = time.perf_counter()
         mem.search(user, query, k=10, method="bm25")
         t3 = time.perf_counter()
@@ -356,11 +354,11 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, float]:
         base, search = results[method]
         b50, b95 = percentile(base, 50), percentile(base, 95)
         s50, s95 = percentile(search, 50), percentile(search, 95)
-        paired = float(np.median(np.asarray(search) / np.asarray(base)))
+        each = float(np.median(np.asarray(search) / np.asarray(base)))
         ratios[method] = s50 / b50
         print(
             f"{method:<8} {b50 * 1e3:8.2f} {b95 * 1e3:8.2f} {s50 * 1e3:8.2f} {s95 * 1e3:8.2f} "
-            f"{s50 / b50:10.2f} {s95 / b95:10.2f} {paired:11.2f}"
+            f"{s50 / b50:10.2f} {s95 / b95:10.2f} {each:11.2f}"
         )
     print("enc = encoder.encode([query]) timed in the same loop; ratio = search / enc;")
     print("paired p50 = median over iterations of search_i / enc_i (robust to bursts of CPU contention)")
@@ -376,9 +374,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--per-user", type=int, default=500)
     parser.add_argument("--query-user", default="u000", help="the user searched (gets real vectors)")
@@ -398,10 +394,10 @@ def main() -> int:
             ratios = run(args, root)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"read_path_hybrid_p50_ratio: {ratios['hybrid']:.2f} (target <= {TARGET_HYBRID_P50_RATIO})")
-    print(f"read_path_dense_p50_ratio: {ratios['dense']:.2f} (target <= {TARGET_DENSE_P50_RATIO})")
-    met = ratios["dense"] <= TARGET_DENSE_P50_RATIO and ratios["hybrid"] <= TARGET_HYBRID_P50_RATIO
-    return 0 if met else 1
+    return max(
+        gate("read_path_hybrid_p50_ratio", ratios["hybrid"], TARGET_HYBRID_P50_RATIO, digits=2),
+        gate("read_path_dense_p50_ratio", ratios["dense"], TARGET_DENSE_P50_RATIO, digits=2),
+    )
 
 
 if __name__ == "__main__":

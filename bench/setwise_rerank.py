@@ -25,14 +25,13 @@ ranking, costs at most half again the listwise decode. The last stdout line is
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
-import time
 import warnings
 
 from _common import QUERIES, log, realistic_text
+from harness import arguments, gate, paired
 
 TARGET_RATIO = 1.5
 MEMORY = (
@@ -53,9 +52,7 @@ LONG_MEMORY = (  # 120 words as memory_eval counts them (text.split())
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--iters", type=int, default=3, help="timed reranks per method")
     parser.add_argument("--top", type=int, default=10, help="setwise ranks this many of the 20")
     parser.add_argument("--seed", type=int, default=0)
@@ -81,23 +78,26 @@ def main() -> int:
     listwise.select("alice", QUERIES[-1], records, 20)
 
     log(f"[time] rerank of 20 candidates, {args.iters} alternating iterations")
-    times: dict[str, list[float]] = {"setwise": [], "listwise": [], "long memory": []}
     calls: list[int] = []
-    for i in range(args.iters):
-        query = QUERIES[i % (len(QUERIES) - 1)]
-        for name in ("setwise", "listwise", "long memory")[:: 1 if i % 2 == 0 else -1]:
-            start = time.perf_counter()
-            if name == "setwise":
-                before = setwise.calls
-                setwise.rank(query, MEMORY, items, k=args.top)
-                calls.append(setwise.calls - before)
-            elif name == "listwise":
-                listwise.select("alice", query, records, 20)
-            else:
-                setwise.rank(query, LONG_MEMORY, items, k=args.top)
-            times[name].append(time.perf_counter() - start)
+
+    def query(i: int) -> str:
+        return QUERIES[i % (len(QUERIES) - 1)]  # never the warm-up's
+
+    def ranked(i: int) -> None:
+        before = setwise.calls
+        setwise.rank(query(i), MEMORY, items, k=args.top)
+        calls.append(setwise.calls - before)
+
+    times = paired(
+        {
+            "setwise": ranked,
+            "listwise": lambda i: listwise.select("alice", query(i), records, 20),
+            "long memory": lambda i: setwise.rank(query(i), LONG_MEMORY, items, k=args.top),
+        },
+        args.iters,
+        warmup=0,  # warmed up above, on a query never timed
+    )
     p50 = {name: statistics.median(samples) for name, samples in times.items()}
-    ratio = p50["setwise"] / p50["listwise"]
     print(f"rerank of 20 candidates, {args.iters} iterations     LLM calls   p50 s")
     label = f"setwise, top {args.top} (5-way choices)"
     print(f"{label:<41}{statistics.median(calls):9.0f} {p50['setwise']:7.2f}")
@@ -106,8 +106,7 @@ def main() -> int:
         f"setwise_long_memory_over_listwise_time: {p50['long memory'] / p50['listwise']:.2f} "
         f"(informational: setwise {p50['long memory']:.2f} s with a {len(LONG_MEMORY.split())}-word memory)"
     )
-    print(f"setwise_over_listwise_time: {ratio:.2f} (target <= {TARGET_RATIO})")
-    return 0 if ratio <= TARGET_RATIO else 1
+    return gate("setwise_over_listwise_time", p50["setwise"] / p50["listwise"], TARGET_RATIO, digits=2)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from _common import log, realistic_text
+from harness import arguments, gate, paired
 
 TARGET_RATIO = 1.15
 
@@ -39,28 +40,27 @@ def run(args: argparse.Namespace, root: Path) -> float:
     rng = random.Random(args.seed)
     texts = [f"turn {i}: {realistic_text(rng)}" for i in range(args.records)]
     encoder.encode(texts[:32])  # warm up torch before anything is timed
-    ratios, adds, encodes = [], [], []
     with PersonaMem.open(root, encoder=encoder) as mem:
         mem.add("warm-up", "warm up the store")
-        for i, text in enumerate(texts):
-            mem.store.flush()  # the previous turn's indexing happens between turns, as in a chat
-            user = f"user{i % args.users}"
-            order = (0, 1) if i % 2 == 0 else (1, 0)
-            spent = [0.0, 0.0]
-            for side in order:
-                start = time.perf_counter()
-                if side == 0:
-                    encoder.encode([text + " (baseline)"])  # same length, never cached
-                else:
-                    mem.add(user, text)
-                spent[side] = time.perf_counter() - start
+
+        def read_your_writes(i: int, _: object) -> None:
             if i % args.check_every == 0:
-                hits = mem.search(user, text, k=1)
-                if not hits or hits[0].record.text != text:
+                hits = mem.search(f"user{i % args.users}", texts[i], k=1)
+                if not hits or hits[0].record.text != texts[i]:
                     raise SystemExit(f"read-your-writes failed: turn {i} not found right after add")
-            encodes.append(spent[0])
-            adds.append(spent[1])
-            ratios.append(spent[1] / spent[0])
+
+        spent = paired(
+            {
+                "encode": lambda i: encoder.encode([texts[i] + " (baseline)"]),  # same length, never cached
+                "add": lambda i: mem.add(f"user{i % args.users}", texts[i]),
+            },
+            len(texts),
+            warmup=0,
+            between=lambda i: mem.store.flush(),  # the previous turn is indexed between turns, as in a chat
+            check=read_your_writes,
+        )
+        encodes, adds = spent["encode"], spent["add"]
+        ratios = [a / e for a, e in zip(adds, encodes, strict=True)]
         burst_texts = [f"burst {i}: {realistic_text(rng)}" for i in range(args.records // 3)]
         start = time.perf_counter()
         for text in burst_texts:
@@ -88,9 +88,7 @@ def run(args: argparse.Namespace, root: Path) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--records", type=int, default=300)
     parser.add_argument("--users", type=int, default=10)
     parser.add_argument("--check-every", type=int, default=10, help="search after every Nth add")
@@ -102,8 +100,7 @@ def main() -> int:
         ratio = run(args, root / "store")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"single_add_ratio: {ratio:.2f} (target <= {TARGET_RATIO})")
-    return 0 if ratio <= TARGET_RATIO else 1
+    return gate("single_add_ratio", ratio, TARGET_RATIO, digits=2)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,13 @@ import random
 import shutil
 import sys
 import tempfile
-import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from _common import QUERIES, log, median_ratio, realistic_text
+from _common import QUERIES, log, realistic_text
+from harness import arguments, gate, median_ratio, paired
 
 TARGET_RATIO = 1.05
 GATED = ("dense", "hybrid")
@@ -53,17 +55,15 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, float]:
             mem.store.add_many([parse_record({"user_id": user, **r}) for r in records], vectors=vectors)
         ratios: dict[str, float] = {}
         for method in ("dense", "bm25", "hybrid"):
-            for user in ("plain", "bounded"):
-                mem.search(user, "warm up", k=10, method=method)
-            spent: dict[str, list[float]] = {"plain": [], "bounded": []}
-            for i in range(args.iters):
-                query = QUERIES[i % len(QUERIES)]
-                for user in ("plain", "bounded") if i % 2 == 0 else ("bounded", "plain"):
-                    start = time.perf_counter()
-                    hits = mem.search(user, query, k=10, method=method)
-                    spent[user].append(time.perf_counter() - start)
-                    if user == "bounded" and any(h.record.id.startswith("old") for h in hits):
-                        raise SystemExit(f"{method}: a superseded record was returned")
+
+            def search(user: str, method: str = method) -> Callable[[int], object]:
+                return lambda i: mem.search(user, QUERIES[i % len(QUERIES)], k=10, method=method)
+
+            def check(i: int, hits: dict[str, Any], method: str = method) -> None:
+                if any(h.record.id.startswith("old") for h in hits["bounded"]):
+                    raise SystemExit(f"{method}: a superseded record was returned")
+
+            spent = paired({user: search(user) for user in ("plain", "bounded")}, args.iters, check=check)
             ratios[method] = median_ratio(spent["bounded"], spent["plain"])
             p50 = sorted(spent["plain"])[len(spent["plain"]) // 2] * 1e3
             print(f"{method:6s} plain p50 {p50:6.2f} ms, bounded/plain p50 ratio {ratios[method]:.3f}")
@@ -71,9 +71,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--changed", type=int, default=100)
     parser.add_argument("--iters", type=int, default=300)
@@ -84,9 +82,7 @@ def main() -> int:
         ratios = run(args, root / "store")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    worst = max(ratios[m] for m in GATED)
-    print(f"validity_search_p50_ratio: {worst:.3f} (target <= {TARGET_RATIO})")
-    return 0 if worst <= TARGET_RATIO else 1
+    return gate("validity_search_p50_ratio", max(ratios[m] for m in GATED), TARGET_RATIO)
 
 
 if __name__ == "__main__":
