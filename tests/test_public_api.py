@@ -201,3 +201,20 @@ def test_no_import_loops() -> None:
                     imported |= {a.name for a in node.names}
         graph[name] = {m for m in imported if m in modules and m != name}
     graphlib.TopologicalSorter(graph).prepare()  # raises CycleError naming the loop
+
+
+def test_every_package_folder_is_in_the_wheel() -> None:
+    """A folder missing from pyproject's package list works when installed editable, not from a wheel."""
+    import tomllib
+
+    root = Path(personamem.__file__).parent.parent
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    folders = {"personamem": root / "personamem"}
+    folders.update({name: root / folder for name, folder in setuptools["package-dir"].items()})
+    found = {
+        ".".join([name, *folder.relative_to(top).parts])
+        for name, top in folders.items()
+        for folder in [top, *top.rglob("*")]
+        if folder.is_dir() and (folder / "__init__.py").is_file()
+    }
+    assert sorted(found - set(setuptools["packages"])) == []
