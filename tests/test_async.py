@@ -4,7 +4,10 @@ answer as their blocking twins do and leave the loop free while they work."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,14 +21,43 @@ from personamem.testing.servers import free_port, personamem_server
 FACTS = [f"Fact {i}: my locker number at the climbing gym is {100 + i}." for i in range(12)]
 
 
-def test_sdk_async_calls_run_concurrently_without_blocking_the_loop(mem: PersonaMem) -> None:
+def test_sdk_async_calls_run_concurrently_without_blocking_the_loop(
+    mem: PersonaMem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each call runs on a worker thread, never the loop's, and the calls overlap.
+
+    Checked on the real calls (each wrapped to note its thread), not by counting the loop's ticks
+    against the calls' duration, which fails when the calls are merely fast.
+    """
+    threads: list[int] = []
+    in_flight, overlap = 0, 0
+    lock = threading.Lock()
+
+    def noted(call: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            nonlocal in_flight, overlap
+            with lock:
+                threads.append(threading.get_ident())
+                in_flight += 1
+                overlap = max(overlap, in_flight)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                with lock:
+                    in_flight -= 1
+
+        return run
+
+    for name in ("add", "search", "context"):
+        monkeypatch.setattr(mem, name, noted(getattr(mem, name)))
+
     async def scenario() -> tuple[int, list[str]]:
         ticks = 0
 
         async def ticker() -> None:
             nonlocal ticks
             while True:
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(0.001)
                 ticks += 1
 
         beat = asyncio.create_task(ticker())
@@ -36,9 +68,11 @@ def test_sdk_async_calls_run_concurrently_without_blocking_the_loop(mem: Persona
         assert context.hits and context.hits[0].record.user_id == "u0"
         return ticks, [hits[0].record.id for hits in found]
 
-    ticks, top = asyncio.run(scenario())
+    ticks, top = asyncio.run(scenario())  # the loop runs on this thread
     assert top == [f"f{i}" for i in range(len(FACTS))]
-    assert ticks >= 20, "the event loop was blocked while the calls ran"
+    assert len(threads) == 2 * len(FACTS) + 1 and threading.get_ident() not in threads
+    assert overlap >= 2, "the calls ran one at a time"
+    assert ticks > 0, "the event loop never ran while the calls did"
     assert sorted(mem.users()) == ["u0", "u1", "u2"] and mem.count() == len(FACTS)
 
 
