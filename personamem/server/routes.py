@@ -288,15 +288,7 @@ retrieval_router = APIRouter(tags=["retrieval"])
 def search(body: SearchIn, tenant: Reader) -> Response:
     """The user's top k records by any method name; LLM stages that fell back are listed."""
     with collect_fallbacks() as notes:
-        hits = tenant.search(
-            body.user_id,
-            body.query,
-            k=body.k,
-            method=body.method,
-            as_of=body.as_of,
-            include_superseded=body.include_superseded,
-            filters=body.filters,
-        )
+        hits = tenant.search(**dict(body))  # the body's fields are the call's arguments, by name
     return _answer(SearchResult.of(hits, notes))
 
 
@@ -310,16 +302,7 @@ def feedback(body: FeedbackReport, tenant: Writer) -> Response:
 @serves(retrieval_router, "context")
 def context(body: ContextIn, tenant: Reader) -> Response:
     """What to paste into the LLM's prompt for the query, within the token budget."""
-    result = tenant.context(
-        body.user_id,
-        body.query,
-        budget_tokens=body.budget_tokens,
-        method=body.method,
-        as_of=body.as_of,
-        include_superseded=body.include_superseded,
-        filters=body.filters,
-    )
-    return _answer(result)
+    return _answer(tenant.context(**dict(body)))  # the body's fields are the call's arguments, by name
 
 
 memory_router = APIRouter(tags=["memory"])

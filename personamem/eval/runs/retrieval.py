@@ -64,8 +64,9 @@ def run(config: RetrievalEvalRun, *, progress: Progress | None = None, command: 
         reasons = dict(report.benchmark.skip_reasons())
         lines.append(f"skipped {len(report.benchmark.skipped)} questions: {reasons}")
     lines.append(f"report: {written[1]}")
+    seeds = config.evaluation.seeds
     return EvalSummary(
-        title=f"{report.benchmark.name} (mean ± std over {config.evaluation.seeds} seeds for stochastic methods)",
+        title=f"{report.benchmark.name} (mean ± std over {seeds} seeds for stochastic methods)",
         columns=("method", *map(metric_label, shown)),
         rows=rows,
         lines=lines,

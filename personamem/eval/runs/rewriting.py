@@ -25,6 +25,7 @@ class RewriteStrategy(StrEnum):
     STR = "str"
     SAR = "sar"
 
+
 class RewritingEvalRun(EvalRun):
     """Which turns, which strategies and demonstrations, with which LLM."""
 
