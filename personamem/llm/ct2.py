@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from personamem.llm.base import (
     Generations,
@@ -29,8 +29,11 @@ from personamem.llm.base import (
     Usage,
     cut_at_stop,
 )
-from personamem.llm.tokens import encode_pair, render_prompt
+from personamem.llm.tokens import encode_pair, render_prompt, shared_choices
 from personamem.settings import settings
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["CTranslate2LLM", "default_threads"]
 
@@ -132,26 +135,60 @@ class CTranslate2LLM:
         """Sum of the target tokens' log-probabilities given the prompt, per request.
 
         ``score_batch`` returns the log-probability of every token after the first; the last
-        ``len(target)`` of them are the target's.
+        ``len(target)`` of them are the target's. One-token targets after one shared prompt (a
+        multiple choice's labels, a yes/no) take one ``forward_batch`` of the prompt instead of a
+        ``score_batch`` row each.
         """
         pairs = [encode_pair(self.tokenizer, self.render(p), t, self.context_window) for p, t in requests]
-        sequences = [self._tokens(c + t) for c, t in pairs]
-        with self._lock:
-            results = self.generator.score_batch(
-                sequences,
-                max_batch_size=self._batch_tokens,
-                batch_type="tokens",
-                max_input_length=0,  # encode_pair already refused anything over the window
-            )
-        token_logprobs = [
-            [float(v) for v in r.log_probs[len(r.log_probs) - len(t) :]]
-            for r, (_, t) in zip(results, pairs, strict=True)
-        ]
+        token_logprobs: list[list[float]] = [[] for _ in pairs]
+        shared = shared_choices(pairs)
+        distributions = self._next_token_logprobs([pairs[group[0]][0] for group in shared])
+        for group, logprobs in zip(shared, distributions, strict=True):
+            for i in group:
+                token_logprobs[i] = [float(logprobs[pairs[i][1][0]])]
+        grouped = {i for group in shared for i in group}
+        rest = [i for i in range(len(pairs)) if i not in grouped]
+        if rest:
+            with self._lock:
+                results = self.generator.score_batch(
+                    [self._tokens(pairs[i][0] + pairs[i][1]) for i in rest],
+                    max_batch_size=self._batch_tokens,
+                    batch_type="tokens",
+                    max_input_length=0,  # encode_pair already refused anything over the window
+                )
+            for i, result in zip(rest, results, strict=True):
+                kept = len(result.log_probs) - len(pairs[i][1])
+                token_logprobs[i] = [float(v) for v in result.log_probs[kept:]]
         return Scores(
             logprobs=[float(sum(v)) for v in token_logprobs],
             token_logprobs=token_logprobs,
             usage=Usage(prompt_tokens=sum(len(c) + len(t) for c, t in pairs)),
         )
+
+    def _next_token_logprobs(self, contexts: list[list[int]]) -> list[np.ndarray]:
+        """The next-token log-probabilities after each context (``forward_batch``, last positions).
+
+        ``forward_batch`` returns every position's distribution, rows × width × vocabulary floats, so a
+        batch holds at most the token budget of padded positions (~100 MB for SmolLM2 at 512).
+        """
+        import numpy as np
+
+        out: list[np.ndarray] = [np.empty(0)] * len(contexts)
+        order = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))  # a batch's first is widest
+        batches: list[list[int]] = []
+        for i in order:
+            if batches and len(contexts[batches[-1][0]]) * (len(batches[-1]) + 1) <= self._batch_tokens:
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        for batch in batches:
+            with self._lock:
+                logprobs = np.asarray(
+                    self.generator.forward_batch([contexts[i] for i in batch], return_log_probs=True)
+                )
+            for row, i in enumerate(batch):
+                out[i] = logprobs[row, len(contexts[i]) - 1].copy()  # not a view into the whole batch
+        return out
 
     def generate(self, prompts: Sequence[Prompt], **options: Unpack[SamplingOptions]) -> Generations:
         """``n`` completions per prompt, in batches of similar length; a seed makes sampling repeatable."""

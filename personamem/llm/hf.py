@@ -22,7 +22,7 @@ from personamem.llm.base import (
     Usage,
     cut_at_stop,
 )
-from personamem.llm.tokens import encode_pair, render_prompt
+from personamem.llm.tokens import encode_pair, render_prompt, shared_choices
 
 __all__ = ["TransformersLLM"]
 
@@ -125,12 +125,7 @@ class TransformersLLM:
         """Sum of the target tokens' log-probabilities given the prompt, per request."""
         pairs = [encode_pair(self.tokenizer, self.render(p), t, self.context_window) for p, t in requests]
         token_logprobs: list[list[float]] = [[] for _ in pairs]
-        # one-token targets after one shared prompt (a multiple choice's labels) need one forward pass
-        choices: dict[tuple[int, ...], list[int]] = {}
-        for i, (context, target) in enumerate(pairs):
-            if len(target) == 1:
-                choices.setdefault(tuple(context), []).append(i)
-        shared = [group for group in choices.values() if len(group) > 1]
+        shared = shared_choices(pairs)  # one forward pass per prompt for its one-token labels
         for group, values in zip(
             shared,
             self._score_choices(

@@ -11,8 +11,8 @@ Each model is a GGUF file inside one package or split over several, pinned by sh
 A GGUF is dequantized once into a float32 transformers folder (the transformers runtime, and the
 source of every other copy) and, for the CTranslate2 runtime, converted once more into an int8 folder
 whose manifest records the weights' sha256. Both live in the user cache (``$PERSONAMEM_CACHE`` or
-``~/.cache/personamem``); each is written to a temporary name and renamed, so a reader sees all of it
-or none of it.
+``~/.cache/personamem``); each is written to a temporary name and renamed (a reader sees all of it or
+none of it) while its lock file is held (processes starting together make it once).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,7 +152,9 @@ def local_model_path(name: str, cache_dir: Path | None = None) -> Path:
     cache = cache_dir or default_cache_dir()
     target = fp32_folder(model, cache)
     if not (target / "config.json").is_file():
-        _dequantize(gguf_path(model, cache), target)
+        with _made_once(target):
+            if not (target / "config.json").is_file():  # another process may have made it meanwhile
+                _dequantize(gguf_path(model, cache), target)
     return target
 
 
@@ -186,19 +190,24 @@ def ct2_model_path(name: str, cache_dir: Path | None = None, *, quantization: st
         digest = hashlib.sha256(str(source).encode()).hexdigest()[:10]
         target = cache / "ct2" / f"{source.name}-{digest}-{quantization}"
         if not (target / _MANIFEST).is_file():
-            convert_to_ct2(source, target, quantization=quantization, label=source.name)
+            with _made_once(target):
+                if not (target / _MANIFEST).is_file():
+                    convert_to_ct2(source, target, quantization=quantization, label=source.name)
         return target
     target = ct2_folder(model, cache, quantization)
     if (target / _MANIFEST).is_file():
         return target
-    fp32 = fp32_folder(model, cache)
-    if (fp32 / "config.json").is_file():
-        convert_to_ct2(fp32, target, quantization=quantization, label=model.label)
-        return target
-    with tempfile.TemporaryDirectory(dir=_made(cache)) as scratch:
-        fp32 = Path(scratch) / "fp32"
-        _dequantize(gguf_path(model, cache), fp32)
-        convert_to_ct2(fp32, target, quantization=quantization, label=model.label)
+    with _made_once(target):
+        if (target / _MANIFEST).is_file():
+            return target
+        fp32 = fp32_folder(model, cache)
+        if (fp32 / "config.json").is_file():
+            convert_to_ct2(fp32, target, quantization=quantization, label=model.label)
+            return target
+        with tempfile.TemporaryDirectory(dir=_made(cache)) as scratch:
+            fp32 = Path(scratch) / "fp32"
+            _dequantize(gguf_path(model, cache), fp32)
+            convert_to_ct2(fp32, target, quantization=quantization, label=model.label)
     return target
 
 
@@ -322,6 +331,19 @@ def _publish(partial: Path, target: Path) -> None:
         partial.rename(target)
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)
+
+
+@contextmanager
+def _made_once(target: Path) -> Iterator[None]:
+    """Hold ``target``'s lock file while it is made, so a model is converted once per machine.
+
+    Processes starting together (the web workers of one ``serve`` on a fresh machine, a test suite's
+    workers) each converted it before; now one does and the others wait, then find it made.
+    """
+    from filelock import FileLock
+
+    with FileLock(str(_made(target.parent) / f"{target.name}.lock")):
+        yield
 
 
 def _made(folder: Path) -> Path:

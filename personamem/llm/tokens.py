@@ -6,7 +6,7 @@ from typing import Any
 
 from personamem.llm.base import Prompt
 
-__all__ = ["encode_pair", "render_prompt"]
+__all__ = ["encode_pair", "render_prompt", "shared_choices"]
 
 
 def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
@@ -39,3 +39,16 @@ def encode_pair(tokenizer: Any, text: str, target: str, context_window: int) -> 
             f"{context_window}-token window; fit the profile with fit_to_budget first"
         )
     return context, continuation
+
+
+def shared_choices(pairs: list[tuple[list[int], list[int]]]) -> list[list[int]]:
+    """Indices of the one-token targets that follow one shared context, in groups of two or more.
+
+    A multiple choice's labels or a yes/no after one prompt need a single forward pass of the prompt
+    (the next-token distribution holds every label), where scoring each pair alone runs it per label.
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (context, target) in enumerate(pairs):
+        if len(target) == 1:
+            groups.setdefault(tuple(context), []).append(i)
+    return [group for group in groups.values() if len(group) > 1]

@@ -40,11 +40,6 @@ MEAN_PER_TOKEN_NATS = 0.5
 MAX_PER_TOKEN_NATS = 1.5
 
 
-@pytest.fixture(scope="module")
-def ct2_llm() -> CTranslate2LLM:
-    return CTranslate2LLM.local("smollm2-135m", threads=1)
-
-
 class TestCTranslate2LLM(FrozenLLMContract):
     @pytest.fixture
     def llm(self, ct2_llm: CTranslate2LLM) -> CTranslate2LLM:
@@ -86,6 +81,27 @@ def test_completion_tokens_count_the_end_token(ct2_llm: CTranslate2LLM) -> None:
     assert 1 < short.usage.completion_tokens < 40  # stopped by the end token, which counts
 
 
+def test_labels_after_one_prompt_take_one_forward_pass_and_score_as_alone(
+    ct2_llm: CTranslate2LLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A yes/no or a choice's labels: the prompt runs once, and each label scores as it does alone."""
+    labels = ["Yes", "No", "Maybe"]
+    requests = [(VEGETARIAN, label) for label in labels] + [(BARBECUE, "Yes"), REQUESTS[0]]
+    alone = [ct2_llm.loglikelihood([request])[0] for request in requests]  # one request: a score row
+    engine, calls = ct2_llm.generator, []
+
+    class Counted:  # the real engine, its calls noted
+        def __getattr__(self, name: str) -> object:
+            calls.append(name)
+            return getattr(engine, name)
+
+    monkeypatch.setattr(ct2_llm, "generator", Counted())
+    together = ct2_llm.loglikelihood(requests)
+    assert list(together) == pytest.approx(alone, abs=1e-4)
+    assert together.token_counts == [1, 1, 1, 1, len(ct2_llm.tokenizer.encode(" Paris"))]
+    assert calls == ["forward_batch", "score_batch"]  # VEGETARIAN's three labels; the two others
+
+
 def test_a_changed_conversion_is_refused(tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(ct2_model_path("smollm2-135m"), copy)
@@ -99,6 +115,47 @@ def test_a_changed_conversion_is_refused(tmp_path: Path) -> None:
     (copy / "personamem-ct2.json").unlink()
     with pytest.raises(LLMError, match="not a converted CTranslate2 model"):
         CTranslate2LLM.from_converted(copy)
+
+
+def test_workers_starting_together_convert_a_model_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Web workers (or test workers) opening one model on a fresh machine: one converts, the rest wait."""
+    import threading
+
+    import transformers
+
+    from personamem.llm import packaged
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(ct2_model_path("smollm2-135m") / "tokenizer")
+    tiny = transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    source = tmp_path / "tiny"
+    transformers.LlamaForCausalLM(tiny).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    conversions, convert = [], packaged.convert_to_ct2
+
+    def counted(*args: object, **kwargs: object) -> None:
+        conversions.append(args)
+        convert(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(packaged, "convert_to_ct2", counted)
+    barrier, paths = threading.Barrier(4), []
+
+    def open_model() -> None:
+        barrier.wait()
+        paths.append(ct2_model_path(str(source), tmp_path / "cache"))
+
+    threads = [threading.Thread(target=open_model) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(conversions) == 1 and len(set(paths)) == 1 and len(paths) == 4
+    scores = CTranslate2LLM.from_converted(paths[0]).loglikelihood([("The capital of France is", " Paris")])
+    assert len(scores) == 1  # the one copy loads and scores
 
 
 def test_names_and_folders_are_checked(tmp_path: Path) -> None:
@@ -148,6 +205,6 @@ def test_the_pipeline_runs_its_llm_stages_on_the_configured_runtime(
     assert main([*store, "ingest", str(notes), "--user", "ana"]) == 0
     capsys.readouterr()
     for runtime in ("ctranslate2", "transformers"):
-        argv = [*store, "search", "--user", "ana", "dinner ideas", "--method", "hyde", "--json"]
+        argv = [*store, "search", "--user", "ana", "dinner ideas", "--method", "q2t", "--json"]
         assert main([*argv, "--llm", "smollm2-135m", "--llm-runtime", runtime]) == 0
         assert len(capsys.readouterr().out.splitlines()) == 2
