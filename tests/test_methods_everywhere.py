@@ -1,7 +1,8 @@
 """Every method name in the table ranks the same through the SDK, the CLI, both adapters and the harness.
 
 One parametrized test over :data:`personamem.methods.METHODS`, on one tiny real store, with the real
-local LLM for the LLM methods and a PURPLE checkpoint trained for two steps (conftest). The SDK runs
+local LLM on the pipeline's default runtime (CTranslate2) for the LLM methods and a PURPLE checkpoint
+trained for two steps (conftest). The SDK runs
 first, so LLM outputs are computed once and the other entry points read them from the store's
 durable cache, as an application's later calls would; the listwise reranker is not cached and
 decodes greedily, so it must agree on its own.
@@ -22,7 +23,7 @@ from personamem.cli import main
 from personamem.datasets.benchmark import Benchmark, Question
 from personamem.errors import FallbackWarning
 from personamem.eval.runner import evaluate_method
-from personamem.llm import TransformersLLM
+from personamem.llm.ct2 import CTranslate2LLM
 from personamem.methods import METHODS, method_config, method_named
 from personamem.store import Store
 
@@ -84,7 +85,7 @@ def quiet() -> Iterator[None]:
         yield
 
 
-def _sdk(path: Path, name: str, llm: TransformersLLM, encoder: SentenceEncoder) -> list[str]:
+def _sdk(path: Path, name: str, llm: CTranslate2LLM, encoder: SentenceEncoder) -> list[str]:
     with PersonaMem.open(path, encoder=encoder, llm=llm) as mem:
         return [h.record.id for h in mem.search(USER, QUERY, k=K, method=name)]
 
@@ -92,11 +93,11 @@ def _sdk(path: Path, name: str, llm: TransformersLLM, encoder: SentenceEncoder) 
 def _cli(path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
     capsys.readouterr()
     argv = ["--store", str(path), "search", "--user", USER, QUERY, "-k", str(K), "--method", name, "--json"]
-    assert main([*argv, "--llm", "smollm2-135m", "--llm-runtime", "transformers"]) == 0  # the SDK's LLM
+    assert main([*argv, "--llm", "smollm2-135m", "--llm-runtime", "ctranslate2"]) == 0  # the SDK's LLM
     return [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()]
 
 
-def _harness(path: Path, name: str, llm: TransformersLLM, encoder: SentenceEncoder) -> list[str]:
+def _harness(path: Path, name: str, llm: CTranslate2LLM, encoder: SentenceEncoder) -> list[str]:
     store = Store.open(path, encoder=encoder)
     try:
         bench = Benchmark(
@@ -108,7 +109,7 @@ def _harness(path: Path, name: str, llm: TransformersLLM, encoder: SentenceEncod
         store.close()
 
 
-def _langchain(path: Path, name: str, llm: TransformersLLM, encoder: SentenceEncoder) -> list[str]:
+def _langchain(path: Path, name: str, llm: CTranslate2LLM, encoder: SentenceEncoder) -> list[str]:
     from personamem.adapters.langchain import PersonaMemRetriever
 
     with PersonaMem.open(path, encoder=encoder, llm=llm) as mem:
@@ -116,7 +117,7 @@ def _langchain(path: Path, name: str, llm: TransformersLLM, encoder: SentenceEnc
         return [str(doc.id) for doc in retriever.invoke(QUERY)]
 
 
-def _llamaindex(path: Path, name: str, llm: TransformersLLM, encoder: SentenceEncoder) -> list[str]:
+def _llamaindex(path: Path, name: str, llm: CTranslate2LLM, encoder: SentenceEncoder) -> list[str]:
     from personamem.adapters.llamaindex import PersonaMemRetriever
 
     with PersonaMem.open(path, encoder=encoder, llm=llm) as mem:
@@ -129,19 +130,19 @@ def test_a_method_ranks_the_same_everywhere(
     spec_name: str,
     store_path: Path,
     arguments: dict[str, str],
-    llm: TransformersLLM,
+    ct2_llm: CTranslate2LLM,
     encoder: SentenceEncoder,
     capsys: pytest.CaptureFixture[str],
     quiet: None,
 ) -> None:
     name = _name(spec_name, arguments)
-    sdk = _sdk(store_path, name, llm, encoder)
+    sdk = _sdk(store_path, name, ct2_llm, encoder)
     assert sdk and set(sdk) <= {f"r{i}" for i in range(len(RECORDS))}  # ana's records only
     entry_points: dict[str, Callable[[], list[str]]] = {
         "cli": lambda: _cli(store_path, name, capsys),
-        "harness": lambda: _harness(store_path, name, llm, encoder),
-        "langchain": lambda: _langchain(store_path, name, llm, encoder),
-        "llamaindex": lambda: _llamaindex(store_path, name, llm, encoder),
+        "harness": lambda: _harness(store_path, name, ct2_llm, encoder),
+        "langchain": lambda: _langchain(store_path, name, ct2_llm, encoder),
+        "llamaindex": lambda: _llamaindex(store_path, name, ct2_llm, encoder),
     }
     rankings = {where: rank() for where, rank in entry_points.items()}
     assert rankings == dict.fromkeys(entry_points, sdk)

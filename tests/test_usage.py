@@ -21,7 +21,7 @@ from personamem.cli import main
 from personamem.client import AsyncClient, Client
 from personamem.contract import Hits
 from personamem.errors import PBRFallbackWarning
-from personamem.llm import TransformersLLM
+from personamem.llm import FrozenLLM
 from personamem.llm.base import Usage
 from personamem.testing.servers import mcp_client, personamem_server
 
@@ -141,10 +141,10 @@ def test_the_cli_reports_the_usage_beside_its_answer(
 
 @pytest.mark.slow
 def test_an_llm_stage_costs_tokens_once_and_its_cached_repeat_none(
-    tmp_path: Path, encoder: SentenceEncoder, llm: TransformersLLM, one_torch_thread: None
+    tmp_path: Path, encoder: SentenceEncoder, ct2_llm: FrozenLLM
 ) -> None:
     config = PipelineConfig(personalizer="hyde", first_stage="dense", query_encoder="base")
-    with PersonaMem.open(tmp_path / "store", encoder=encoder, llm=llm) as mem, warnings.catch_warnings():
+    with PersonaMem.open(tmp_path / "store", encoder=encoder, llm=ct2_llm) as mem, warnings.catch_warnings():
         warnings.simplefilter("ignore", PBRFallbackWarning)  # a 135M model may write no usable passage
         mem.add_many(TEXTS, user_id=USER)
         first = mem.context(USER, QUERY, method=config)

@@ -11,6 +11,7 @@ the trainers alike.
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
     from personamem.store import Store
 
-__all__ = ["build_store", "corpus_vectors", "default_vector_cache"]
+__all__ = ["build_store", "corpus_vectors", "default_vector_cache", "save_entry"]
 
 
 def default_vector_cache() -> Path:
@@ -53,12 +54,21 @@ def corpus_vectors(encoder: Encoder, texts: Sequence[str], cache_dir: Path | Non
     else:
         unique = encoder.encode(distinct)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(".partial.npy")
-            np.save(partial, unique)
-            partial.replace(path)  # a crash mid-write must not leave a truncated cache entry
+            save_entry(path, unique)
     row = {text: i for i, text in enumerate(distinct)}
     return unique[[row[text] for text in texts]]
+
+
+def save_entry(path: Path, vectors: np.ndarray) -> None:
+    """Write a cache entry whole, through a partial file of this writer's own and an atomic rename.
+
+    A crash mid-write leaves no truncated entry, and evaluations that embed the same corpus at once
+    (sharing the user cache) never rename each other's partial file away.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".partial.npy", delete=False) as partial:
+        np.save(partial, vectors)
+    Path(partial.name).replace(path)
 
 
 def build_store(

@@ -25,9 +25,12 @@ from tests.conftest import DATA, need_data
 def test_amazon_instances_put_the_true_next_review_among_four_other_users(
     encoder: SentenceEncoder, tmp_path: Path
 ) -> None:
-    folder = need_data(DATA / "amazon_beauty")
+    lines = (need_data(DATA / "amazon_beauty") / "val.jsonl").read_text().splitlines()[:110]
+    folder = tmp_path / "amazon"  # the first 110 users: enough for the negatives' last band, ranks 50-100
+    folder.mkdir()
+    (folder / "val.jsonl").write_text("\n".join(lines) + "\n")
     instances = load_amazon_choices(folder, ChoiceNeeds(encoder, cache_dir=tmp_path, part="val"))
-    rows = [json.loads(line) for line in (folder / "val.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in lines]
     assert len(instances) == len(rows)
     first, row = instances[0], rows[0]
     assert len(first.candidates) == 5 and len(set(first.candidates)) == 5

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 from personamem.cli import main
 from personamem.cli.options import command_line
 from personamem.datasets.personabench import NO_GOLD, load_personabench_benchmark
-from personamem.datasets.vectors import corpus_vectors
+from personamem.datasets.vectors import corpus_vectors, default_vector_cache, save_entry
 from personamem.encoder import SentenceEncoder
 from personamem.errors import IngestError, MethodError
 from personamem.eval import BenchmarkName, EvalConfig, build_store, evaluate_method, run_eval
@@ -26,11 +28,9 @@ PERSONABENCH = DATA / "personabench"
 
 
 @pytest.fixture(scope="module")
-def vector_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One embedding cache for the module, so the real corpus is embedded once."""
-    return (
-        tmp_path_factory.mktemp("cache") / "eval-vectors"
-    )  # the layout the CLI uses under $PERSONAMEM_CACHE
+def vector_cache() -> Path:
+    """The CLI's own embedding cache, so the real corpus is embedded once per machine, not per test."""
+    return default_vector_cache()
 
 
 def _write(path: Path, data: Any) -> None:
@@ -176,6 +176,22 @@ def test_real_personabench_questions_resolve(noise: float) -> None:
         assert all((q.user_id, record_id) in owned for record_id in q.relevant)
 
 
+def test_concurrent_writers_of_a_cache_entry_leave_it_whole(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    """Parallel evaluations share the user cache: each writes its own partial file, then renames it."""
+    vectors = np.tile(encoder.encode(["the parcel went to dock 7"]), (20_000, 1))  # a LoCoMo-sized entry
+    entry = tmp_path / "entry.npy"
+    barrier = threading.Barrier(8)
+
+    def write(_: int) -> None:
+        barrier.wait()
+        save_entry(entry, vectors)
+
+    for _ in range(5):
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(write, range(8)))  # re-raises a writer's error
+    assert [p.name for p in tmp_path.iterdir()] == ["entry.npy"] and np.array_equal(np.load(entry), vectors)
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")  # most sessions exceed 256 tokens
 def test_store_rankings_match_brute_force_cosine(
@@ -205,14 +221,7 @@ def test_store_rankings_match_brute_force_cosine(
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")  # most sessions exceed 256 tokens
-def test_eval_command_writes_the_report(
-    tmp_path: Path,
-    encoder: SentenceEncoder,
-    vector_cache: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    monkeypatch.setenv("PERSONAMEM_CACHE", str(vector_cache.parent))
+def test_eval_command_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     argv = ["eval", "--benchmark", "personabench", "--data", str(need_data(PERSONABENCH))]
     argv += ["--method", "dense", "--method", "bm25", "--baseline", "dense", "--out", str(out)]

@@ -11,7 +11,7 @@ import pytest
 
 from personamem import PersonaMem, SentenceEncoder
 from personamem.errors import PBRFallbackWarning
-from personamem.llm import TransformersLLM
+from personamem.llm import FrozenLLM
 from personamem.llm.parsing import extract_json, extract_string_list, tally_outputs
 from personamem.personalize import QueryPersonalizer
 from personamem.personalize.pbr import PBR, fuse
@@ -144,8 +144,8 @@ def test_prepare_batches_the_llm_calls_that_search_then_reuses(ana_memory: Perso
 
 
 @pytest.mark.slow
-def test_pbr_with_the_real_llm_ranks_through_the_store(ana_memory: PersonaMem, llm: TransformersLLM) -> None:
-    pbr = PBR(ana_memory.store, llm, None, k1=2, m=3)
+def test_pbr_with_the_real_llm_ranks_through_the_store(ana_memory: PersonaMem, ct2_llm: FrozenLLM) -> None:
+    pbr = PBR(ana_memory.store, ct2_llm, None, k1=2, m=3)
     retriever = Pipeline(ana_memory.store, PipelineConfig(first_stage="dense"), personalizer=pbr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PBRFallbackWarning)  # a 135M model may produce nothing usable

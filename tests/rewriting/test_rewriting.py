@@ -16,7 +16,7 @@ from personamem.datasets.benchmark import Question
 from personamem.datasets.ikat import load_ikat_benchmark
 from personamem.errors import RewriteFallbackWarning
 from personamem.eval.rewriting import as_turn, load_ikat_turns, make_demonstrations, score_rewrites
-from personamem.llm import TransformersLLM
+from personamem.llm import FrozenLLM
 from personamem.llm.parsing import tally_outputs
 from personamem.rewriting import (
     Demonstration,
@@ -414,13 +414,12 @@ def test_ikat_train_demonstrations() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.filterwarnings("ignore::personamem.errors.RewriteFallbackWarning")  # SmolLM2 often garbles JSON
-def test_real_sar_zero_shot_on_three_ikat_turns(llm: TransformersLLM, encoder: SentenceEncoder) -> None:
+def test_real_sar_zero_shot_on_three_ikat_turns(ct2_llm: FrozenLLM, encoder: SentenceEncoder) -> None:
     turns, statements = load_ikat_turns(need_data(IKAT), split="2023_test")
     sample = [t for t in turns if t.relevant][:3]
     config = RewriteConfig(strategy="sar", max_tokens=64)
-    out = rewrite_turns(llm, [as_turn(t) for t in sample], statements, config, seed=0)
+    out = rewrite_turns(ct2_llm, [as_turn(t) for t in sample], statements, config, seed=0)
     assert [r.turn_id for r in out] == [t.id for t in sample]
     for rewrite, turn in zip(out, sample, strict=True):
         assert rewrite.rewrite.strip()

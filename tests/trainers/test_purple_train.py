@@ -164,7 +164,7 @@ def test_train_command_holds_out_users_and_writes_a_checkpoint(
     argv += ["--out", str(out), "--steps", "2", "--batch-size", "2", "--samples", "2", "--candidates", "4"]
     argv += [
         "--k",
-        "2",
+        "1",  # one session per profile: the reward's prompts are what the test's time goes to
         "--layers",
         "1",
         "--max-train",
@@ -173,6 +173,8 @@ def test_train_command_holds_out_users_and_writes_a_checkpoint(
         "2",
         "--validate-every",
         "1",
+        "--llm-runtime",  # the command's wiring is under test here, not the reference reward
+        "ctranslate2",
     ]
     assert main(argv) == 0
     split = json.loads((out / "split.json").read_text(encoding="utf-8"))
@@ -182,7 +184,8 @@ def test_train_command_holds_out_users_and_writes_a_checkpoint(
     assert "best step, validation reward" in capsys.readouterr().out
     assert main([*argv, "--advantage", "median"]) == 2  # a bad option names itself, nothing is trained
     other = tmp_path / "purple-seed-1"
-    assert main([*argv, "--out", str(other), "--seed", "1", "--steps", "1"]) == 0
+    smaller = ["--steps", "1", "--max-train", "2", "--max-validation", "1"]  # only the split is compared
+    assert main([*argv, "--out", str(other), "--seed", "1", *smaller]) == 0
     resplit = json.loads((other / "split.json").read_text(encoding="utf-8"))
     assert resplit["split_seed"] == 0 and resplit["test_users"] == split["test_users"]  # seeds compare
 
@@ -264,6 +267,7 @@ def test_analyze_utility_command(
 ) -> None:
     data = need_data(DATA / "personabench")
     argv = ["analyze", "utility", "--benchmark", "personabench", "--data", str(data), "--out", str(tmp_path)]
+    argv += ["--llm-runtime", "ctranslate2"]  # the command's wiring is under test, not the reference scores
     assert main([*argv, "--user", "nobody"]) == 2
     assert "has no answered questions" in capsys.readouterr().err
     from personamem.datasets.personabench import load_personabench_benchmark

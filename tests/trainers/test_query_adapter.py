@@ -15,14 +15,9 @@ from rich.progress import Progress
 from personamem import PersonaMem, Record, SentenceEncoder
 from personamem.cli import main
 from personamem.datasets import UserSplit, read_questions
-from personamem.errors import (
-    CheckpointError,
-    ConfigError,
-    InsufficientDataError,
-    PersonaMemWarning,
-    TruncationWarning,
-)
-from personamem.llm import TransformersLLM
+from personamem.datasets.vectors import corpus_vectors, default_vector_cache
+from personamem.errors import CheckpointError, ConfigError, InsufficientDataError, PersonaMemWarning
+from personamem.llm import FrozenLLM
 from personamem.methods import method_config
 from personamem.pipeline.config import PipelineConfig, pipeline_config
 from personamem.retrieval.base import Hit
@@ -194,8 +189,9 @@ def _demo(mem: PersonaMem) -> None:
 
 @pytest.mark.slow
 def test_synthetic_questions_are_cached_erased_with_the_user_and_too_few_refuse(
-    tmp_path: Path, encoder: SentenceEncoder, llm: TransformersLLM
+    tmp_path: Path, encoder: SentenceEncoder, ct2_llm: FrozenLLM
 ) -> None:
+    llm = ct2_llm  # the pipeline's runtime, which `improve` writes its questions with by default
     with PersonaMem.open(tmp_path / "store", encoder=encoder) as mem:
         _demo(mem)
         users = mem.store.users()
@@ -230,9 +226,10 @@ def personabench_mem(tmp_path_factory: pytest.TempPathFactory, encoder: Sentence
     bench = read_questions("personabench", need_data(DATA / "personabench"))
     root = tmp_path_factory.mktemp("pb")
     (root / "logging.toml").write_text("[pipeline]\nlog_interactions = true\n")
+    # the CLI's vector cache: the real corpus is embedded once per machine, not once per test
+    vectors = corpus_vectors(encoder, [r.text for r in bench.records], default_vector_cache())
     with PersonaMem.open(root / "store", encoder=encoder, pipeline=root / "logging.toml") as mem:
-        with pytest.warns(TruncationWarning):  # long sessions: BM25 reads them whole
-            mem.add_many(bench.records)
+        mem.store.add_many(bench.records, vectors=vectors)
         for question in bench.questions:
             hits = mem.search(question.user_id, question.text, k=5)
             mem.feedback(hits.interaction_id, used_record_ids=list(question.relevant))
