@@ -23,6 +23,7 @@ from personamem.cli import main
 from personamem.datasets.benchmark import Benchmark, Question
 from personamem.errors import FallbackWarning
 from personamem.eval.runner import evaluate_method
+from personamem.llm import FrozenLLM
 from personamem.llm.ct2 import CTranslate2LLM
 from personamem.methods import METHODS, method_config, method_named
 from personamem.store import Store
@@ -85,7 +86,7 @@ def quiet() -> Iterator[None]:
         yield
 
 
-def _sdk(path: Path, name: str, llm: CTranslate2LLM, encoder: SentenceEncoder) -> list[str]:
+def _sdk(path: Path, name: str, llm: FrozenLLM, encoder: SentenceEncoder) -> list[str]:
     with PersonaMem.open(path, encoder=encoder, llm=llm) as mem:
         return [h.record.id for h in mem.search(USER, QUERY, k=K, method=name)]
 
@@ -97,7 +98,7 @@ def _cli(path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> list[str]
     return [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()]
 
 
-def _harness(path: Path, name: str, llm: CTranslate2LLM, encoder: SentenceEncoder) -> list[str]:
+def _harness(path: Path, name: str, llm: FrozenLLM, encoder: SentenceEncoder) -> list[str]:
     store = Store.open(path, encoder=encoder)
     try:
         bench = Benchmark(
@@ -109,7 +110,7 @@ def _harness(path: Path, name: str, llm: CTranslate2LLM, encoder: SentenceEncode
         store.close()
 
 
-def _langchain(path: Path, name: str, llm: CTranslate2LLM, encoder: SentenceEncoder) -> list[str]:
+def _langchain(path: Path, name: str, llm: FrozenLLM, encoder: SentenceEncoder) -> list[str]:
     from personamem.adapters.langchain import PersonaMemRetriever
 
     with PersonaMem.open(path, encoder=encoder, llm=llm) as mem:
@@ -117,7 +118,7 @@ def _langchain(path: Path, name: str, llm: CTranslate2LLM, encoder: SentenceEnco
         return [str(doc.id) for doc in retriever.invoke(QUERY)]
 
 
-def _llamaindex(path: Path, name: str, llm: CTranslate2LLM, encoder: SentenceEncoder) -> list[str]:
+def _llamaindex(path: Path, name: str, llm: FrozenLLM, encoder: SentenceEncoder) -> list[str]:
     from personamem.adapters.llamaindex import PersonaMemRetriever
 
     with PersonaMem.open(path, encoder=encoder, llm=llm) as mem:

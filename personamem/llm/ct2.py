@@ -29,7 +29,7 @@ from personamem.llm.base import (
     Usage,
     cut_at_stop,
 )
-from personamem.llm.tokens import encode_pair, render_prompt, shared_choices
+from personamem.llm.tokens import encode_pair, padded_batches, render_prompt, shared_choices
 from personamem.settings import settings
 
 if TYPE_CHECKING:
@@ -174,14 +174,8 @@ class CTranslate2LLM:
         import numpy as np
 
         out: list[np.ndarray] = [np.empty(0)] * len(contexts)
-        order = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))  # a batch's first is widest
-        batches: list[list[int]] = []
-        for i in order:
-            if batches and len(contexts[batches[-1][0]]) * (len(batches[-1]) + 1) <= self._batch_tokens:
-                batches[-1].append(i)
-            else:
-                batches.append([i])
-        for batch in batches:
+        order = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))
+        for batch in padded_batches(order, [len(c) for c in contexts], self._batch_tokens):
             with self._lock:
                 logprobs = np.asarray(
                     self.generator.forward_batch([contexts[i] for i in batch], return_log_probs=True)

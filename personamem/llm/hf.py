@@ -22,7 +22,7 @@ from personamem.llm.base import (
     Usage,
     cut_at_stop,
 )
-from personamem.llm.tokens import encode_pair, render_prompt, shared_choices
+from personamem.llm.tokens import encode_pair, padded_batches, render_prompt, shared_choices
 
 __all__ = ["TransformersLLM"]
 
@@ -140,7 +140,7 @@ class TransformersLLM:
             (i for i in range(len(pairs)) if i not in grouped),
             key=lambda i: -(len(pairs[i][0]) + len(pairs[i][1])),
         )
-        for batch in self._batches(order, [len(c) + len(t) for c, t in pairs]):
+        for batch in padded_batches(order, [len(c) + len(t) for c, t in pairs], self._batch_tokens):
             for i, values in zip(batch, self._score_batch([pairs[i] for i in batch]), strict=True):
                 token_logprobs[i] = values
         prompt_tokens = sum(len(c) + len(t) for c, t in pairs)
@@ -149,16 +149,6 @@ class TransformersLLM:
             token_logprobs=token_logprobs,
             usage=Usage(prompt_tokens=prompt_tokens),
         )
-
-    def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
-        """Consecutive runs of ``order`` whose padded size stays within the token budget."""
-        batches: list[list[int]] = []
-        for i in order:
-            if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= self._batch_tokens:
-                batches[-1].append(i)  # order is longest first, so the batch's first sets its width
-            else:
-                batches.append([i])
-        return batches
 
     def _score_batch(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
         import torch
@@ -202,7 +192,7 @@ class TransformersLLM:
             return [self._score_alone(contexts[0], tokens[0])]
         out: list[list[float]] = [[] for _ in contexts]
         order = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))
-        for batch in self._batches(order, [len(c) for c in contexts]):
+        for batch in padded_batches(order, [len(c) for c in contexts], self._batch_tokens):
             width = max(len(contexts[i]) for i in batch)
             ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)

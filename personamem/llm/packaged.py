@@ -17,14 +17,14 @@ none of it) while its lock file is held (processes starting together make it onc
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,10 +151,7 @@ def local_model_path(name: str, cache_dir: Path | None = None) -> Path:
         raise LLMError(f"unknown local model {name!r}; choose from {LOCAL_MODELS} or give a model folder")
     cache = cache_dir or default_cache_dir()
     target = fp32_folder(model, cache)
-    if not (target / "config.json").is_file():
-        with _made_once(target):
-            if not (target / "config.json").is_file():  # another process may have made it meanwhile
-                _dequantize(gguf_path(model, cache), target)
+    _make_once(target / "config.json", lambda: _dequantize(gguf_path(model, cache), target))
     return target
 
 
@@ -189,26 +186,26 @@ def ct2_model_path(name: str, cache_dir: Path | None = None, *, quantization: st
             )
         digest = hashlib.sha256(str(source).encode()).hexdigest()[:10]
         target = cache / "ct2" / f"{source.name}-{digest}-{quantization}"
-        if not (target / _MANIFEST).is_file():
-            with _made_once(target):
-                if not (target / _MANIFEST).is_file():
-                    convert_to_ct2(source, target, quantization=quantization, label=source.name)
+        _make_once(
+            target / _MANIFEST,
+            lambda: convert_to_ct2(source, target, quantization=quantization, label=source.name),
+        )
         return target
     target = ct2_folder(model, cache, quantization)
-    if (target / _MANIFEST).is_file():
-        return target
-    with _made_once(target):
-        if (target / _MANIFEST).is_file():
-            return target
-        fp32 = fp32_folder(model, cache)
-        if (fp32 / "config.json").is_file():
-            convert_to_ct2(fp32, target, quantization=quantization, label=model.label)
-            return target
-        with tempfile.TemporaryDirectory(dir=_made(cache)) as scratch:
-            fp32 = Path(scratch) / "fp32"
-            _dequantize(gguf_path(model, cache), fp32)
-            convert_to_ct2(fp32, target, quantization=quantization, label=model.label)
+    _make_once(target / _MANIFEST, functools.partial(_convert_packaged, model, cache, target, quantization))
     return target
+
+
+def _convert_packaged(model: PackagedModel, cache: Path, target: Path, quantization: str) -> None:
+    """``model``'s CTranslate2 copy at ``target``, from the cache's float32 copy, else a temporary one."""
+    fp32 = fp32_folder(model, cache)
+    if (fp32 / "config.json").is_file():
+        convert_to_ct2(fp32, target, quantization=quantization, label=model.label)
+        return
+    with tempfile.TemporaryDirectory(dir=_made(cache)) as scratch:
+        fp32 = Path(scratch) / "fp32"
+        _dequantize(gguf_path(model, cache), fp32)
+        convert_to_ct2(fp32, target, quantization=quantization, label=model.label)
 
 
 def convert_to_ct2(source: Path, target: Path, *, quantization: str = "int8", label: str) -> None:
@@ -333,17 +330,20 @@ def _publish(partial: Path, target: Path) -> None:
         shutil.rmtree(partial, ignore_errors=True)
 
 
-@contextmanager
-def _made_once(target: Path) -> Iterator[None]:
-    """Hold ``target``'s lock file while it is made, so a model is converted once per machine.
+def _make_once(done: Path, make: Callable[[], object]) -> None:
+    """Run ``make`` unless the file ``done`` (inside the folder it makes) exists, under that folder's lock.
 
     Processes starting together (the web workers of one ``serve`` on a fresh machine, a test suite's
-    workers) each converted it before; now one does and the others wait, then find it made.
+    workers) each converted a model before; now one makes it and the others wait, then find it made.
     """
     from filelock import FileLock
 
-    with FileLock(str(_made(target.parent) / f"{target.name}.lock")):
-        yield
+    if done.is_file():
+        return
+    folder = done.parent
+    with FileLock(str(_made(folder.parent) / f"{folder.name}.lock")):
+        if not done.is_file():  # another process may have made it while this one waited
+            make()
 
 
 def _made(folder: Path) -> Path:

@@ -6,7 +6,7 @@ from typing import Any
 
 from personamem.llm.base import Prompt
 
-__all__ = ["encode_pair", "render_prompt", "shared_choices"]
+__all__ = ["encode_pair", "padded_batches", "render_prompt", "shared_choices"]
 
 
 def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
@@ -52,3 +52,18 @@ def shared_choices(pairs: list[tuple[list[int], list[int]]]) -> list[list[int]]:
         if len(target) == 1:
             groups.setdefault(tuple(context), []).append(i)
     return [group for group in groups.values() if len(group) > 1]
+
+
+def padded_batches(order: list[int], lengths: list[int], budget: int) -> list[list[int]]:
+    """Consecutive runs of ``order`` (longest first) whose padded size stays within ``budget`` tokens.
+
+    The first of a run is its widest, so a run of n rows costs n times its first one's length; a row
+    longer than the budget runs alone.
+    """
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
