@@ -9,14 +9,16 @@ so a field added here reaches every surface at once. Nothing here imports FastAP
 and the MCP server use it without the ``server`` extra.
 
 A new operation is a method of :class:`MemoryApi`, a result model here and its row in
-:data:`ROUTES` (verb, path, request models from :mod:`personamem.request_models`, answer model,
-status); then ``PersonaMem`` does it, ``remote.py`` sends it (one generator: the request built with
-the row's models, the answer read with its model), each client gets a one-line stub and the server
-a handler declared and checked at the row (``personamem.server.routes.serves``) that dumps the model.
-``tests/test_contract_api.py`` fails until ``PersonaMem``, ``Client`` and ``AsyncClient`` all have it
-with the protocol's signature, and a behaviour test in ``personamem.testing.MemoryContract`` runs
-it in process and over HTTP, where :meth:`~personamem.testing.MemoryContract.served` lets it compare
-the server's own JSON with the SDK's.
+:data:`ROUTES` (verb, path, key scope, OpenAPI tag, request models from
+:mod:`personamem.request_models`, answer model, status); then ``PersonaMem`` does it, ``remote.py``
+sends it (one generator: the request built with the row's models, the answer read with its model)
+and each client gets a one-line stub. The server answers it from the row alone when the request's
+fields are the call's arguments by name and the answer model has ``of(result, notes)`` (an
+:class:`Answer` does); otherwise it needs a handler, declared and checked at the row
+(``personamem.server.routes.serves``). ``tests/test_contract_api.py`` fails until ``PersonaMem``,
+``Client`` and ``AsyncClient`` all have it with the protocol's signature, and a behaviour test in
+``personamem.testing.MemoryContract`` runs it in process and over HTTP, where
+:meth:`~personamem.testing.MemoryContract.served` lets it compare the server's own JSON with the SDK's.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, Self, TypeVar
 from urllib.parse import quote
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainSerializer, RootModel, computed_field
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROUTES",
+    "Answer",
     "Built",
     "Context",
     "Count",
@@ -80,6 +83,7 @@ __all__ = [
     "RecordPage",
     "Reranked",
     "Route",
+    "Scope",
     "SearchResult",
     "StoredRecord",
     "Ttl",
@@ -91,6 +95,9 @@ __all__ = [
 
 M = TypeVar("M")
 
+Scope = Literal["read", "write", "admin"]
+"""The smallest API key scope that may call an operation (``personamem.store.keys.KeyScope``)."""
+
 
 @dataclass(frozen=True)
 class Route:
@@ -98,13 +105,20 @@ class Route:
 
     ``body`` and ``query`` are the request's models (:mod:`personamem.request_models`): the server
     reads the request with them and the clients build it with them. ``response`` is the answer's
-    model (None: not JSON, as an export's lines). ``{record_id}`` in a path is the record's id,
+    model (None: not JSON, as an export's lines). ``scope`` is the key scope the call needs and
+    ``tag`` the OpenAPI group it is listed under. ``{record_id}`` in a path is the record's id,
     percent-encoded (ids may hold ``/``); user ids travel in bodies and query strings, never in paths.
+
+    An operation whose request fields are its arguments by name and whose answer model has
+    ``of(result, notes)`` needs no handler: the server answers it from this row alone
+    (``personamem.server.routes``).
     """
 
     verb: str
     path: str
     response: type[BaseModel] | None
+    scope: Scope
+    tag: str
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
     status: int = 200
@@ -276,7 +290,21 @@ class RecordPage(BaseModel):
     records: JsonRecords
 
 
-class RecordHistory(BaseModel):
+class Answer(BaseModel):
+    """An answer that holds one call's result: its first field, and ``warnings`` where it has them.
+
+    :meth:`of` is what the server answers for an operation it serves from its row alone.
+    """
+
+    @classmethod
+    def of(cls, result: Any, notes: Sequence[str] = ()) -> Self:
+        """The answer for ``result``, with the LLM fallbacks noted during the call (``collect_fallbacks``)."""
+        first = next(iter(cls.model_fields))
+        noted = {"warnings": list(notes)} if "warnings" in cls.model_fields else {}
+        return cls.model_validate({first: result, **noted})
+
+
+class RecordHistory(Answer):
     """A record's events, oldest first (``GET /v1/history``, MCP ``record_history``)."""
 
     events: list[RecordEvent]
@@ -288,13 +316,13 @@ class RecordBatch(BaseModel):
     records: JsonRecords
 
 
-class Deleted(BaseModel):
+class Deleted(Answer):
     """The ids a delete erased (``POST /v1/records/delete``, MCP ``forget_record``)."""
 
     deleted: list[str]
 
 
-class Forgotten(BaseModel):
+class Forgotten(Answer):
     """Whether the user existed before ``forget`` erased them."""
 
     forgotten: bool
@@ -306,41 +334,46 @@ class FeedbackResult(BaseModel):
     interaction_id: str
 
 
-class Count(BaseModel):
+class Count(Answer):
     """Records of one user, or of every user."""
 
     count: int
 
 
-class Users(BaseModel):
+class Users(Answer):
     """Users with at least one record, sorted."""
 
     users: list[str]
 
 
-class Purged(BaseModel):
+class Purged(Answer):
     """Expired records a purge erased."""
 
     purged: int
 
 
-class Ttl(BaseModel):
+class Ttl(Answer):
     """The default time-to-live of new records in seconds (None: they do not expire)."""
 
     seconds: float | None
+
+    @classmethod
+    def of(cls, result: Any, notes: Sequence[str] = ()) -> Self:
+        """The answer for :meth:`PersonaMem.ttl <personamem.memory.PersonaMem.ttl>`'s timedelta (or None)."""
+        return cls(seconds=None if result is None else result.total_seconds())
 
     def to_timedelta(self) -> timedelta | None:
         """As :meth:`PersonaMem.ttl <personamem.memory.PersonaMem.ttl>` returns it."""
         return None if self.seconds is None else timedelta(seconds=self.seconds)
 
 
-class Built(BaseModel):
+class Built(Answer):
     """Preference memories a refresh built."""
 
     built: int
 
 
-class Reranked(BaseModel):
+class Reranked(Answer):
     """Candidate indices, best first, and the LLM fallbacks met on the way."""
 
     order: list[int]
@@ -392,28 +425,36 @@ class PreferenceAnswer(BaseModel):
 
 
 ROUTES: dict[str, Route] = {
-    "add": Route("POST", "/v1/records", StoredRecord, body=AddIn, status=201),
-    "add_many": Route("POST", "/v1/records/batch", RecordBatch, body=BatchIn, status=201),
-    "supersede": Route("POST", "/v1/records/supersede", StoredRecord, body=SupersedeIn, status=201),
-    "delete": Route("POST", "/v1/records/delete", Deleted, body=DeleteIn),
-    "update": Route("PATCH", "/v1/records/{record_id}", StoredRecord, body=UpdateIn, query=UserQuery),
-    "get": Route("GET", "/v1/records/{record_id}", StoredRecord, query=UserQuery),
-    "records": Route("GET", "/v1/records", RecordPage, query=RecordsQuery),
-    "history": Route("GET", "/v1/history", RecordHistory, query=HistoryQuery),
-    "ttl": Route("GET", "/v1/ttl", Ttl),
-    "set_ttl": Route("PUT", "/v1/ttl", Ttl, body=TtlIn),
-    "purge": Route("POST", "/v1/purge", Purged),
-    "export": Route("GET", "/v1/export", None, query=ExportQuery),
-    "import_user": Route("POST", "/v1/import", Imported, query=ImportQuery, status=201),
-    "search": Route("POST", "/v1/search", SearchResult, body=SearchIn),
-    "context": Route("POST", "/v1/context", Context, body=ContextIn),
-    "feedback": Route("POST", "/v1/feedback", FeedbackResult, body=FeedbackReport),
-    "memory": Route("GET", "/v1/memory", PreferenceAnswer, query=UserQuery),
-    "refresh_memories": Route("POST", "/v1/memory/refresh", Built, body=RefreshIn),
-    "rerank": Route("POST", "/v1/rerank", Reranked, body=RerankIn),
-    "users": Route("GET", "/v1/users", Users),
-    "forget": Route("DELETE", "/v1/users", Forgotten, query=UserQuery),
-    "count": Route("GET", "/v1/count", Count, query=CountQuery),
+    # records: one user's records; the tenant's time-to-live
+    "add": Route("POST", "/v1/records", StoredRecord, "write", "records", body=AddIn, status=201),
+    "add_many": Route("POST", "/v1/records/batch", RecordBatch, "write", "records", body=BatchIn, status=201),
+    "supersede": Route(
+        "POST", "/v1/records/supersede", StoredRecord, "write", "records", body=SupersedeIn, status=201
+    ),
+    "delete": Route("POST", "/v1/records/delete", Deleted, "write", "records", body=DeleteIn),
+    "update": Route(
+        "PATCH", "/v1/records/{record_id}", StoredRecord, "write", "records", body=UpdateIn, query=UserQuery
+    ),
+    "get": Route("GET", "/v1/records/{record_id}", StoredRecord, "read", "records", query=UserQuery),
+    "records": Route("GET", "/v1/records", RecordPage, "read", "records", query=RecordsQuery),
+    "history": Route("GET", "/v1/history", RecordHistory, "read", "records", query=HistoryQuery),
+    "ttl": Route("GET", "/v1/ttl", Ttl, "admin", "records"),
+    "set_ttl": Route("PUT", "/v1/ttl", Ttl, "admin", "records", body=TtlIn),
+    "purge": Route("POST", "/v1/purge", Purged, "admin", "records"),
+    "export": Route("GET", "/v1/export", None, "read", "records", query=ExportQuery),
+    "import_user": Route("POST", "/v1/import", Imported, "write", "records", query=ImportQuery, status=201),
+    # retrieval
+    "search": Route("POST", "/v1/search", SearchResult, "read", "retrieval", body=SearchIn),
+    "context": Route("POST", "/v1/context", Context, "read", "retrieval", body=ContextIn),
+    "feedback": Route("POST", "/v1/feedback", FeedbackResult, "write", "retrieval", body=FeedbackReport),
+    # memory: the users' preference memories
+    "memory": Route("GET", "/v1/memory", PreferenceAnswer, "read", "memory", query=UserQuery),
+    "refresh_memories": Route("POST", "/v1/memory/refresh", Built, "write", "memory", body=RefreshIn),
+    "rerank": Route("POST", "/v1/rerank", Reranked, "write", "memory", body=RerankIn),
+    # users
+    "users": Route("GET", "/v1/users", Users, "read", "users"),
+    "forget": Route("DELETE", "/v1/users", Forgotten, "write", "users", query=UserQuery),
+    "count": Route("GET", "/v1/count", Count, "read", "users", query=CountQuery),
 }
 """Each :class:`MemoryApi` operation's route row: the server declares and reads it from here
 (``personamem/server/routes.py``) and the clients build and read it from here (``personamem/remote.py``)."""

@@ -25,7 +25,8 @@ from personamem.contract import ROUTES, MemoryApi
 from personamem.errors import InvalidInputError
 from personamem.mcp_server import build_server
 from personamem.server.app import create_app
-from personamem.server.routes import serves
+from personamem.server.auth import Writer
+from personamem.server.routes import row_handler, serves
 
 _NOT_FOR_AGENTS = "absent: an agent recalls and remembers; store administration stays with people"
 _NOT_YET_CLI = "absent: no command yet (the SDK and both clients rerank candidates by the user's memory)"
@@ -137,7 +138,24 @@ def test_a_handler_that_does_not_read_the_rows_request_model_is_refused() -> Non
         del body
 
     with pytest.raises(TypeError, match="does not read SearchIn"):
-        serves(APIRouter(), "search")(search)
+        serves(APIRouter(tags=["retrieval"]), "search")(search)
+
+
+def test_a_handler_that_needs_another_scope_than_its_row_is_refused() -> None:
+    def purge(tenant: Writer) -> None:  # the row says admin: a write key would purge the tenant
+        del tenant
+
+    with pytest.raises(TypeError, match="needs a 'admin' key"):
+        serves(APIRouter(tags=["records"]), "purge")(purge)
+    with pytest.raises(TypeError, match="listed under 'records'"):
+        serves(APIRouter(tags=["users"]), "purge")
+
+
+def test_an_operation_whose_fields_are_not_its_arguments_needs_a_handler() -> None:
+    with pytest.raises(TypeError, match="'delete' has no handler and takes no argument ids"):
+        row_handler("delete")  # DeleteIn says ids, the call record_ids
+    with pytest.raises(TypeError, match="'add' has no handler and its answer model has no of"):
+        row_handler("add")
 
 
 def test_a_request_the_server_would_refuse_never_leaves_the_client() -> None:

@@ -1,18 +1,19 @@
 """Who may call a route: the request's API key, its tenant, its scope and its rate.
 
 Each route states the scope it needs in its signature, as the type of its memory parameter:
-``tenant: Reader`` (``read``), ``Writer`` (``write``) or ``Admin`` (``admin``); health and metrics
-take none. The dependency reads the key from SQL on every request (so a revocation reaches every
-worker at once) and answers, in this order: 401 without a valid key, 403 when the key's scope is
-too small (naming both scopes), 429 with ``Retry-After`` when a key with a rate is over it (the
-count is kept in SQL, shared by every worker: :meth:`~personamem.keys.KeyRing.admit`), and
-otherwise hands the route its tenant's view of the memory. ``create_app`` puts the memory in
-``app.state.memory``; the inspector's routes and MCP's gate use the same dependencies.
+``tenant: Reader`` (``read``), ``Writer`` (``write``) or ``Admin`` (``admin``), the one
+:data:`TENANT_OF` gives for a contract operation's row (``scope``); health and metrics take none.
+The dependency reads the key from SQL on every request (so a revocation reaches every worker at
+once) and answers, in this order: 401 without a valid key, 403 when the key's scope is too small
+(naming both scopes), 429 with ``Retry-After`` when a key with a rate is over it (the count is kept
+in SQL, shared by every worker: :meth:`~personamem.keys.KeyRing.admit`), and otherwise hands the
+route its tenant's view of the memory. ``create_app`` puts the memory in ``app.state.memory``; the
+inspector's routes and MCP's gate use the same dependencies.
 
 (No ``from __future__ import annotations``: FastAPI reads the dependencies' annotations.)
 """
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
@@ -23,7 +24,7 @@ from personamem.memory import PersonaMem
 from personamem.store.history import key_actor, set_actor
 from personamem.store.keys import ApiKey, KeyScope, require_scope, retry_seconds
 
-__all__ = ["Admin", "Reader", "Writer", "authorize"]
+__all__ = ["TENANT_OF", "Admin", "Reader", "Writer", "authorize"]
 
 
 def _key_in(request: Request) -> str | None:
@@ -86,3 +87,6 @@ Writer = Annotated[PersonaMem, Depends(_writer)]
 """The tenant's memory for a route that changes records: ``write`` keys and above."""
 Admin = Annotated[PersonaMem, Depends(_admin)]
 """The tenant's memory for a route that changes the tenant's settings or keys: ``admin`` keys only."""
+
+TENANT_OF: dict[KeyScope, Any] = {KeyScope.READ: Reader, KeyScope.WRITE: Writer, KeyScope.ADMIN: Admin}
+"""The memory parameter's type of a route needing each scope (a contract row's ``scope``)."""

@@ -5,11 +5,17 @@ routers; each handler reads what it stores on ``app.state`` through a dependency
 parameter is its tenant's view and names the scope its key needs (``Reader``, ``Writer``,
 ``Admin``: :mod:`personamem.server.auth`, which opens tenants of ``app.state.memory``); health,
 which names no tenant, takes the whole memory (``Memory``), and metrics the app's request metrics
-(``app.state.metrics``). Every :class:`~personamem.contract.MemoryApi` operation is declared with
-:func:`serves`, at its route in :data:`~personamem.contract.ROUTES`, the table the clients request
-it from. (No ``from __future__ import annotations``: FastAPI reads the handlers' annotations.)
+(``app.state.metrics``).
+
+Every :class:`~personamem.contract.MemoryApi` operation is served at its row in
+:data:`~personamem.contract.ROUTES`, the table the clients request it from. An operation whose
+request fields are its arguments by name is served from the row alone (:func:`row_handler`: the
+call, its answer model's ``of``); the others have a handler here, declared and checked against the
+row with :func:`serves`. (No ``from __future__ import annotations``: FastAPI reads the handlers'
+annotations.)
 """
 
+import inspect
 import logging
 import tempfile
 from collections.abc import Callable
@@ -26,20 +32,13 @@ from starlette.exceptions import HTTPException
 from personamem.contract import (
     ROUTES,
     Built,
-    Count,
     Deleted,
     FeedbackResult,
-    Forgotten,
-    PreferenceAnswer,
-    Purged,
+    MemoryApi,
     RecordBatch,
-    RecordHistory,
     RecordPage,
-    Reranked,
-    SearchResult,
     StoredRecord,
     Ttl,
-    Users,
 )
 from personamem.errors import IngestError, InvalidInputError, StoreError, collect_fallbacks
 from personamem.interactions import FeedbackReport
@@ -50,24 +49,21 @@ from personamem.request_models import (
     AddIn,
     BatchIn,
     ContextIn,
-    CountQuery,
     DeleteIn,
     ExportQuery,
-    HistoryQuery,
     ImportQuery,
     RecordsQuery,
     RefreshIn,
-    RerankIn,
-    SearchIn,
     SupersedeIn,
     TtlIn,
     UpdateIn,
     UserQuery,
 )
-from personamem.server.auth import Admin, Reader, Writer
+from personamem.server.auth import TENANT_OF, Admin, Reader, Writer
 from personamem.server.schemas import KeyIn, KeyOut, KeysOut, NewKeyOut
+from personamem.store.keys import KeyScope
 
-__all__ = ["ROUTERS", "serves"]
+__all__ = ["ROUTERS", "row_handler", "serves"]
 
 log = logging.getLogger("personamem.server")
 
@@ -77,13 +73,17 @@ _Handler = TypeVar("_Handler", bound=Callable[..., Any])
 def serves(router: APIRouter, operation: str, **options: Any) -> Callable[[_Handler], _Handler]:
     """A handler's decorator on ``router`` at the operation's row in ``ROUTES`` (where clients call it).
 
-    The row gives the verb, path, status and answer model; the handler must read the row's request
-    models (``body``, ``query``), so the server cannot accept what the clients would not send.
+    The row gives the verb, path, status, answer model, key scope and tag; the handler must read the
+    row's request models (``body``, ``query``), so the server cannot accept what the clients would not
+    send, and its memory parameter must need the row's scope.
 
     Raises:
-        TypeError: the handler does not take one of the row's request models.
+        TypeError: the handler does not read one of the row's request models or names another
+            scope, or ``router`` is not the row's tag.
     """
     route = ROUTES[operation]
+    if route.tag not in router.tags:
+        raise TypeError(f"{operation!r} is listed under {route.tag!r}, not {router.tags}")
     declare = router.api_route(
         route.served,
         methods=[route.verb],
@@ -93,13 +93,57 @@ def serves(router: APIRouter, operation: str, **options: Any) -> Callable[[_Hand
     )
 
     def check(handler: _Handler) -> _Handler:
-        taken = {_model_of(hint) for hint in get_type_hints(handler, include_extras=True).values()}
+        hints = list(get_type_hints(handler, include_extras=True).values())
+        taken = {_model_of(hint) for hint in hints}
         missing = [m.__name__ for m in (route.body, route.query) if m is not None and m not in taken]
         if missing:
             raise TypeError(f"{handler.__name__} serves {operation!r} but does not read {', '.join(missing)}")
+        if TENANT_OF[KeyScope(route.scope)] not in hints:
+            raise TypeError(f"{handler.__name__} serves {operation!r}, which needs a {route.scope!r} key")
         return declare(handler)
 
     return check
+
+
+def row_handler(operation: str) -> Callable[..., Response]:
+    """The handler of an operation served from its row alone, with no code of its own.
+
+    The request's fields are the call's arguments by name; the answer is the row's model ``of`` the
+    result and the LLM fallbacks noted meanwhile.
+
+    Raises:
+        TypeError: the row's answer model has no ``of``, or a request field is not an argument.
+    """
+    route = ROUTES[operation]
+    answer_of = getattr(route.response, "of", None)
+    if answer_of is None:
+        raise TypeError(f"{operation!r} has no handler and its answer model has no of(result, notes)")
+    arguments = inspect.signature(getattr(MemoryApi, operation)).parameters
+    fields = [name for model in (route.body, route.query) if model is not None for name in model.model_fields]
+    unknown = [name for name in fields if name not in arguments]
+    if unknown:
+        raise TypeError(f"{operation!r} has no handler and takes no argument {', '.join(unknown)}")
+
+    def handler(
+        tenant: PersonaMem, body: BaseModel | None = None, query: BaseModel | None = None
+    ) -> Response:
+        given = {name: value for part in (body, query) if part is not None for name, value in part}
+        with collect_fallbacks() as notes:
+            result = getattr(tenant, operation)(**given)
+        return _answer(answer_of(result, notes), route.status)
+
+    annotations: dict[str, Any] = {"tenant": TENANT_OF[KeyScope(route.scope)]}
+    if route.body is not None:
+        annotations["body"] = route.body
+    if route.query is not None:
+        annotations["query"] = Annotated[route.query, Query()]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter(name, keyword, annotation=hint) for name, hint in annotations.items()]
+    handler.__signature__ = inspect.Signature(parameters, return_annotation=Response)  # type: ignore[attr-defined]
+    handler.__annotations__ = {**annotations, "return": Response}
+    handler.__name__ = handler.__qualname__ = operation
+    handler.__doc__ = getattr(MemoryApi, operation).__doc__
+    return handler
 
 
 def _model_of(hint: Any) -> Any:
@@ -181,24 +225,11 @@ def supersede(body: SupersedeIn, tenant: Writer) -> Response:
     return _answer(StoredRecord(tenant.supersede(body.user_id, body.old_id, **fields)), 201)
 
 
-@serves(records_router, "ttl")
-def ttl(tenant: Admin) -> Response:
-    """The tenant's default time-to-live of new records in seconds (null: records do not expire)."""
-    found = tenant.ttl()
-    return _answer(Ttl(seconds=None if found is None else found.total_seconds()))
-
-
 @serves(records_router, "set_ttl")
 def set_ttl(body: TtlIn, tenant: Admin) -> Response:
     """Set the tenant's default time-to-live of new records (null: none)."""
     tenant.set_ttl(body.seconds)
     return _answer(Ttl(seconds=body.seconds))
-
-
-@serves(records_router, "purge")
-def purge(tenant: Admin) -> Response:
-    """Erase the tenant's expired records now (a background sweep does it every minute too)."""
-    return _answer(Purged(purged=tenant.purge()))
 
 
 @serves(records_router, "add_many")
@@ -220,12 +251,6 @@ def memory(query: Annotated[RecordsQuery, Query()], tenant: Reader) -> Response:
     records = tenant.records(query.user_id)
     page = records[query.offset : query.offset + query.limit]
     return _answer(RecordPage(count=len(records), records=page))
-
-
-@serves(records_router, "history")
-def history(query: Annotated[HistoryQuery, Query()], tenant: Reader) -> Response:
-    """A record's events, oldest first, with who made them; an erased record's without its text."""
-    return _answer(RecordHistory(events=tenant.history(query.user_id, query.record_id)))
 
 
 @serves(records_router, "export", response_class=StreamingResponse)
@@ -284,14 +309,6 @@ retrieval_router = APIRouter(tags=["retrieval"])
 """Search, context for a prompt, and feedback on a logged call."""
 
 
-@serves(retrieval_router, "search")
-def search(body: SearchIn, tenant: Reader) -> Response:
-    """The user's top k records by any method name; LLM stages that fell back are listed."""
-    with collect_fallbacks() as notes:
-        hits = tenant.search(**dict(body))  # the body's fields are the call's arguments, by name
-    return _answer(SearchResult.of(hits, notes))
-
-
 @serves(retrieval_router, "feedback")
 def feedback(body: FeedbackReport, tenant: Writer) -> Response:
     """Report the accepted answer, a rating or the records used for a logged call (422 if unknown)."""
@@ -309,17 +326,6 @@ memory_router = APIRouter(tags=["memory"])
 """The users' preference memories: read, rebuild, and rerank candidates with them."""
 
 
-@serves(memory_router, "memory")
-def preference_memory(query: Annotated[UserQuery, Query()], tenant: Reader) -> Response:
-    """The user's preference memory with its evidence record ids; rebuilt first if the history changed.
-
-    ``stale`` is true when the rebuild failed or did not finish in time (``warnings`` say which).
-    """
-    with collect_fallbacks() as notes:
-        memory = tenant.memory(query.user_id)
-    return _answer(PreferenceAnswer.of(memory, notes))
-
-
 @serves(memory_router, "refresh_memories")
 def refresh_memories(body: RefreshIn, tenant: Writer) -> Response:
     """Build the missing or stale memories of the users named (or all); returns how many were built."""
@@ -327,34 +333,8 @@ def refresh_memories(body: RefreshIn, tenant: Writer) -> Response:
     return _answer(Built(built=tenant.refresh_memories(users, batch_size=body.batch_size)))
 
 
-@serves(memory_router, "rerank")
-def rerank(body: RerankIn, tenant: Writer) -> Response:
-    """Candidate indices, best first, by the setwise LLM reranker given the user's memory."""
-    with collect_fallbacks() as notes:
-        order = tenant.rerank(body.user_id, body.query, body.candidates, k=body.k)
-    return _answer(Reranked(order=order, warnings=notes))
-
-
 users_router = APIRouter(tags=["users"])
 """The tenant's users: list, count and erase."""
-
-
-@serves(users_router, "users")
-def users(tenant: Reader) -> Response:
-    """The tenant's users with at least one record, sorted."""
-    return _answer(Users(users=tenant.users()))
-
-
-@serves(users_router, "forget")
-def forget(query: Annotated[UserQuery, Query()], tenant: Writer) -> Response:
-    """Erase the user: records, vectors, cached derived data."""
-    return _answer(Forgotten(forgotten=tenant.forget(query.user_id)))
-
-
-@serves(users_router, "count")
-def count(query: Annotated[CountQuery, Query()], tenant: Reader) -> Response:
-    """Records of one user (0 for an unknown user), or of all the tenant's users."""
-    return _answer(Count(count=tenant.count(query.user_id)))
 
 
 keys_router = APIRouter(tags=["keys"])
@@ -389,3 +369,18 @@ def revoke_key(key_id: str, tenant: Admin) -> Response:
 
 ROUTERS = (operations_router, records_router, retrieval_router, memory_router, users_router, keys_router)
 """Every REST router, in the order ``create_app`` includes them."""
+
+
+def _serve_the_rows_without_handlers() -> None:
+    """Serve each operation that has no handler above from its row (:func:`row_handler`)."""
+    by_tag = {router.tags[0]: router for router in ROUTERS}
+    for operation, route in ROUTES.items():
+        router = by_tag[route.tag]
+        declared = {
+            (getattr(r, "path", ""), verb) for r in router.routes for verb in getattr(r, "methods", ())
+        }
+        if (route.served, route.verb) not in declared:
+            serves(router, operation)(row_handler(operation))
+
+
+_serve_the_rows_without_handlers()
