@@ -82,12 +82,12 @@ def test_unknown_or_missing_local_models_are_named(tmp_path: Path) -> None:
 def test_cli_rewrites_ikat_turns_with_the_real_llm(tmp_path: Path, encoder: SentenceEncoder) -> None:
     out = tmp_path / "report"
     args = ["eval-rewriting", "--data", str(need_data(IKAT)), "--strategy", "none", "--strategy", "sar"]
-    fast = ["--llm-runtime", "ctranslate2"]  # the wiring is under test here, not the reference scores
+    fast = ["--llm-runtime", "ctranslate2", "--max-tokens", "24"]  # the wiring is under test here
     assert main([*args, *fast, "--seeds", "2", "--max-turns", "2", "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert set(report["settings"]) == {"utterance", "none-0shot", "sar-0shot"} and report["turns"] == 2
     assert report["settings"]["sar-0shot"]["seeds"] == [0, 1]
-    assert "eval-rewriting" in report["command"]
+    assert "eval-rewriting" in report["command"] and "--max-tokens 24" in report["command"]
 
 
 def test_cli_refuses_a_negative_shot_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

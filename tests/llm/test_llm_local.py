@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from personamem.llm import FrozenLLM, Scores, TransformersLLM, fit_to_budget
+from personamem.llm.base import Prompt
 from personamem.llm.tokens import encode_pair
 
 VEGETARIAN = [{"role": "user", "content": "I'm vegetarian. What should I cook tonight? Answer in one line."}]
@@ -146,15 +147,11 @@ def _choice_reference(llm: TransformersLLM, prompt, labels: str) -> list[float]:
     return [logprobs[llm.tokenizer.encode(label)[0]].item() for label in labels]
 
 
-@pytest.mark.parametrize("budget", [2048, 160, 100, 0])  # all, one, no prompt kept; off
-def test_choices_run_only_the_tokens_after_a_cached_prefix_and_score_as_uncached(
-    llm: TransformersLLM, budget: int
-) -> None:
+def _choices() -> list[tuple[Prompt, str]]:
     from personamem.preference.setwise import setwise_prompt
 
-    fresh = TransformersLLM(llm.model, llm.tokenizer, name=llm.name, prefix_cache_tokens=budget)
     memory, request = "- hikes every weekend\n- vegan", "a present for my friend"
-    choices = [
+    return [
         (setwise_prompt(request, memory, ITEMS[:5]), "ABCDE"),
         (setwise_prompt(request, memory, ITEMS[2:7]), "ABCDE"),
         (setwise_prompt(request, memory, ITEMS[2:7]), "ABCDE"),  # the same choice again
@@ -162,7 +159,20 @@ def test_choices_run_only_the_tokens_after_a_cached_prefix_and_score_as_uncached
         (setwise_prompt("what should I cook?", memory, ITEMS[1:4]), "ABC"),
         ("Pick one. A. tea B. coffee\nAnswer with one letter:", "AB"),  # no chat template
     ]
-    references = [_choice_reference(llm, prompt, labels) for prompt, labels in choices]
+
+
+@pytest.fixture(scope="module")
+def choice_references(llm: TransformersLLM) -> list[list[float]]:
+    """The reference scores of :func:`_choices`, computed once for every prefix-cache budget."""
+    return [_choice_reference(llm, prompt, labels) for prompt, labels in _choices()]
+
+
+@pytest.mark.parametrize("budget", [2048, 160, 100, 0])  # all, one, no prompt kept; off
+def test_choices_run_only_the_tokens_after_a_cached_prefix_and_score_as_uncached(
+    llm: TransformersLLM, choice_references: list[list[float]], budget: int
+) -> None:
+    fresh = TransformersLLM(llm.model, llm.tokenizer, name=llm.name, prefix_cache_tokens=budget)
+    choices, references = _choices(), choice_references
     run: list[int] = []  # tokens each forward pass runs, seen by a hook on the real model
     hook = llm.model.register_forward_pre_hook(
         lambda _module, _args, kwargs: run.append(kwargs["input_ids"].shape[1]), with_kwargs=True

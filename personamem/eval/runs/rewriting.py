@@ -45,6 +45,8 @@ class RewritingEvalRun(EvalRun):
     """Rewrite an evenly spaced subset of this many turns."""
     temperature: float = Field(default=0.7, ge=0.0)
     """Sampling temperature (0 = greedy)."""
+    max_tokens: int = Field(default=128, ge=1)
+    """Most tokens generated per answer (a JSON answer cut short is parsed leniently)."""
     out_dir: Path = Field(default=Path("personamem-eval/ikat-rewriting"), alias="out")
     """Folder for report.json and report.md."""
     llm: str = "smollm2-135m"
@@ -87,7 +89,7 @@ def run(config: RewritingEvalRun, *, progress: Progress | None = None, command: 
         train, train_statements = load_ikat_turns(config.data, split=config.shots_split)
         examples = make_demonstrations(train, train_statements)
     settings = [
-        RewriteConfig(strategy=s.value, shots=k, temperature=config.temperature)
+        RewriteConfig(strategy=s.value, shots=k, temperature=config.temperature, max_tokens=config.max_tokens)
         for s in dict.fromkeys(config.strategies)
         for k in counts
     ]
