@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,15 +48,32 @@ def corpus_vectors(encoder: Encoder, texts: Sequence[str], cache_dir: Path | Non
     digest = hashlib.sha256(encoder.name.encode())
     for text in distinct:
         digest.update(hashlib.sha256(text.encode()).digest())
-    path = cache_dir / f"{digest.hexdigest()[:32]}.npy" if cache_dir is not None else None
-    if path is not None and path.exists():
-        unique = np.load(path)
-    else:
+    if cache_dir is None:
         unique = encoder.encode(distinct)
-        if path is not None:
-            save_entry(path, unique)
+    else:
+        entry = cache_dir / f"{digest.hexdigest()[:32]}.npy"
+        unique = _embedded_once(entry, lambda: encoder.encode(distinct))
     row = {text: i for i, text in enumerate(distinct)}
     return unique[[row[text] for text in texts]]
+
+
+def _embedded_once(path: Path, embed: Callable[[], np.ndarray]) -> np.ndarray:
+    """The entry at ``path``, embedded first if absent, under its lock.
+
+    Evaluations that start together on a fresh machine (a test suite's workers, two ``eval`` commands)
+    each embedded the same corpus before; now one embeds it and the others wait, then read it.
+    """
+    from filelock import FileLock
+
+    if path.exists():
+        return np.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.with_suffix(".lock"))):
+        if path.exists():  # another process embedded it while this one waited
+            return np.load(path)
+        vectors = embed()
+        save_entry(path, vectors)
+        return vectors
 
 
 def save_entry(path: Path, vectors: np.ndarray) -> None:

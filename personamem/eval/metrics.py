@@ -15,6 +15,7 @@ import itertools
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from personamem.datasets.benchmark import Question
 
@@ -52,18 +53,42 @@ def ranx_scores(
     empty = [q.id for q in questions if not q.relevant]
     if empty:
         raise ValueError(f"{len(empty)} questions have no relevant record, e.g. {empty[:3]}; skip them first")
-    qrels = Qrels({q.id: dict(q.relevant) for q in questions})
     ranked = {
         q.id: {record_id: float(len(ids) - i) for i, record_id in enumerate(ids)}
         for q in questions
         if (ids := list(dict.fromkeys(rankings.get(q.id, ()))))
     }
-    run = Run(ranked).make_comparable(qrels)
-    with warnings.catch_warnings():
+    with _kernels_once(metrics), warnings.catch_warnings():  # Qrels and Run run numba kernels too
         # ranx's nDCG casts uint64 counts to int64 inside numba; harmless at our sizes, and noisy
         warnings.simplefilter("ignore", NumbaTypeSafetyWarning)
+        qrels = Qrels({q.id: dict(q.relevant) for q in questions})
+        run = Run(ranked).make_comparable(qrels)
         evaluate(qrels, run, list(metrics), return_mean=False, save_results_in_run=True)
+    _EVALUATED.update(metrics)
     return {metric: {qid: float(score) for qid, score in run.scores[metric].items()} for metric in metrics}
+
+
+_EVALUATED: set[str] = set()
+"""Metrics this process has evaluated: their numba kernels are compiled or loaded."""
+
+
+def _kernels_once(metrics: Sequence[str]) -> AbstractContextManager[object]:
+    """A machine-wide lock for an evaluation with metrics new to this process, else nothing.
+
+    A metric's first evaluation compiles ranx's numba kernels (about 30 s of CPU each, on a fresh
+    install) or loads them from numba's cache. Evaluations that start together (a test suite's
+    workers, parallel ``eval`` runs) each compiled them before; now one compiles while the others
+    wait, then load what it cached.
+    """
+    if set(metrics) <= _EVALUATED:
+        return nullcontext()
+    from filelock import FileLock
+
+    from personamem.llm.packaged import default_cache_dir
+
+    folder = default_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(folder / "ranx-numba.lock"))
 
 
 def novelty_at_k(ranking: Sequence[str], base_top: Sequence[str], k: int) -> float:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,27 @@ def test_ranx_scores_follow_the_given_order() -> None:
     assert scores["mrr"] == {"a": 0.5, "b": 1.0}
     ideal = 1 + 1 / math.log2(3)
     assert scores["ndcg@3"]["b"] == pytest.approx((1 + 1 / math.log2(4)) / ideal)
+
+
+def test_metrics_new_to_a_process_wait_for_another_process_compiling_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from filelock import FileLock
+
+    from personamem.eval import metrics
+
+    monkeypatch.setenv("PERSONAMEM_CACHE", str(tmp_path))
+    monkeypatch.setattr(metrics, "_EVALUATED", set())
+    questions, rankings = [_q("a", {"x": 1})], {"a": ["w", "x"]}
+    with ThreadPoolExecutor(1) as pool:
+        with FileLock(str(tmp_path / "ranx-numba.lock")):  # another process, compiling ranx's kernels
+            scoring = pool.submit(ranx_scores, questions, rankings, ["mrr"])
+            time.sleep(0.5)
+            assert not scoring.done()  # it waits instead of compiling them a second time
+        assert scoring.result(timeout=60)["mrr"] == {"a": 0.5}
+        with FileLock(str(tmp_path / "ranx-numba.lock")):  # mrr is loaded here now: no wait
+            again = pool.submit(ranx_scores, questions, rankings, ["mrr"])
+            assert again.result(timeout=60)["mrr"] == {"a": 0.5}
 
 
 def test_ranx_scores_a_missing_ranking_as_zero_and_refuses_questions_without_gold() -> None:

@@ -192,6 +192,30 @@ def test_concurrent_writers_of_a_cache_entry_leave_it_whole(tmp_path: Path, enco
     assert [p.name for p in tmp_path.iterdir()] == ["entry.npy"] and np.array_equal(np.load(entry), vectors)
 
 
+def test_evaluations_starting_together_embed_a_corpus_once(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    calls: list[int] = []
+
+    class Counted:  # the real encoder, counting the corpora it is asked to embed
+        name = encoder.name
+
+        def encode(self, texts: list[str]) -> np.ndarray:
+            calls.append(len(texts))
+            return encoder.encode(texts)
+
+    texts = [f"note {i}: the parcel went to dock {i * 7}" for i in range(200)]
+    barrier = threading.Barrier(4)
+
+    def evaluate(_: int) -> np.ndarray:
+        barrier.wait()
+        return corpus_vectors(Counted(), texts, tmp_path)  # type: ignore[arg-type]
+
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(evaluate, range(4)))
+    assert calls == [200]  # one embedded it; three waited for its entry and read it
+    assert all(np.array_equal(vectors, found[0]) for vectors in found)
+    assert np.allclose(found[0], encoder.encode(texts), atol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")  # most sessions exceed 256 tokens
 def test_store_rankings_match_brute_force_cosine(
