@@ -13,6 +13,7 @@ import pytest
 from personamem import PersonaMem, SentenceEncoder
 from personamem.cli import main
 from personamem.client import AsyncClient
+from personamem.datasets.benchmark import evenly_spaced
 from personamem.errors import ConfigError, ConflictFallbackWarning, InvalidInputError
 from personamem.eval.conflicts import load_conflict_pairs
 from personamem.llm.base import FrozenLLM, Scores
@@ -230,12 +231,13 @@ def test_eval_conflicts_scores_the_labelled_pairs(capsys: pytest.CaptureFixture[
     assert len(pairs) == 96 and sum(p.replaces for p in pairs) == 32
     assert all(p.earlier and p.newer and p.earlier != p.newer for p in pairs)
     report = tmp_path / "conflicts.json"
-    assert (
-        main(["eval-conflicts", "--data", str(prefeval), "--llm", "smollm2-135m", "--out", str(report)]) == 0
-    )
-    assert "96 pairs (32 replace)" in capsys.readouterr().out
+    argv = ["eval-conflicts", "--data", str(prefeval), "--llm", "smollm2-135m", "--out", str(report)]
+    assert main([*argv, "--max-pairs", "24"]) == 0  # the wiring is under test: a quarter of the pairs
+    subset = evenly_spaced(pairs, 24)
+    assert f"24 pairs ({sum(p.replaces for p in subset)} replace)" in capsys.readouterr().out
     body = json.loads(report.read_text())
-    assert len(body["pairs"]) == 96 and {s["name"][:3] for s in body["scores"]} == {"LLM", "cos"}
+    assert [p["newer"] for p in body["pairs"]] == [p.newer for p in subset]
+    assert {s["name"][:3] for s in body["scores"]} == {"LLM", "cos"}
     with pytest.raises(InvalidInputError, match="not found"):
         load_conflict_pairs(tmp_path)
 

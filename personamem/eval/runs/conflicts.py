@@ -29,6 +29,8 @@ class ConflictEvalRun(EvalRun):
     """The local LLM engine: ctranslate2 (int8, fast on a CPU) or transformers (float32, the reference)."""
     margin: float = 0.0
     """log P(Yes) - log P(No) above which a pair is a conflict."""
+    max_pairs: int | None = Field(default=None, ge=1)
+    """Score an evenly spaced subset of this many pairs."""
     out_file: Path | None = Field(default=None, alias="out")
     """Also write the scores as JSON."""
 
@@ -36,12 +38,13 @@ class ConflictEvalRun(EvalRun):
 def run(config: ConflictEvalRun, *, progress: Progress | None = None, command: str = "") -> EvalSummary:
     """Precision and recall (95 % bootstrap intervals) of the LLM's verdicts and of the cosine alone."""
     from personamem.conflicts import ConflictDetector
+    from personamem.datasets.benchmark import evenly_spaced
     from personamem.encoder import default_encoder
     from personamem.eval.conflicts import load_conflict_pairs, score_conflicts
     from personamem.llm.load import load_llm
 
     del progress, command  # one pass over a few hundred pairs; the JSON names its settings
-    pairs = load_conflict_pairs(config.data)
+    pairs = evenly_spaced(load_conflict_pairs(config.data), config.max_pairs)
     detector = ConflictDetector(load_llm(config.llm, runtime=config.llm_runtime), margin=config.margin)
     scores, margins, cosines = score_conflicts(pairs, detector, default_encoder())
     replacing = sum(p.replaces for p in pairs)
