@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +152,16 @@ def test_a_handler_that_needs_another_scope_than_its_row_is_refused() -> None:
         serves(APIRouter(tags=["users"]), "purge")
 
 
-def test_an_operation_whose_fields_are_not_its_arguments_needs_a_handler() -> None:
+def test_an_operation_the_row_cannot_serve_alone_needs_a_handler(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(TypeError, match="'delete' has no handler and takes no argument ids"):
         row_handler("delete")  # DeleteIn says ids, the call record_ids
     with pytest.raises(TypeError, match="'add' has no handler and its answer model has no of"):
         row_handler("add")
+    row = ROUTES["history"]
+    with monkeypatch.context() as patched:  # a record id in the path would never reach the call
+        patched.setitem(ROUTES, "history", replace(row, path="/v1/history/{record_id}"))
+        with pytest.raises(TypeError, match=r"'history' has no handler and its path \S+ holds a parameter"):
+            row_handler("history")
 
 
 def test_a_request_the_server_would_refuse_never_leaves_the_client() -> None:

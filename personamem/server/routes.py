@@ -112,12 +112,15 @@ def row_handler(operation: str) -> Callable[..., Response]:
     result and the LLM fallbacks noted meanwhile.
 
     Raises:
-        TypeError: the row's answer model has no ``of``, or a request field is not an argument.
+        TypeError: the row's answer model has no ``of``, its path holds a parameter (``{record_id}``),
+            or a request field is not an argument.
     """
     route = ROUTES[operation]
     answer_of = getattr(route.response, "of", None)
     if answer_of is None:
         raise TypeError(f"{operation!r} has no handler and its answer model has no of(result, notes)")
+    if "{" in route.path:
+        raise TypeError(f"{operation!r} has no handler and its path {route.path} holds a parameter")
     arguments = inspect.signature(getattr(MemoryApi, operation)).parameters
     fields = [name for model in (route.body, route.query) if model is not None for name in model.model_fields]
     unknown = [name for name in fields if name not in arguments]
