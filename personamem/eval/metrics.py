@@ -14,8 +14,8 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from personamem.datasets.benchmark import Question
 
@@ -72,23 +72,34 @@ _EVALUATED: set[str] = set()
 """Metrics this process has evaluated: their numba kernels are compiled or loaded."""
 
 
-def _kernels_once(metrics: Sequence[str]) -> AbstractContextManager[object]:
-    """A machine-wide lock for an evaluation with metrics new to this process, else nothing.
+@contextmanager
+def _kernels_once(metrics: Sequence[str]) -> Iterator[None]:
+    """Hold a machine-wide lock around an evaluation with metrics new to this process.
 
-    A metric's first evaluation compiles ranx's numba kernels (about 30 s of CPU each, on a fresh
-    install) or loads them from numba's cache. Evaluations that start together (a test suite's
-    workers, parallel ``eval`` runs) each compiled them before; now one compiles while the others
-    wait, then load what it cached.
+    A metric's first evaluation compiles ranx's numba kernels (about 40 s of CPU for the default
+    metrics, on a fresh install) or loads them from numba's cache. Evaluations that start together
+    (a test suite's workers, parallel ``eval`` runs) each compiled them before; now one compiles while
+    the others wait, then load what it cached. Without a writable user cache, nothing is shared.
     """
     if set(metrics) <= _EVALUATED:
-        return nullcontext()
+        yield
+        return
     from filelock import FileLock
 
     from personamem.llm.packaged import default_cache_dir
 
-    folder = default_cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(folder / "ranx-numba.lock"))
+    try:
+        folder = default_cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(folder / "ranx-numba.lock"))
+        lock.acquire()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def novelty_at_k(ranking: Sequence[str], base_top: Sequence[str], k: int) -> float:

@@ -55,6 +55,10 @@ def test_metrics_new_to_a_process_wait_for_another_process_compiling_them(
         with FileLock(str(tmp_path / "ranx-numba.lock")):  # mrr is loaded here now: no wait
             again = pool.submit(ranx_scores, questions, rankings, ["mrr"])
             assert again.result(timeout=60)["mrr"] == {"a": 0.5}
+    monkeypatch.setattr(metrics, "_EVALUATED", set())
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("PERSONAMEM_CACHE", str(tmp_path / "a-file"))  # no user cache can be made there
+    assert ranx_scores(questions, rankings, ["mrr"])["mrr"] == {"a": 0.5}  # scored, nothing shared
 
 
 def test_ranx_scores_a_missing_ranking_as_zero_and_refuses_questions_without_gold() -> None:
