@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from personamem.user_cache import default_cache_dir, make_once
+
 if TYPE_CHECKING:
     import onnxruntime
     from tokenizers import Tokenizer
@@ -75,8 +77,6 @@ def plain_bert(folder: Path) -> int | None:
 
 
 def _cache_dir() -> Path:
-    from personamem.llm.packaged import default_cache_dir
-
     return default_cache_dir() / "encoders"
 
 
@@ -93,22 +93,20 @@ def export_onnx(folder: Path, cache: Path | None = None) -> Path:
     Raises:
         RuntimeError: the export's vectors differ from torch's by more than 1e-5.
     """
-    from filelock import FileLock
-
     target = (cache or _cache_dir()) / f"{folder.name}-{_fingerprint(folder)}" / "model.onnx"
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if not target.is_file():  # another process may have finished it while we waited
-            partial = target.with_name(f"model.partial-{os.getpid()}.onnx")
-            log.info("exporting encoder %s to ONNX once, into %s (about 10 s)", folder.name, target.parent)
-            try:
-                _export(folder, partial)
-                partial.replace(target)
-            finally:
-                partial.unlink(missing_ok=True)
+    make_once(target, lambda: _export_into(folder, target), lock=Path(f"{target}.lock"))
     return target
+
+
+def _export_into(folder: Path, target: Path) -> None:
+    """:func:`_export` to a partial file of this process's own, renamed to ``target`` once checked."""
+    partial = target.with_name(f"model.partial-{os.getpid()}.onnx")
+    log.info("exporting encoder %s to ONNX once, into %s (about 10 s)", folder.name, target.parent)
+    try:
+        _export(folder, partial)
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _export(folder: Path, path: Path) -> None:

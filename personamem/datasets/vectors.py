@@ -20,6 +20,7 @@ import numpy as np
 
 from personamem.datasets.benchmark import Benchmark
 from personamem.encoder import Encoder
+from personamem.user_cache import default_cache_dir, make_once
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -31,8 +32,6 @@ __all__ = ["build_store", "corpus_vectors", "default_vector_cache", "save_entry"
 
 def default_vector_cache() -> Path:
     """Where the CLI keeps corpus vectors: ``eval-vectors`` in the user cache (see ``$PERSONAMEM_CACHE``)."""
-    from personamem.llm.packaged import default_cache_dir
-
     return default_cache_dir() / "eval-vectors"
 
 
@@ -63,17 +62,8 @@ def _embedded_once(path: Path, embed: Callable[[], np.ndarray]) -> np.ndarray:
     Evaluations that start together on a fresh machine (a test suite's workers, two ``eval`` commands)
     each embedded the same corpus before; now one embeds it and the others wait, then read it.
     """
-    from filelock import FileLock
-
-    if path.exists():
-        return np.load(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path.with_suffix(".lock"))):
-        if path.exists():  # another process embedded it while this one waited
-            return np.load(path)
-        vectors = embed()
-        save_entry(path, vectors)
-        return vectors
+    make_once(path, lambda: save_entry(path, embed()), lock=path.with_suffix(".lock"))
+    return np.load(path)
 
 
 def save_entry(path: Path, vectors: np.ndarray) -> None:

@@ -86,7 +86,7 @@ def _kernels_once(metrics: Sequence[str]) -> Iterator[None]:
         return
     from filelock import FileLock
 
-    from personamem.llm.packaged import default_cache_dir
+    from personamem.user_cache import default_cache_dir
 
     try:
         folder = default_cache_dir()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from personamem.llm.base import LLMError
-from personamem.settings import settings
+from personamem.user_cache import default_cache_dir, make_once
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -131,13 +131,6 @@ LOCAL_MODELS = (*PACKAGED_MODELS, *_ALIASES)
 def packaged_model(name: str) -> PackagedModel | None:
     """The packaged model ``name`` (or an alias) names; None for anything else (e.g. a folder)."""
     return PACKAGED_MODELS.get(_ALIASES.get(name, name))
-
-
-def default_cache_dir() -> Path:
-    """Where converted models are kept: ``$PERSONAMEM_CACHE``, else ``$XDG_CACHE_HOME/personamem``."""
-    if (cache := settings().cache) is not None:
-        return cache
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "personamem"
 
 
 def local_model_path(name: str, cache_dir: Path | None = None) -> Path:
@@ -331,19 +324,9 @@ def _publish(partial: Path, target: Path) -> None:
 
 
 def _make_once(done: Path, make: Callable[[], object]) -> None:
-    """Run ``make`` unless the file ``done`` (inside the folder it makes) exists, under that folder's lock.
-
-    Processes starting together (the web workers of one ``serve`` on a fresh machine, a test suite's
-    workers) each converted a model before; now one makes it and the others wait, then find it made.
-    """
-    from filelock import FileLock
-
-    if done.is_file():
-        return
+    """:func:`~personamem.user_cache.make_once` of a folder (``done`` is inside it), locked beside it."""
     folder = done.parent
-    with FileLock(str(_made(folder.parent) / f"{folder.name}.lock")):
-        if not done.is_file():  # another process may have made it while this one waited
-            make()
+    make_once(done, make, lock=folder.parent / f"{folder.name}.lock")
 
 
 def _made(folder: Path) -> Path:

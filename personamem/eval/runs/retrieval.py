@@ -35,7 +35,7 @@ def run(config: RetrievalEvalRun, *, progress: Progress | None = None, command: 
     from personamem.eval.evaluate import run_eval
     from personamem.eval.report import metric_label
     from personamem.eval.stats import summarize
-    from personamem.llm.packaged import default_cache_dir
+    from personamem.user_cache import default_cache_dir
 
     report = run_eval(
         config.evaluation,
