@@ -4,10 +4,10 @@ One object per process, shared across threads: it owns the store and one pipelin
 or config, built on first use and kept (a PURPLE checkpoint or an LLM is loaded once).
 
 The class defines the operations every surface shares (:class:`~personamem.contract.MemoryApi`'s,
-which must be its own) and ``improve``, the SDK's one door into the trainers; it inherits the rest:
-opening, the pipeline each call runs and tenant views (:mod:`~personamem.serving`), what the server
-and the inspector read besides the records (:mod:`~personamem.inspection`) and the coroutine twins
-(:mod:`~personamem.async_twins`).
+which must be its own); it inherits the rest: opening, the pipeline each call runs and tenant views
+(:mod:`~personamem.serving`), what the server and the inspector read besides the records
+(:mod:`~personamem.inspection`), ``improve``, the SDK's one door into the trainers
+(:mod:`~personamem.improving`), and the coroutine twins (:mod:`~personamem.async_twins`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from sqlalchemy.engine import make_url
@@ -30,6 +30,7 @@ from personamem.errors import (
     MethodError,
     warn_fallback,
 )
+from personamem.improving import Improving
 from personamem.inspection import Inspection
 from personamem.interactions import FeedbackReport
 from personamem.llm.base import FrozenLLM
@@ -43,13 +44,10 @@ from personamem.store import Store
 from personamem.store.duplicates import DuplicatePolicy, check_duplicates
 from personamem.store.timeline import reading
 
-if TYPE_CHECKING:
-    from rich.progress import Progress
-
 __all__ = ["PersonaMem", "open_memory", "stored_pipeline"]
 
 
-class PersonaMem(Serving, Inspection, AsyncTwins, MemoryApi):
+class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
     """Per-user memory: add what users said or did, search it per user, build their context, forget them.
 
     Its operations are :class:`~personamem.contract.MemoryApi`'s, so ``Client`` (HTTP) answers them
@@ -327,22 +325,6 @@ class PersonaMem(Serving, Inspection, AsyncTwins, MemoryApi):
         written = self.store.add_many(data.records)
         logged = self.store.interactions.import_(data.interactions) if data.interactions else 0
         return Imported(records=written, interactions=logged)
-
-    def improve(self, *, progress: Progress | None = None, **settings: Any) -> Any:
-        """Fit the first stage to this store and put it live in the store only if it validates better.
-
-        The SDK's door to ``personamem improve`` (keyword settings as its options, e.g.
-        ``max_synthetic=600``; ``progress`` shows its steps); on success every process that serves
-        the store's live pipeline (this one included, unless it was opened with ``pipeline=``) serves
-        the new one. Returns the :class:`~personamem.trainers.adapter.improve.ImproveResult`.
-
-        Raises:
-            InsufficientDataError: too few users or questions (the message gives the counts).
-        """
-        from personamem.trainers.adapter.config import ImproveConfig  # the one door into trainers/
-        from personamem.trainers.adapter.improve import improve
-
-        return improve(self, ImproveConfig(**settings), progress=progress)
 
     def memory(self, user_id: str) -> PreferenceMemory:
         """The user's preference memory, as the configured pipeline's context shows it.

@@ -121,7 +121,10 @@ def test_runtime_never_imports_the_harness_or_the_trainers() -> None:
                 f"{relative}: {n}" for n in names if n.startswith(("personamem.eval", "personamem.trainers"))
             ]
     # PersonaMem.improve is the SDK's door to the improve trainer (imported when called; DESIGN.md says why)
-    door = {"memory.py: personamem.trainers.adapter.config", "memory.py: personamem.trainers.adapter.improve"}
+    door = {
+        "improving.py: personamem.trainers.adapter.config",
+        "improving.py: personamem.trainers.adapter.improve",
+    }
     assert sorted(set(offenders) - door) == []
 
 
