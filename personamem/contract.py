@@ -419,7 +419,7 @@ class PreferenceAnswer(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
     @classmethod
-    def of(cls, memory: PreferenceMemory, notes: Sequence[str] = ()) -> PreferenceAnswer:
+    def of(cls, memory: PreferenceMemory, notes: Sequence[str] = ()) -> Self:
         """The answer for ``memory``, with the fallbacks its rebuild noted."""
         return cls.model_validate({**memory.to_json(), "warnings": list(notes)})
 

@@ -181,7 +181,7 @@ def memory(user_id: str, tenant: Reader) -> StoredMemory | NoMemories:
     """The user's stored preference memory, read without the LLM (``stale``: records changed since)."""
     if tenant.pipeline().memories is None:
         return NoMemories()
-    return StoredMemory.model_validate(tenant.stored_memory(user_id).to_json())
+    return StoredMemory.of(tenant.stored_memory(user_id))
 
 
 @router.get("/calls")
