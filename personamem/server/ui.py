@@ -224,13 +224,13 @@ def reports(tenant: Reader) -> Reports:
     root = _reports_root()
     if root is None:
         return Reports(folder=None, reports=[])
-    files = [p for p in root.rglob("*") if p.is_file() and p.suffix in _REPORT_SUFFIXES]
-    files.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     rows = [
-        ReportFile(path=str(p.relative_to(root)), bytes=p.stat().st_size, modified=p.stat().st_mtime)
-        for p in files[:500]
+        ReportFile(path=str(p.relative_to(root)), bytes=stat.st_size, modified=stat.st_mtime)
+        for p in root.rglob("*")
+        if p.suffix in _REPORT_SUFFIXES and p.is_file() and (stat := p.stat())
     ]
-    return Reports(folder=str(root), reports=rows)
+    rows.sort(key=lambda row: row.modified, reverse=True)
+    return Reports(folder=str(root), reports=rows[:500])
 
 
 @router.get("/report")
