@@ -440,3 +440,42 @@ def _improve_markdown(rows: list[dict[str, Any]]) -> str:
             + " |"
         )
     return "\n".join(lines)
+
+
+@analyze_app.command("ranker")
+def ranker_gate(
+    ctx: typer.Context,
+    user: Annotated[
+        list[str] | None, typer.Option(help="Users to show (repeatable). [default: every user]")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Which users of this store the learned ranker's trees serve, and why (the gate's reason per user).
+
+    The trees serve a user only where the history is shaped like a benchmark they gained on (record
+    length, records past the encoder's window, who wrote them, names, dates); everyone else gets the
+    default's fused order. Read from the store's live pipeline.
+    """
+    from personamem.retrieval.ranker_gate import PROFILE
+
+    with ctx.obj.open_live() as mem:
+        pipeline = mem.pipeline()
+        served = pipeline.ranker
+        users = user or mem.users()
+        rows = []
+        for user_id in users:
+            if served is None:
+                rows.append({"user_id": user_id, "trees": False, "reason": "the live pipeline has no ranker"})
+                continue
+            decision = served.decide(user_id)
+            shape = served.profile(user_id)
+            rows.append({"user_id": user_id, "trees": decision.trees, "reason": decision.reason, **shape})
+    if as_json:
+        out.print_json(json.dumps({"ranker": pipeline.ranker_name, "users": rows}))
+        return
+    out.print(f"ranker: {pipeline.ranker_name or 'none'}")
+    for row in rows:
+        verdict = "trees" if row["trees"] else "the default's order"
+        out.print(f"{row['user_id']}: {verdict} ({row['reason']})", markup=False, soft_wrap=True)
+        if PROFILE[0] in row:
+            out.print("  " + ", ".join(f"{name} {row[name]:.2f}" for name in PROFILE), markup=False)

@@ -19,6 +19,10 @@ recipe and the user split). ``mixed`` ships with the package (``personamem/data/
 ``personamem train ranker`` rebuilds it. A folder that ``personamem improve`` fits to one store names
 a ``base`` ranker in its ``ranker.json`` and adds its trees to the base's score: a residual learned
 where the data is, which with no trees is the base exactly.
+
+Trees fitted on benchmarks serve only histories shaped like those on which they gained
+(:mod:`personamem.retrieval.ranker_gate`); any other user gets the trees' start, the default's fused
+order. A residual's own trees were fitted on the store they serve, so only the root's are gated.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from personamem.errors import CheckpointError
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
+from personamem.retrieval.ranker_gate import GateDecision, RankerGate, history_profile
 from personamem.store import Store
 
 if TYPE_CHECKING:
@@ -154,6 +159,8 @@ class UserSignals:
     numbers: list[set[str]]
     dates: list[set[str]]
     stats: dict[str, float]
+    profile: dict[str, float]
+    """The history's shape, which the ranker's gate reads (``ranker_gate.history_profile``)."""
 
     @classmethod
     def of(cls, store: Store, index: UserIndex, user_id: str) -> UserSignals:
@@ -168,6 +175,8 @@ class UserSignals:
         n = len(records)
         token_sets = [set(t) for t in index.tokens]
         roles = [str(r.metadata.get("role", "")).lower() for r in records]
+        names = [_names(r.text) for r in records]
+        dates = [_dates(r.text) for r in records]
         return cls(
             index=index,
             vectors=vectors,
@@ -179,15 +188,16 @@ class UserSignals:
             role=np.array(
                 [1.0 if r == "user" else 2.0 if r == "assistant" else 0.0 for r in roles], np.float32
             ),
-            names=[_names(r.text) for r in records],
+            names=names,
             numbers=[set(_NUMBER.findall(r.text)) for r in records],
-            dates=[_dates(r.text) for r in records],
+            dates=dates,
             stats={
                 "u_mean_words_log": float(np.log1p(words.mean())) if n else 0.0,
                 "u_median_words_log": float(np.log1p(np.median(words))) if n else 0.0,
                 "u_share_long": float((words > 50).mean()) if n else 0.0,
                 "u_n_records_log": float(np.log1p(n)),
             },
+            profile=history_profile(words, roles, [bool(x) for x in names], [bool(x) for x in dates]),
         )
 
 
@@ -314,6 +324,7 @@ class RankerModel:
     """A trained ranker: ``score = start + trees(features)`` over the candidates.
 
     ``start`` is ``alpha · fused_default``, or the ``base`` ranker's score for a residual fitted to a store.
+    ``gate`` says which histories the root's trees serve (None: all, as folders written before it).
     """
 
     session: onnxruntime.InferenceSession | None  # None: no trees were kept (the start's order)
@@ -322,6 +333,7 @@ class RankerModel:
     folder: Path
     info: dict[str, Any]
     base: RankerModel | None = None
+    gate: RankerGate | None = None
 
     @classmethod
     def load(cls, spec: str | Path) -> RankerModel:
@@ -338,16 +350,25 @@ class RankerModel:
         """The ranker a chain of residuals starts from (itself when it has no base)."""
         return self.base.root if self.base is not None else self
 
-    def start(self, features: np.ndarray) -> np.ndarray:
+    def decide(self, profile: dict[str, float]) -> GateDecision:
+        """Whether the root's trees serve a history of this shape (its ``UserSignals.profile``)."""
+        root = self.root
+        if root.session is None:
+            return GateDecision(False, "no trees: the ranker is the default's order")
+        if root.gate is None:
+            return GateDecision(True, "this ranker names no gate: its trees serve every history")
+        return root.gate.decide(profile)
+
+    def start(self, features: np.ndarray, *, trees: bool = True) -> np.ndarray:
         """The score before this model's own trees: the base's, else ``alpha · fused_default``."""
         if self.base is not None:
-            return self.base.score(features)
+            return self.base.score(features, trees=trees)
         return self.alpha * features[:, FEATURES.index("fused_default")]
 
-    def score(self, features: np.ndarray) -> np.ndarray:
-        """Each candidate's score (higher first)."""
-        start = self.start(features)
-        if self.session is None:
+    def score(self, features: np.ndarray, *, trees: bool = True) -> np.ndarray:
+        """Each candidate's score (higher first); ``trees=False``: without the root's trees (gated out)."""
+        start = self.start(features, trees=trees)
+        if self.session is None or (self.base is None and not trees):
             return start
         return start + self.session.run(None, {MODEL_INPUT: features})[0].ravel()
 
@@ -372,6 +393,10 @@ def _load(spec: str) -> RankerModel:
                 f"ranker {spec!r}: its base ranker {info['base']['ranker']!r} is not the one it was "
                 "fitted on (sha256 differs); run personamem improve again"
             )
+    try:
+        gate = RankerGate.from_json(info["gate"]) if info.get("gate") is not None else None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"ranker {spec!r}: {INFO_FILE}'s gate is unreadable ({exc})") from None
     session = None
     if graph:
         import onnxruntime
@@ -379,7 +404,7 @@ def _load(spec: str) -> RankerModel:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = 1  # ~100 rows: threads cost more
         session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
-    return RankerModel(session, float(info["alpha"]), int(info["iterations"]), folder, info, base)
+    return RankerModel(session, float(info["alpha"]), int(info["iterations"]), folder, info, base, gate)
 
 
 class LearnedRanker:
@@ -395,6 +420,14 @@ class LearnedRanker:
     def _build(self, user_id: str) -> UserSignals:
         return UserSignals.of(self.store, self._bm25.index(user_id), user_id)
 
+    def decide(self, user_id: str) -> GateDecision:
+        """Whether the trees serve ``user_id``'s history, and why (``personamem analyze ranker`` shows it)."""
+        return self.model.decide(self.profile(user_id))
+
+    def profile(self, user_id: str) -> dict[str, float]:
+        """The shape of ``user_id``'s history that the gate reads."""
+        return self._signals.get(user_id).profile
+
     def search(self, user_id: str, query: str, k: int) -> list[Hit]:
         """The user's top ``k``: the candidates in the model's order, then the default's."""
         user = self._signals.get(user_id)
@@ -407,7 +440,7 @@ class LearnedRanker:
         base = self.store.encoder.encode([query])
         adapted = self.adapter.transform(base)[0]
         rows, features, default = candidate_features(user, query, base[0], adapted, visible)
-        scores = self.model.score(features)
+        scores = self.model.score(features, trees=self.decide(user_id).trees)
         order = np.argsort(-scores, kind="stable")
         top = [(records[rows[i]], float(scores[i])) for i in order[:k]]
         if len(top) < k:  # below the candidates, the default's order (scores below every candidate's)

@@ -16,7 +16,7 @@ from personamem.retrieval.query_adapter import SHIPPED_ADAPTERS
 from personamem.retrieval.ranker import FEATURES, INFO_FILE, MODEL_FILE, TREES_FILE, RankerModel
 from personamem.trainers.ranker import data as ranker_data
 from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfig
-from personamem.trainers.ranker.run import train_ranker
+from personamem.trainers.ranker.trainer import train_ranker
 from tests.conftest import DATA, need_data
 
 

@@ -341,7 +341,7 @@ def _residual(
         return "no ranker fitted: lightgbm is not installed (pip install 'personamem[train]')"
     from personamem.trainers.ranker.data import store_features
     from personamem.trainers.ranker.export import save_ranker
-    from personamem.trainers.ranker.run import fit_residual
+    from personamem.trainers.ranker.trainer import fit_residual
 
     base = served.ranker.model.root
     adapter = served.ranker.adapter

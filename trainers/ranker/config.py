@@ -72,6 +72,13 @@ class RankerTrainConfig(BaseModel):
     """Boosting rounds per alpha; validation scores every 10th (and none: the default's order)."""
     seed: int = 0
     """Seeds LightGBM's row and feature sampling."""
+    leave_one_out_seeds: int = Field(default=0, ge=0)
+    """Judge the recipe on benchmarks it never saw: for each benchmark and each of this many seeds,
+    an adapter and a ranker trained without it are scored on its held-out users; if the trees with
+    their gate lose to the unranked default in any fold, the folder ships no trees (0: skip)."""
+    leave_one_out_dir: Path | None = None
+    """Where the folds' adapters, rankers and scores go, one fold and seed at a time (a rerun
+    resumes), with leave-one-out.json and .md. [default: <out>-leave-one-out beside --out]"""
 
 
 class RankerRunConfig(TrainerRun):

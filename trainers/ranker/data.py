@@ -25,9 +25,11 @@ from personamem.datasets.vectors import build_store
 from personamem.encoder import Encoder
 from personamem.retrieval import bm25 as bm25_module
 from personamem.retrieval import ranker as ranker_module
+from personamem.retrieval import ranker_gate as ranker_gate_module
 from personamem.retrieval.bm25 import BM25Retriever
 from personamem.retrieval.query_adapter import QueryAdapter
 from personamem.retrieval.ranker import FEATURES, UserSignals, candidate_features, visible_rows
+from personamem.retrieval.ranker_gate import PROFILE
 from personamem.store import Store
 
 __all__ = ["FeatureSet", "benchmark_features", "default_features_dir", "store_features"]
@@ -48,6 +50,8 @@ class FeatureSet:
         users: the asking user of each question.
         questions: each question's id.
         ideal: each question's ideal DCG@10 from all of its gold (found among the candidates or not).
+        relevant: each question's number of gold records (found among the candidates or not).
+        profiles: the asking user's history shape (``(questions, len(PROFILE))``), which the gate reads.
     """
 
     source: str
@@ -57,6 +61,8 @@ class FeatureSet:
     users: np.ndarray
     questions: np.ndarray
     ideal: np.ndarray
+    relevant: np.ndarray
+    profiles: np.ndarray
 
     def __len__(self) -> int:
         return len(self.groups)
@@ -75,7 +81,18 @@ class FeatureSet:
             self.users[keep],
             self.questions[keep],
             self.ideal[keep],
+            self.relevant[keep],
+            self.profiles[keep],
         )
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each question's candidates start in the rows, and (last) where they end."""
+        return np.concatenate([[0], np.cumsum(self.groups)]).astype(np.int64)
+
+    def user_profiles(self) -> dict[str, np.ndarray]:
+        """Each asking user's history shape (one row of :data:`PROFILE` statistics)."""
+        return {str(u): self.profiles[i] for i, u in enumerate(self.users)}
 
     def ndcg10(self, scores: np.ndarray) -> float:
         """Mean nDCG@10 of the candidates ordered by ``scores`` (one per row; ties keep row order)."""
@@ -100,13 +117,19 @@ class FeatureSet:
             users=self.users,
             questions=self.questions,
             ideal=self.ideal,
+            relevant=self.relevant,
+            profiles=self.profiles,
             names=np.array(FEATURES),
         )
         partial.replace(path)  # a crash mid-write must not leave a truncated cache entry
 
     @classmethod
     def load(cls, path: Path, source: str) -> FeatureSet:
-        """A set written by :meth:`save`."""
+        """A set written by :meth:`save`.
+
+        Raises:
+            KeyError: a set written before one of the fields existed (compute it again).
+        """
         with np.load(path) as saved:
             return cls(
                 source,
@@ -116,6 +139,8 @@ class FeatureSet:
                 saved["users"],
                 saved["questions"],
                 saved["ideal"],
+                saved["relevant"],
+                saved["profiles"],
             )
 
 
@@ -143,7 +168,10 @@ def benchmark_features(
     """
     path = features_dir / f"{source}-{_digest(benchmark, encoder, adapter)[:24]}.npz"
     if path.is_file():
-        return FeatureSet.load(path, source), True
+        try:
+            return FeatureSet.load(path, source), True
+        except KeyError:  # written by an older version, without a field this one keeps
+            pass
     with tempfile.TemporaryDirectory(prefix="personamem-ranker-") as folder:
         store = build_store(benchmark, Path(folder), encoder, cache_dir=cache_dir, progress=progress)
         try:
@@ -175,7 +203,7 @@ def store_features(
     adapted = adapter.transform(base) if len(base) else base
     task = progress.add_task(f"{source}: features", total=len(questions)) if progress else None
     signals: dict[str, tuple[UserSignals, np.ndarray]] = {}
-    features, labels, groups, kept = [], [], [], []
+    features, labels, groups, kept, profiles = [], [], [], [], []
     for i, question in enumerate(questions):
         if question.user_id not in signals:  # what LearnedRanker reads at search time
             user = UserSignals.of(store, bm25.index(question.user_id), question.user_id)
@@ -188,6 +216,7 @@ def store_features(
             continue
         rows, matrix, _ = candidate_features(user, question.text, base[i], adapted[i], visible)
         kept.append(question)
+        profiles.append([user.profile[name] for name in PROFILE])
         features.append(matrix)
         labels.append(np.array([question.relevant.get(records[r].id, 0) for r in rows], np.float32))
         groups.append(len(rows))
@@ -200,6 +229,8 @@ def store_features(
         np.array([q.user_id for q in kept], dtype=str),
         np.array([q.id for q in kept], dtype=str),
         np.array(ideal, dtype=np.float64),
+        np.array([sum(g > 0 for g in q.relevant.values()) for q in kept], dtype=np.int64),
+        np.array(profiles, dtype=np.float32).reshape(len(kept), len(PROFILE)),
     )
 
 
@@ -213,7 +244,7 @@ def _digest(benchmark: Benchmark, encoder: Encoder, adapter: QueryAdapter) -> st
     """Everything the features depend on: data, encoder, adapter weights, the feature and BM25 code."""
     digest = hashlib.sha256(encoder.name.encode())
     digest.update(np.ascontiguousarray(adapter.weight).tobytes())
-    for module in (ranker_module, bm25_module):
+    for module in (ranker_module, ranker_gate_module, bm25_module):
         digest.update(Path(str(module.__file__)).read_bytes())
     for record in benchmark.records:
         role = str(record.metadata.get("role", ""))

@@ -1,0 +1,146 @@
+"""Where a learned ranker's trees may serve: histories shaped like those on which they were shown to help.
+
+Trees fitted on benchmarks learn those benchmarks' corrections (issue 44's leave-one-benchmark-out:
+trained without LoCoMo, validation kept no tree; trained with it, they gain on LoCoMo alone), and on
+long user–assistant histories that nobody trained on they lost to plain retrieval. So a ranker folder
+names the *regions* of history shape where its trees gained on validation users, and a user whose
+history lies outside every region is served the trees' start (the default's fused order) instead.
+
+A history's shape is a few label-free statistics of the user's records (:data:`PROFILE`): how long
+its records are, how many overrun the encoder's window, who wrote them, how many name people or
+dates. A region is one benchmark's users' range of each statistic, widened by :data:`TOLERANCE`
+pooled standard deviations (every benchmark's users pooled): a box, so ``personamem analyze
+ranker`` can say which statistic put a user outside. No region, no trees: a folder that the trainer
+found no gain for serves exactly the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["PROFILE", "TOLERANCE", "WINDOW_WORDS", "GateDecision", "RankerGate", "Region", "history_profile"]
+
+PROFILE: tuple[str, ...] = (
+    "words_log_mean",
+    "share_over_window",
+    "share_user",
+    "share_assistant",
+    "share_named",
+    "share_dated",
+)
+"""The statistics of a history's shape, in the order regions store them."""
+WINDOW_WORDS = 190
+"""Words past which a record overruns the encoder's 256-word-piece window (~1.35 pieces a word)."""
+TOLERANCE = 0.5
+"""How far past a benchmark's own users' range a statistic may lie and still be in its region, in
+pooled standard deviations of that statistic."""
+
+
+def history_profile(
+    words: np.ndarray, roles: Sequence[str], named: Sequence[bool], dated: Sequence[bool]
+) -> dict[str, float]:
+    """The shape of one user's history: each record's word count, role, and whether it names or dates.
+
+    Roles are ``user``, ``assistant``, or anything else (none, ``system``, ``tool``).
+    """
+    n = len(words)
+    if not n:
+        return dict.fromkeys(PROFILE, 0.0)
+    return {
+        "words_log_mean": float(np.log1p(np.asarray(words, np.float64)).mean()),
+        "share_over_window": float((np.asarray(words) > WINDOW_WORDS).mean()),
+        "share_user": sum(r == "user" for r in roles) / n,
+        "share_assistant": sum(r == "assistant" for r in roles) / n,
+        "share_named": sum(map(bool, named)) / n,
+        "share_dated": sum(map(bool, dated)) / n,
+    }
+
+
+@dataclass(frozen=True)
+class Region:
+    """One benchmark's box of history shapes: per statistic, ``low`` to ``high`` (tolerance included)."""
+
+    benchmark: str
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+    def outside(self, profile: Mapping[str, float]) -> list[str]:
+        """The statistics of ``profile`` outside this box, each with its value and the box's range."""
+        return [
+            f"{name} {profile[name]:.2f} not in {self.benchmark}'s {low:.2f}–{high:.2f}"
+            for name, low, high in zip(PROFILE, self.low, self.high, strict=True)
+            if not low <= profile[name] <= high
+        ]
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """Whether a history gets the trees, and why, in words an operator can read."""
+
+    trees: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class RankerGate:
+    """The regions where a ranker's trees serve; ``None`` in a folder means everywhere (an older folder)."""
+
+    regions: tuple[Region, ...]
+
+    @classmethod
+    def fit(
+        cls, profiles: Mapping[str, np.ndarray], admitted: Sequence[str], *, tolerance: float = TOLERANCE
+    ) -> RankerGate:
+        """Boxes around the ``admitted`` benchmarks' users, from every benchmark's user profiles.
+
+        Args:
+            profiles: benchmark -> ``(users, len(PROFILE))``, one row per user (all of its users:
+                a profile reads no label).
+            admitted: the benchmarks whose validation users the trees gained on.
+            tolerance: how far past a benchmark's range a box reaches, in pooled standard deviations.
+        """
+        pooled = np.concatenate([p for p in profiles.values() if len(p)]) if profiles else np.zeros((0, 1))
+        spread = pooled.std(axis=0) * tolerance if len(pooled) else np.zeros(len(PROFILE))
+        regions = []
+        for name in admitted:
+            rows = profiles.get(name)
+            if rows is None or not len(rows):
+                continue
+            low, high = rows.min(axis=0) - spread, rows.max(axis=0) + spread
+            regions.append(Region(name, tuple(map(float, low)), tuple(map(float, high))))
+        return cls(tuple(regions))
+
+    def decide(self, profile: Mapping[str, float]) -> GateDecision:
+        """Trees if ``profile`` lies in some region; otherwise the reason each region refused it."""
+        if not self.regions:
+            return GateDecision(False, "no region: the trees gained on no benchmark's validation users")
+        refusals = []
+        for region in self.regions:
+            outside = region.outside(profile)
+            if not outside:
+                return GateDecision(True, f"history shaped like {region.benchmark}'s, where the trees gained")
+            refusals.append("; ".join(outside))
+        return GateDecision(False, "outside every region: " + " | ".join(refusals))
+
+    def to_json(self) -> dict[str, object]:
+        """The ``gate`` entry of ``ranker.json``."""
+        return {
+            "profile": list(PROFILE),
+            "regions": [{"benchmark": r.benchmark, "low": r.low, "high": r.high} for r in self.regions],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> RankerGate:
+        """A gate written by :meth:`to_json`.
+
+        Raises:
+            ValueError: statistics other than this version's :data:`PROFILE`.
+        """
+        if tuple(data.get("profile", ())) != PROFILE:  # type: ignore[call-overload]
+            raise ValueError("its gate reads other history statistics than this version computes")
+        regions = data.get("regions", [])
+        assert isinstance(regions, list)
+        return cls(tuple(Region(r["benchmark"], tuple(r["low"]), tuple(r["high"])) for r in regions))

@@ -1,0 +1,94 @@
+"""Leave one benchmark out: the ranker's recipe judged by its worst fold, resumed, and shipped safe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from personamem import SentenceEncoder
+from personamem.datasets import BenchmarkName
+from personamem.retrieval.ranker import INFO_FILE, RankerModel
+from personamem.retrieval.ranker_gate import PROFILE
+from personamem.trainers.ranker import lobo
+from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfig
+from personamem.trainers.ranker.lobo import MARGIN, METRICS, PLAIN, RULED, FoldSeed, leave_one_out, verdict
+from personamem.trainers.ranker.run import ship_verdict
+from tests.conftest import DATA, need_data
+
+METHODS = (*PLAIN, "default without ranker", "ranker (trees everywhere)", "ranker as served (gated)")
+
+
+def _fold(served: list[float], reference: list[float], fold: str = "f", seed: int = 0) -> FoldSeed:
+    """A fold whose served ranker scores ``served`` per question and every other method ``reference``."""
+    per = {m: {f"q{i}": v for i, v in enumerate(reference)} for m in METRICS}
+    scores = {m: per for m in METHODS}
+    scores["ranker as served (gated)"] = {m: {f"q{i}": v for i, v in enumerate(served)} for m in METRICS}
+    return FoldSeed(fold, seed, scores, [], 0.0)
+
+
+def test_the_rule_reads_the_worst_fold_with_a_margin_and_a_paired_test() -> None:
+    level = [0.5, 0.0, 1.0, 0.5] * 10
+    assert verdict([_fold(level, level)])["passes"]
+    within = [v - MARGIN / 2 if i == 0 else v for i, v in enumerate(level)]  # a small loss on one question
+    assert verdict([_fold(within, level)])["passes"]
+    lost = [max(v - 0.2, 0.0) for v in level]  # loses on most questions, in one fold of two
+    report = verdict([_fold(level, level, "a"), _fold(lost, level, "b")])
+    assert not report["passes"] and not report["trees_pass"]
+    assert report["worst"]["fold"] == "b" and report["worst"]["difference"] < -MARGIN
+    failing = [c for c in report["folds"]["b"]["checks"] if c["fails"]]
+    assert {c["role"] for c in failing} == {"best plain method", "unranked default"}
+    assert {c["metric"] for c in failing} == set(RULED)
+
+
+def test_trees_that_fail_a_fold_ship_with_a_gate_that_admits_no_one(tmp_path: Path) -> None:
+    folder = tmp_path / "ranker"
+    shipped = Path(RankerModel.load("mixed").folder)
+    folder.mkdir()
+    for name in ("ranker.json", "ranker.onnx"):
+        (folder / name).write_bytes((shipped / name).read_bytes())
+    level = [0.5, 1.0] * 20
+    lost = [v - 0.3 for v in level]
+    ship_verdict(folder, verdict([_fold(lost, level)]), tmp_path / "study")
+    info = json.loads((folder / INFO_FILE).read_text(encoding="utf-8"))
+    assert info["leave_one_out"]["trees_pass"] is False and info["gate"]["regions"] == []
+    decision = RankerModel.load(folder).decide(dict.fromkeys(PROFILE, 0.0))
+    assert not decision.trees and "no region" in decision.reason
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")  # iKAT's long passages
+def test_leave_one_out_trains_without_each_benchmark_scores_it_and_resumes(
+    tmp_path: Path, encoder: SentenceEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need_data(DATA / "trec_ikat")
+    need_data(DATA / "locomo")
+    data = RankerDataConfig(
+        benchmark=(BenchmarkName("ikat"), BenchmarkName("locomo")),
+        data_root=DATA,
+        features_dir=tmp_path / "features",
+    )
+    train = RankerTrainConfig(rounds=20)
+    # iKAT left out: an adapter and a ranker trained on LoCoMo alone, scored on iKAT's held-out users
+    report = leave_one_out(data, train, tmp_path / "study", seeds=[0], encoder=encoder, folds=["ikat"])
+    assert set(report["folds"]) == {"ikat"}
+    for fold, found in report["folds"].items():
+        assert set(found["methods"]) == set(METHODS) and found["questions"] > 0
+        assert len(found["checks"]) == 2 * len(RULED)
+        # every learned part of this fold was trained without it
+        ranker = json.loads(
+            (tmp_path / "study" / "leave-one-out" / f"ranker-without-{fold}-s0" / INFO_FILE).read_text()
+        )
+        assert fold not in ranker["sources"] and fold not in ranker["recipe"]["data"]["benchmark"]
+        if found["served_share"] == 0:  # nobody admitted: the served ranker is the unranked default
+            assert found["methods"]["ranker as served (gated)"] == found["methods"]["default without ranker"]
+    assert (tmp_path / "study" / "leave-one-out.md").read_text().count("| ikat (") == len(METHODS)
+
+    def retrain(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a finished fold was trained again")
+
+    monkeypatch.setattr(lobo, "train_ranker", retrain)
+    assert (
+        leave_one_out(data, train, tmp_path / "study", seeds=[0], encoder=encoder, folds=["ikat"]) == report
+    )

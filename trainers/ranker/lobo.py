@@ -1,0 +1,307 @@
+"""Leave one benchmark out: the ranker's recipe judged on benchmarks it never saw, by the worst fold.
+
+For each benchmark in turn and each seed, a query adapter and a ranker (trees and gate) are trained
+on the other benchmarks alone, exactly as ``personamem train ranker`` trains the shipped one, and
+scored on the left-out benchmark's held-out users against what needs no training on it: dense,
+BM25, plain hybrid, and the default's own fused order with that fold's adapter (the unranked
+default). Methods are scored over each question's candidates (the union of the top 50 of adapted
+dense, base dense and BM25, where every method's top 10 lies), with ranx, gold outside the
+candidates counted as missed. Each fold and seed is written to ``<out>/leave-one-out/`` when done,
+so a rerun resumes.
+
+The rule (issue 57): the ranker as served may fall below neither the best plain method nor the
+unranked default by more than :data:`MARGIN` on recall@5, recall@10 or MRR in any fold, nor lose
+significantly (paired t-test over questions, p < 0.05). The verdict separates the two learned parts:
+the trees with their gate (against the unranked default) and the adapter with its fusion (against
+the best plain method); a recipe whose trees fail ships no trees.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.progress import Progress
+
+from personamem.datasets import DataSource, UserSplit
+from personamem.datasets.benchmark import Question
+from personamem.encoder import Encoder
+from personamem.eval.metrics import ranx_scores
+from personamem.retrieval.query_adapter import QueryAdapter
+from personamem.retrieval.ranker import FEATURES, RankerModel
+from personamem.retrieval.ranker_gate import PROFILE
+from personamem.trainers.adapter.config import AdapterDataConfig, AdapterTrainConfig
+from personamem.trainers.adapter.run import train_adapter
+from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfig
+from personamem.trainers.ranker.data import FeatureSet, benchmark_features, default_features_dir
+from personamem.trainers.ranker.trainer import served_start, train_ranker
+
+__all__ = ["MARGIN", "METRICS", "PLAIN", "RULED", "leave_one_out", "method_scores", "verdict"]
+
+METRICS = ("recall@5", "recall@10", "mrr", "ndcg@10")
+"""What each fold reports."""
+RULED = ("recall@5", "recall@10", "mrr")
+"""The metrics the rule holds the served ranker to."""
+MARGIN = 0.005
+"""How far below a reference a fold's mean may fall before the recipe fails."""
+ALPHA = 0.05
+"""A paired t-test below this is a significant loss."""
+PLAIN = ("dense", "bm25", "hybrid")
+"""Methods that learn nothing: the best of them per fold is a reference."""
+_COLUMN = {name: i for i, name in enumerate(FEATURES)}
+
+
+def method_scores(found: FeatureSet, ranker: RankerModel) -> dict[str, np.ndarray]:
+    """Each method's score of every candidate row (higher first; -inf: the method does not return it)."""
+    f = found.features
+    bm25 = f[:, _COLUMN["bm25"]].astype(np.float64)
+    return {
+        "dense": f[:, _COLUMN["cos_base"]],
+        "bm25": np.where(bm25 > 0, bm25, -np.inf),
+        "hybrid": f[:, _COLUMN["fused_plain"]],
+        "default without ranker": f[:, _COLUMN["fused_default"]],
+        "ranker (trees everywhere)": ranker.score(f, trees=True),
+        "ranker as served (gated)": served_start(ranker)(found),
+    }
+
+
+def _per_question(found: FeatureSet, scores: np.ndarray) -> dict[str, dict[str, float]]:
+    """Per-question metrics (ranx) of the candidates ordered by ``scores`` (gold outside them: missed)."""
+    questions, rankings = [], {}
+    offsets = found.offsets
+    for q, qid in enumerate(found.questions):
+        at, end = offsets[q], offsets[q + 1]
+        labels = found.labels[at:end]
+        relevant = {f"c{i}": int(g) for i, g in enumerate(labels) if g > 0}
+        relevant |= {f"missing{j}": 1 for j in range(int(found.relevant[q]) - len(relevant))}
+        order = np.argsort(-scores[at:end], kind="stable")
+        rankings[str(qid)] = [f"c{i}" for i in order if np.isfinite(scores[at + i])]
+        questions.append(Question(id=str(qid), user_id=str(found.users[q]), text="", relevant=relevant))
+    return ranx_scores(questions, rankings, METRICS)
+
+
+@dataclass(frozen=True)
+class FoldSeed:
+    """One left-out benchmark and seed: per method, per metric, each held-out question's score."""
+
+    fold: str
+    seed: int
+    scores: dict[str, dict[str, dict[str, float]]]
+    admitted: list[str]
+    served: float  # share of the fold's held-out questions whose user the gate gave the trees
+
+
+def leave_one_out(
+    data: RankerDataConfig,
+    config: RankerTrainConfig,
+    out_dir: Path,
+    *,
+    seeds: Sequence[int],
+    encoder: Encoder,
+    cache_dir: Path | None = None,
+    progress: Progress | None = None,
+    folds: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Train without each benchmark in turn, score on its held-out users, and judge by the worst fold.
+
+    ``folds`` names the benchmarks to leave out (default: each one). Returns the report also written
+    to ``out_dir / "leave-one-out.json"`` (and ``.md``).
+    """
+    folder = out_dir / "leave-one-out"
+    folder.mkdir(parents=True, exist_ok=True)
+    left_out = [b for b in data.benchmark if folds is None or b.value in folds]
+    task = progress.add_task("leave one out", total=len(left_out) * len(seeds)) if progress else None
+    results: list[FoldSeed] = []
+    for fold in left_out:
+        others = tuple(b for b in data.benchmark if b != fold)
+        for seed in seeds:
+            done = folder / f"{fold.value}-s{seed}.json"
+            if done.is_file():
+                results.append(FoldSeed(**json.loads(done.read_text(encoding="utf-8"))))
+            else:
+                result = _fold(data, config, fold.value, others, seed, folder, encoder, cache_dir, progress)
+                partial = done.with_suffix(".partial")
+                partial.write_text(json.dumps(result.__dict__), encoding="utf-8")
+                partial.replace(done)
+                results.append(result)
+            if progress is not None and task is not None:
+                progress.advance(task)
+    report = verdict(results)
+    (out_dir / "leave-one-out.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    (out_dir / "leave-one-out.md").write_text(markdown(report), encoding="utf-8")
+    return report
+
+
+def _fold(
+    data: RankerDataConfig,
+    config: RankerTrainConfig,
+    fold: str,
+    others: tuple[Any, ...],
+    seed: int,
+    folder: Path,
+    encoder: Encoder,
+    cache_dir: Path | None,
+    progress: Progress | None,
+) -> FoldSeed:
+    """Adapter and ranker without ``fold``, scored on ``fold``'s held-out users.
+
+    The adapter is trained once per fold (seed 0: its seeds move the default by at most 0.006, see
+    docs/RESULTS.md); the trees take each seed.
+    """
+    adapter_dir = folder / f"adapter-without-{fold}"
+    if not (adapter_dir / "adapter.json").is_file():
+        train_adapter(
+            AdapterDataConfig(
+                benchmark=others,
+                data_root=data.data_root,
+                test_share=data.test_share,
+                validation_share=data.validation_share,
+                split_seed=data.split_seed,
+            ),
+            AdapterTrainConfig(seed=0),
+            adapter_dir,
+            encoder=encoder,
+            cache_dir=cache_dir,
+            progress=progress,
+        )
+    ranker_dir = folder / f"ranker-without-{fold}-s{seed}"
+    trained = train_ranker(
+        data.model_copy(update={"benchmark": others, "adapter": str(adapter_dir)}),
+        config.model_copy(update={"seed": seed}),
+        ranker_dir,
+        encoder=encoder,
+        cache_dir=cache_dir,
+        progress=progress,
+    )
+    benchmark = next(b for b in data.benchmark if b.value == fold)
+    loaded = DataSource(benchmark=benchmark, data=data.folder(benchmark)).questions()
+    split = UserSplit.by_share(
+        loaded.users(),
+        test_share=data.test_share,
+        validation_share=data.validation_share,
+        seed=data.split_seed,
+    )
+    found, _ = benchmark_features(
+        loaded,
+        fold,
+        encoder,
+        QueryAdapter.load(adapter_dir, encoder),
+        features_dir=data.features_dir or default_features_dir(),
+        cache_dir=cache_dir,
+        progress=progress,
+    )
+    test = found.only(split.test)
+    model = RankerModel.load(ranker_dir)
+    scores = {name: _per_question(test, s) for name, s in method_scores(test, model).items()}
+    served = [model.decide(dict(zip(PROFILE, map(float, row), strict=True))).trees for row in test.profiles]
+    return FoldSeed(fold, seed, scores, trained.admitted, float(np.mean(served)) if served else 0.0)
+
+
+def _paired_p(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """A paired t-test's p over questions (scipy); its precision warning on near-constant changes is moot."""
+    from scipy.stats import ttest_rel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(ttest_rel(ours, theirs).pvalue)
+
+
+def verdict(results: Sequence[FoldSeed]) -> dict[str, Any]:
+    """Per fold: each method's mean ± std over seeds, the margins the rule reads, and the worst fold."""
+    folds: dict[str, Any] = {}
+    for fold in dict.fromkeys(r.fold for r in results):
+        runs = [r for r in results if r.fold == fold]
+        methods = list(runs[0].scores)
+        ids = sorted(runs[0].scores[methods[0]][METRICS[0]])
+
+        def per_question(
+            method: str, metric: str, ids: list[str] = ids, runs: list[FoldSeed] = runs
+        ) -> np.ndarray:
+            return np.array([np.mean([r.scores[method][metric][q] for r in runs]) for q in ids])
+
+        table = {
+            m: {
+                metric: {
+                    "mean": float(
+                        np.mean(seed_means := [np.mean(list(r.scores[m][metric].values())) for r in runs])
+                    ),
+                    "std": float(np.std(seed_means, ddof=1)) if len(runs) > 1 else 0.0,
+                }
+                for metric in METRICS
+            }
+            for m in methods
+        }
+        checks = []
+        for metric in RULED:
+            best_plain = max(PLAIN, key=lambda m, metric=metric: table[m][metric]["mean"])
+            served = per_question("ranker as served (gated)", metric)
+            for reference, role in (
+                (best_plain, "best plain method"),
+                ("default without ranker", "unranked default"),
+            ):
+                theirs = per_question(reference, metric)
+                change = served - theirs
+                difference = float(change.mean())
+                p = (
+                    _paired_p(served, theirs)
+                    if len(ids) > 1 and not np.allclose(change, change[0])
+                    else math.nan
+                )
+                checks.append(
+                    {
+                        "metric": metric,
+                        "against": reference,
+                        "role": role,
+                        "difference": difference,
+                        "p": p,
+                        "fails": difference < -MARGIN or (difference < 0 and p < ALPHA),
+                    }
+                )
+        folds[fold] = {
+            "questions": len(ids),
+            "seeds": [r.seed for r in runs],
+            "served_share": float(np.mean([r.served for r in runs])),
+            "admitted": [r.admitted for r in runs],
+            "methods": table,
+            "checks": checks,
+        }
+    every = [c | {"fold": f} for f, v in folds.items() for c in v["checks"]]
+    worst = min(every, key=lambda c: c["difference"]) if every else None
+    return {
+        "rule": f"served >= reference - {MARGIN} on {', '.join(RULED)} in every fold; no loss at p < {ALPHA}",
+        "folds": folds,
+        "worst": worst,
+        "trees_pass": not any(c["fails"] for c in every if c["role"] == "unranked default"),
+        "passes": not any(c["fails"] for c in every),
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as tables: each fold's methods, then the checks, then the verdict."""
+    lines = ["| left-out benchmark (held-out questions) | method | " + " | ".join(METRICS) + " |"]
+    lines.append("|---|---|" + "---|" * len(METRICS))
+    for fold, v in report["folds"].items():
+        for method, cells in v["methods"].items():
+            shown = " | ".join(f"{c['mean']:.3f} ± {c['std']:.3f}" for c in cells.values())
+            lines.append(f"| {fold} ({v['questions']}) | {method} | {shown} |")
+    lines += ["", "| left-out benchmark | metric | served − reference | p | fails |", "|---|---|---|---|---|"]
+    for fold, v in report["folds"].items():
+        for c in v["checks"]:
+            lines.append(
+                f"| {fold} | {c['metric']} | {c['difference']:+.3f} vs {c['against']} ({c['role']}) | "
+                f"{c['p']:.2g} | {'yes' if c['fails'] else 'no'} |"
+            )
+    lines += [
+        "",
+        "Share of held-out questions whose user the gate gave the trees: "
+        + ", ".join(f"{f} {v['served_share']:.2f}" for f, v in report["folds"].items()),
+        f"Trees with their gate pass: {report['trees_pass']}; "
+        f"the whole served ranker passes: {report['passes']}.",
+    ]
+    return "\n".join(lines) + "\n"
