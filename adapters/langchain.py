@@ -67,10 +67,11 @@ __all__ = [
 ]
 
 _MESSAGE_TYPES: dict[str, type[BaseMessage]] = {
-    "human": HumanMessage,
-    "ai": AIMessage,
+    "user": HumanMessage,
+    "assistant": AIMessage,
     "system": SystemMessage,
 }
+"""Message classes by the record's role (``Record.role``: LangChain's ``human`` is kept as ``user``)."""
 
 
 def _hit_to_document(hit: Hit, interaction_id: str | None = None) -> Document:
@@ -298,11 +299,11 @@ class PersonaMemChatMessageHistory(BaseChatMessageHistory):
     """One chat session of one user, stored as conversation records so past turns become searchable.
 
     Each message is a :attr:`RecordKind.CONVERSATION` record with its text, a UTC timestamp and
-    metadata ``role`` (the message type, or a ``ChatMessage``'s own role), ``session_id`` and
-    ``position`` (its index in the session when written). The record id is the message's id, or a
-    fresh random one. Only role and text are kept: a message comes back as a Human/AI/System message
-    or a ``ChatMessage`` with its role, with the record id as its id; tool calls and attachments are
-    not stored.
+    metadata ``role`` (``user``, ``assistant``, ``system``, or a ``ChatMessage``'s own role),
+    ``session_id`` and ``position`` (its index in the session when written). The record id is the
+    message's id, or a fresh random one. Only role and text are kept: a message comes back as a
+    Human/AI/System message or a ``ChatMessage`` with its role, with the record id as its id; tool
+    calls and attachments are not stored.
 
     Reading lists the user's records and keeps this session's, in insertion order: fine for chat-sized
     histories, linear in the user's record count. It calls only the contract's ``records``,
@@ -368,7 +369,7 @@ class PersonaMemChatMessageHistory(BaseChatMessageHistory):
 
 
 def _record_to_message(record: Record) -> BaseMessage:
-    role = str(record.metadata["role"])
+    role = record.role or ""
     message_type = _MESSAGE_TYPES.get(role)
     if message_type is None:
         return ChatMessage(content=record.text, role=role, id=record.id)

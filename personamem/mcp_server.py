@@ -97,7 +97,7 @@ Filters = Annotated[
     Field(
         description='Only records matching this filter, e.g. {"metadata.topic": "food", "timestamp": '
         '{"gte": "2025-01-01"}} or {"or": [{"kind": "knowledge"}, {"metadata.source": {"in": '
-        '["chat-1"]}}]}. Fields: kind, category, timestamp, valid_from, valid_until, metadata.<key>; a '
+        '["chat-1"]}}]}. Fields: kind, category, role, timestamp, valid_from, valid_until, metadata.<key>; a '
         "value means equals, or an object of operators eq, ne, in, nin, gt, gte, lt, lte, contains; "
         "'and'/'or' take a list of filters, 'not' one. Times are ISO 8601. Default: no filter."
     ),

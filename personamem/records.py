@@ -28,11 +28,13 @@ from pydantic import (
 from personamem.errors import InvalidInputError, InvalidRecordError
 
 __all__ = [
+    "ROLES",
     "EventKind",
     "Record",
     "RecordEvent",
     "RecordKind",
     "as_utc",
+    "canonical_role",
     "check_user_id",
     "content_id",
     "parse_record",
@@ -52,6 +54,27 @@ class RecordKind(StrEnum):
     QA = "qa"  # an (input, output) pair, e.g. a question the user answered
     KNOWLEDGE = "knowledge"  # a personal knowledge statement ("I'm vegetarian.")
     NOTE = "note"  # anything else the application wants remembered
+
+
+ROLES = ("user", "assistant", "system", "tool")
+"""Who wrote a chat record (``metadata["role"]``): the person, the model, its instructions, a tool."""
+_ROLE_NAMES = {
+    **{role: role for role in ROLES},
+    "human": "user",  # LangChain's message types
+    "ai": "assistant",
+    "chatbot": "assistant",  # LlamaIndex's and other SDKs' names
+    "model": "assistant",
+    "developer": "system",
+    "function": "tool",
+}
+
+
+def canonical_role(value: str) -> str:
+    """A chat role in the words of :data:`ROLES` (``human`` is ``user``, ``ai`` is ``assistant``...).
+
+    A role none of them names (``critic``) is kept as given: it is the application's own.
+    """
+    return _ROLE_NAMES.get(value.strip().lower(), value)
 
 
 def content_id(
@@ -103,7 +126,16 @@ class Record(BaseModel):
             _utf8(key)
             if isinstance(item, str):
                 _utf8(item)
+        role = value.get("role")
+        if isinstance(role, str) and canonical_role(role) != role:  # one word per author, whatever the SDK
+            return {**value, "role": canonical_role(role)}
         return value
+
+    @property
+    def role(self) -> str | None:
+        """Who wrote it (``metadata["role"]`` in :data:`ROLES`' words; None: not a chat turn, or unknown)."""
+        role = self.metadata.get("role")
+        return canonical_role(role) if isinstance(role, str) else None
 
     @field_validator("valid_from", "valid_until", "expires_at")
     @classmethod

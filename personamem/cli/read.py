@@ -23,7 +23,7 @@ _AS_OF = typer.Option(help="Answer from the facts current at this time (ISO 8601
 _ALL_VERSIONS = typer.Option("--include-superseded", help="Include superseded and not-yet-valid records.")
 _FILTERS = typer.Option(
     help='Only records this JSON filter admits, e.g. \'{"metadata.topic": "food", "timestamp": {"gte": '
-    '"2025-01-01"}}\' (fields kind, category, timestamp, valid_from, valid_until, metadata.<key>; '
+    '"2025-01-01"}}\' (fields kind, category, role, timestamp, valid_from, valid_until, metadata.<key>; '
     "operators eq, ne, in, nin, gt, gte, lt, lte, contains; and, or, not)."
 )
 

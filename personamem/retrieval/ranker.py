@@ -174,7 +174,7 @@ class UserSignals:
         words = np.array([len(r.text.split()) for r in records], dtype=np.float32)
         n = len(records)
         token_sets = [set(t) for t in index.tokens]
-        roles = [str(r.metadata.get("role", "")).lower() for r in records]
+        roles = [r.role or "" for r in records]
         names = [_names(r.text) for r in records]
         dates = [_dates(r.text) for r in records]
         return cls(

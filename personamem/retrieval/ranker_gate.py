@@ -18,10 +18,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["PROFILE", "TOLERANCE", "WINDOW_WORDS", "GateDecision", "RankerGate", "Region", "history_profile"]
+__all__ = [
+    "PROFILE",
+    "TOLERANCE",
+    "WINDOW_WORDS",
+    "GateDecision",
+    "RankerGate",
+    "Region",
+    "calibrate",
+    "history_profile",
+]
 
 PROFILE: tuple[str, ...] = (
     "words_log_mean",
@@ -132,15 +142,53 @@ class RankerGate:
             "regions": [{"benchmark": r.benchmark, "low": r.low, "high": r.high} for r in self.regions],
         }
 
+    def admits(self, rows: np.ndarray) -> float:
+        """The share of ``rows`` (user profiles, :data:`PROFILE` columns) the trees would serve."""
+        if not len(rows):
+            return 0.0
+        return float(
+            np.mean([self.decide(dict(zip(PROFILE, map(float, row), strict=True))).trees for row in rows])
+        )
+
     @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> RankerGate:
+    def from_json(cls, data: Mapping[str, Any]) -> RankerGate:
         """A gate written by :meth:`to_json`.
 
         Raises:
             ValueError: statistics other than this version's :data:`PROFILE`.
         """
-        if tuple(data.get("profile", ())) != PROFILE:  # type: ignore[call-overload]
+        if tuple(data.get("profile", ())) != PROFILE:
             raise ValueError("its gate reads other history statistics than this version computes")
         regions = data.get("regions", [])
-        assert isinstance(regions, list)
         return cls(tuple(Region(r["benchmark"], tuple(r["low"]), tuple(r["high"])) for r in regions))
+
+
+def calibrate(
+    profiles: Mapping[str, np.ndarray], admitted: Sequence[str], *, tolerance: float = TOLERANCE
+) -> dict[str, dict[str, float]]:
+    """How a gate of ``admitted`` regions treats users it was not built on, per admitted benchmark.
+
+    ``own users left out``: the share of the benchmark's users that a box built without each of them
+    admits (an unseen history of the same kind); every other benchmark: the share of its users that
+    the box admits (a history of another kind). A tolerance is well placed when the first is high
+    and the others are zero.
+    """
+    report: dict[str, dict[str, float]] = {}
+    for name in admitted:
+        rows = profiles.get(name)
+        if rows is None or not len(rows):
+            continue
+        others = {n: p for n, p in profiles.items() if n != name}
+        left_out = [
+            RankerGate.fit({**others, name: np.delete(rows, i, axis=0)}, [name], tolerance=tolerance).admits(
+                rows[i : i + 1]
+            )
+            for i in range(len(rows))
+            if len(rows) > 1
+        ]
+        box = RankerGate.fit(profiles, [name], tolerance=tolerance)
+        report[name] = {
+            "own users left out": float(np.mean(left_out)) if left_out else float("nan"),
+            **{n: box.admits(p) for n, p in others.items()},
+        }
+    return report

@@ -4,8 +4,8 @@ The grammar, a JSON object (``filters=`` on every surface):
 
 - a field maps to a bare value (equals) or to an object of operators, all of which must hold:
   ``{"metadata.topic": "food", "timestamp": {"gte": "2025-01-01"}}``;
-- fields: ``kind``, ``category``, ``timestamp``, ``valid_from``, ``valid_until`` and
-  ``metadata.<key>``;
+- fields: ``kind``, ``category``, ``role`` (who wrote a chat record: ``Record.role``),
+  ``timestamp``, ``valid_from``, ``valid_until`` and ``metadata.<key>``;
 - operators: ``eq``, ``ne``, ``in``, ``nin`` (a list), ``gt``, ``gte``, ``lt``, ``lte`` (a time,
   number or string) and ``contains`` (a substring, case-sensitive);
 - ``and`` / ``or`` take a list of filters, ``not`` one filter; several keys of one object are an ``and``.
@@ -47,7 +47,7 @@ __all__ = [
     "read_filter",
 ]
 
-FIELDS = ("kind", "category", "timestamp", "valid_from", "valid_until", "metadata.<key>")
+FIELDS = ("kind", "category", "role", "timestamp", "valid_from", "valid_until", "metadata.<key>")
 """What a filter can name."""
 OPERATORS = ("eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "contains")
 """What a field's object of operators can hold."""
@@ -219,6 +219,8 @@ def _getter(name: str, parent: str) -> Callable[[Record], Any]:
         return lambda record: record.kind.value
     if name == "category":
         return lambda record: record.category
+    if name == "role":
+        return lambda record: record.role
     if name in _TIMES:
         return lambda record: _seconds(getattr(record, name))
     if name.startswith("metadata.") and len(name) > len("metadata."):

@@ -382,7 +382,7 @@ def test_history_round_trip(mem: PersonaMem) -> None:
     assert all(r.kind is RecordKind.CONVERSATION and r.timestamp is not None for r in records)
     assert [r.metadata for r in records] == [
         {"role": role, "session_id": "s1", "position": i}
-        for i, role in enumerate(["system", "human", "ai", "critic", "human"])
+        for i, role in enumerate(["system", "user", "assistant", "critic", "user"])  # one word per author
     ]
 
 
@@ -418,7 +418,7 @@ def test_history_turns_become_searchable(mem: PersonaMem) -> None:
     PersonaMemChatMessageHistory(mem, "bob", "s1").add_messages([HumanMessage("I adore shellfish.")])
     [doc] = PersonaMemRetriever(memory=mem, user_id="alice", k=1).invoke("seafood allergy")
     assert doc.page_content == "My daughter is allergic to shellfish."
-    assert doc.metadata["role"] == "human"
+    assert doc.metadata["role"] == "user"
     assert doc.metadata["session_id"] == "s1"
     assert doc.metadata["kind"] == "conversation"
 

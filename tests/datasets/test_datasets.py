@@ -122,7 +122,7 @@ def test_the_core_data_layer_imports_neither_the_harness_nor_the_trainers() -> N
 
 
 def test_trainers_use_the_harness_for_metrics_only() -> None:
-    """Data comes from personamem.datasets; the answer log-likelihood and the judge are metrics."""
+    """Data comes from personamem.datasets; the answer log-likelihood, the judge and ranx's metrics score."""
     root = Path(personamem.__file__).parent.parent / "trainers"
     used = {
         node.module
@@ -130,7 +130,7 @@ def test_trainers_use_the_harness_for_metrics_only() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("personamem.eval")
     }
-    assert used <= {"personamem.eval.answers", "personamem.eval.judge"}
+    assert used <= {"personamem.eval.answers", "personamem.eval.judge", "personamem.eval.metrics"}
 
 
 def test_every_trainer_row_is_a_command_with_its_config_as_options() -> None:

@@ -13,7 +13,7 @@ from personamem import PersonaMem, PipelineConfig, TruncationWarning
 from personamem.cli import main
 from personamem.errors import CheckpointError
 from personamem.retrieval.ranker import INFO_FILE, SHIPPED_RANKERS, RankerModel
-from personamem.retrieval.ranker_gate import PROFILE, RankerGate, Region, history_profile
+from personamem.retrieval.ranker_gate import PROFILE, RankerGate, Region, calibrate, history_profile
 from personamem.trainers.ranker.export import save_ranker
 
 # a two-person chat as LoCoMo's loader renders it: a date and the speaker's name on every turn
@@ -73,6 +73,16 @@ def test_a_gate_boxes_the_admitted_benchmarks_users_and_names_what_lies_outside(
         RankerGate.from_json({**gate.to_json(), "profile": ["words"]})
 
 
+def test_calibration_counts_unseen_users_of_the_same_kind_and_of_others() -> None:
+    rng = np.random.default_rng(0)
+    chat = np.array([3.4, 0.0, 0.0, 0.0, 1.0, 1.0]) + rng.normal(0, 0.01, (6, len(PROFILE)))
+    dialogs = np.array([5.2, 0.4, 0.5, 0.5, 0.2, 0.1]) + rng.normal(0, 0.01, (6, len(PROFILE)))
+    report = calibrate({"chat": chat, "dialogs": dialogs}, ["chat"])
+    assert report == {"chat": {"own users left out": 1.0, "dialogs": 0.0}}
+    wide = calibrate({"chat": chat, "dialogs": dialogs}, ["chat"], tolerance=50.0)  # boxes past the others
+    assert wide["chat"]["dialogs"] == 1.0
+
+
 def _gated_copy(folder: Path, regions: list[Region] | None) -> Path:
     """The shipped ranker's trees with another gate (None: no gate, as folders written before it)."""
     shutil.copytree(SHIPPED_RANKERS / "mixed", folder)
@@ -113,9 +123,9 @@ def test_the_shipped_ranker_serves_a_dated_two_person_chat_and_not_long_assistan
     mem.add_many([{"id": f"c{i}", "text": t} for i, t in enumerate(CHAT)], user_id="chat")
     with pytest.warns(TruncationWarning):  # past the encoder's window: BM25 still reads all of it
         mem.add_many(
-            [{"id": f"a{i}", "text": ASSISTANT, "metadata": {"role": "assistant"}} for i in range(4)]
+            [{"id": f"a{i}", "text": ASSISTANT, "metadata": {"role": "ai"}} for i in range(4)]
             + [
-                {"id": f"u{i}", "text": "Can you plan my week?", "metadata": {"role": "user"}}
+                {"id": f"u{i}", "text": "Can you plan my week?", "metadata": {"role": "human"}}
                 for i in range(4)
             ],
             user_id="assistant",

@@ -120,7 +120,7 @@ def test_no_filter_and_equal_filters() -> None:
         ({"timestamp": {"gtx": "2025-01-01"}}, "filters: unknown operator 'gtx' at timestamp (eq, ne, in, "),
         (
             {"colour": "red"},
-            "filters: field 'colour' is not filterable (kind, category, timestamp, valid_from, "
+            "filters: field 'colour' is not filterable (kind, category, role, timestamp, valid_from, "
             "valid_until, metadata.<key>)",
         ),
         ({"metadata.": 1}, "filters: field 'metadata.' is not filterable"),
@@ -408,3 +408,24 @@ def test_the_framework_components_refuse_a_bad_filter_when_made(mem: PersonaMem)
         LlamaIndexRetriever(mem, "u", filters=bad)
     with pytest.raises(InvalidInputError, match="field 'colour' is not filterable"):
         PersonaMemStore(mem, filters=bad)
+
+
+def test_role_filters_who_wrote_a_turn_in_one_word_whatever_the_sdk_called_it() -> None:
+    turns = [
+        Record(user_id="u", id="h", text="h", metadata={"role": "human"}),  # LangChain's word
+        Record(user_id="u", id="a", text="a", metadata={"role": "AI"}),
+        Record(user_id="u", id="m", text="m", metadata={"role": "model"}),  # other SDKs' words
+        Record(user_id="u", id="c", text="c", metadata={"role": "critic"}),  # the application's own
+        Record(user_id="u", id="n", text="n"),
+    ]
+    assert [r.role for r in turns] == ["user", "assistant", "assistant", "critic", None]
+    assert turns[0].metadata == {"role": "user"}  # stored in the canonical word
+    for filters, expected in (
+        ({"role": "user"}, "h"),
+        ({"role": {"in": ["assistant", "critic"]}}, "amc"),
+        ({"role": None}, "n"),
+        ({"metadata.role": "assistant"}, "am"),
+    ):
+        parsed = parse_filters(filters)
+        assert parsed is not None
+        assert "".join(r.id for r in turns if parsed.matches(r)) == expected, filters

@@ -9,11 +9,23 @@ import pytest
 
 from personamem import SentenceEncoder
 from personamem.datasets import BenchmarkName
+from personamem.datasets.vectors import default_vector_cache
 from personamem.retrieval.ranker import INFO_FILE, RankerModel
 from personamem.retrieval.ranker_gate import PROFILE
+from personamem.trainers.adapter.config import AdapterTrainConfig
 from personamem.trainers.ranker import lobo
 from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfig
-from personamem.trainers.ranker.lobo import MARGIN, METRICS, PLAIN, RULED, FoldSeed, leave_one_out, verdict
+from personamem.trainers.ranker.lobo import (
+    FUSIONS,
+    MARGIN,
+    METRICS,
+    PLAIN,
+    RULED,
+    FoldSeed,
+    fusion_name,
+    leave_one_out,
+    verdict,
+)
 from personamem.trainers.ranker.run import ship_verdict
 from tests.conftest import DATA, need_data
 
@@ -71,10 +83,21 @@ def test_leave_one_out_trains_without_each_benchmark_scores_it_and_resumes(
     )
     train = RankerTrainConfig(rounds=20)
     # iKAT left out: an adapter and a ranker trained on LoCoMo alone, scored on iKAT's held-out users
-    report = leave_one_out(data, train, tmp_path / "study", seeds=[0], encoder=encoder, folds=["ikat"])
+    adapter = AdapterTrainConfig(steps=50)
+    study = tmp_path / "study"
+    # the CLI's own embedding cache: the real corpora are embedded once per machine, not per test
+    run = {
+        "seeds": [0],
+        "encoder": encoder,
+        "folds": ["ikat"],
+        "adapter": adapter,
+        "cache_dir": default_vector_cache(),
+    }
+    report = leave_one_out(data, train, study, **run)
     assert set(report["folds"]) == {"ikat"}
     for fold, found in report["folds"].items():
-        assert set(found["methods"]) == set(METHODS) and found["questions"] > 0
+        assert set(found["methods"]) == {*METHODS, *(fusion_name(*f) for f in FUSIONS)}
+        assert found["questions"] > 0
         assert len(found["checks"]) == 2 * len(RULED)
         # every learned part of this fold was trained without it
         ranker = json.loads(

@@ -4,10 +4,11 @@ For each benchmark in turn and each seed, a query adapter and a ranker (trees an
 on the other benchmarks alone, exactly as ``personamem train ranker`` trains the shipped one, and
 scored on the left-out benchmark's held-out users against what needs no training on it: dense,
 BM25, plain hybrid, and the default's own fused order with that fold's adapter (the unranked
-default). Methods are scored over each question's candidates (the union of the top 50 of adapted
-dense, base dense and BM25, where every method's top 10 lies), with ranx, gold outside the
-candidates counted as missed. Each fold and seed is written to ``<out>/leave-one-out/`` when done,
-so a rerun resumes.
+default), and a grid of fusions (:data:`FUSIONS`) the unranked default's is held against. Methods
+are scored over each question's candidates (the union of the top 50 of adapted dense, base dense
+and BM25, where every method's top 10 lies), with ranx, gold outside the candidates counted as
+missed. Each fold's adapter and each seed's ranker and scores are written to
+``<out>/leave-one-out/`` when done, so a rerun resumes.
 
 The rule (issue 57): the ranker as served may fall below neither the best plain method nor the
 unranked default by more than :data:`MARGIN` on recall@5, recall@10 or MRR in any fold, nor lose
@@ -33,8 +34,9 @@ from personamem.datasets import DataSource, UserSplit
 from personamem.datasets.benchmark import Question
 from personamem.encoder import Encoder
 from personamem.eval.metrics import ranx_scores
+from personamem.retrieval.query_adapter import CONFIG_FILE as ADAPTER_FILE
 from personamem.retrieval.query_adapter import QueryAdapter
-from personamem.retrieval.ranker import FEATURES, RankerModel
+from personamem.retrieval.ranker import FEATURES, INFO_FILE, POOL, RankerModel
 from personamem.retrieval.ranker_gate import PROFILE
 from personamem.trainers.adapter.config import AdapterDataConfig, AdapterTrainConfig
 from personamem.trainers.adapter.run import train_adapter
@@ -42,7 +44,17 @@ from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfi
 from personamem.trainers.ranker.data import FeatureSet, benchmark_features, default_features_dir
 from personamem.trainers.ranker.trainer import served_start, train_ranker
 
-__all__ = ["MARGIN", "METRICS", "PLAIN", "RULED", "leave_one_out", "method_scores", "verdict"]
+__all__ = [
+    "FUSIONS",
+    "MARGIN",
+    "METRICS",
+    "PLAIN",
+    "RULED",
+    "fusion_name",
+    "leave_one_out",
+    "method_scores",
+    "verdict",
+]
 
 METRICS = ("recall@5", "recall@10", "mrr", "ndcg@10")
 """What each fold reports."""
@@ -54,7 +66,32 @@ ALPHA = 0.05
 """A paired t-test below this is a significant loss."""
 PLAIN = ("dense", "bm25", "hybrid")
 """Methods that learn nothing: the best of them per fold is a reference."""
+FUSIONS = tuple(
+    (side, weight, k)
+    for side in ("base", "adapter")
+    for weight in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    for k in (2, 10, 60)
+)
+"""Fusions the unranked default's is held against: (query side, dense weight, RRF k), over the candidates."""
 _COLUMN = {name: i for i, name in enumerate(FEATURES)}
+
+
+def fusion_name(side: str, weight: float, k: int) -> str:
+    """How a fusion of :data:`FUSIONS` is named in a report."""
+    return f"fusion {side} {weight:g}/{k}"
+
+
+def _fused(f: np.ndarray, side: str, weight: float, k: int) -> np.ndarray:
+    """Weighted RRF of the side's dense ranks and BM25's, from the candidates' ranks (top 50 each)."""
+    dense = f[:, _COLUMN["rank_base" if side == "base" else "rank_adapt"]]
+    lexical = f[:, _COLUMN["rank_bm25"]]
+    on_list = f[:, _COLUMN["bm25"]] > 0
+    tie = 1e-9 * f[:, _COLUMN["cos_base" if side == "base" else "cos_adapt"]]  # ties: the dense order
+    return (
+        np.where(dense <= POOL, weight / (k + dense), 0.0)
+        + np.where((lexical <= POOL) & on_list, (1 - weight) / (k + lexical), 0.0)
+        + tie
+    )
 
 
 def method_scores(found: FeatureSet, ranker: RankerModel) -> dict[str, np.ndarray]:
@@ -68,6 +105,7 @@ def method_scores(found: FeatureSet, ranker: RankerModel) -> dict[str, np.ndarra
         "default without ranker": f[:, _COLUMN["fused_default"]],
         "ranker (trees everywhere)": ranker.score(f, trees=True),
         "ranker as served (gated)": served_start(ranker)(found),
+        **{fusion_name(*fusion): _fused(f, *fusion) for fusion in FUSIONS},
     }
 
 
@@ -107,11 +145,13 @@ def leave_one_out(
     cache_dir: Path | None = None,
     progress: Progress | None = None,
     folds: Sequence[str] | None = None,
+    adapter: AdapterTrainConfig | None = None,
 ) -> dict[str, Any]:
     """Train without each benchmark in turn, score on its held-out users, and judge by the worst fold.
 
-    ``folds`` names the benchmarks to leave out (default: each one). Returns the report also written
-    to ``out_dir / "leave-one-out.json"`` (and ``.md``).
+    ``folds`` names the benchmarks to leave out (default: each one); ``adapter`` how each fold's
+    adapter is fitted (default: as the shipped one, seed 0). Returns the report also written to
+    ``out_dir / "leave-one-out.json"`` (and ``.md``).
     """
     folder = out_dir / "leave-one-out"
     folder.mkdir(parents=True, exist_ok=True)
@@ -125,7 +165,16 @@ def leave_one_out(
             if done.is_file():
                 results.append(FoldSeed(**json.loads(done.read_text(encoding="utf-8"))))
             else:
-                result = _fold(data, config, fold.value, others, seed, folder, encoder, cache_dir, progress)
+                result = _fold(
+                    data,
+                    config,
+                    adapter or AdapterTrainConfig(seed=0),
+                    (fold.value, others, seed),
+                    folder,
+                    encoder,
+                    cache_dir,
+                    progress,
+                )
                 partial = done.with_suffix(".partial")
                 partial.write_text(json.dumps(result.__dict__), encoding="utf-8")
                 partial.replace(done)
@@ -141,21 +190,22 @@ def leave_one_out(
 def _fold(
     data: RankerDataConfig,
     config: RankerTrainConfig,
-    fold: str,
-    others: tuple[Any, ...],
-    seed: int,
+    adapter: AdapterTrainConfig,
+    which: tuple[str, tuple[Any, ...], int],
     folder: Path,
     encoder: Encoder,
     cache_dir: Path | None,
     progress: Progress | None,
 ) -> FoldSeed:
-    """Adapter and ranker without ``fold``, scored on ``fold``'s held-out users.
+    """Adapter and ranker without the fold's benchmark, scored on its held-out users.
 
-    The adapter is trained once per fold (seed 0: its seeds move the default by at most 0.006, see
-    docs/RESULTS.md); the trees take each seed.
+    ``which`` is (the left-out benchmark, the others, the trees' seed). The adapter is trained once
+    per fold (its seeds move the default by at most 0.006, see docs/RESULTS.md); the trees take
+    each seed.
     """
+    fold, others, seed = which
     adapter_dir = folder / f"adapter-without-{fold}"
-    if not (adapter_dir / "adapter.json").is_file():
+    if not (adapter_dir / ADAPTER_FILE).is_file():
         train_adapter(
             AdapterDataConfig(
                 benchmark=others,
@@ -164,21 +214,22 @@ def _fold(
                 validation_share=data.validation_share,
                 split_seed=data.split_seed,
             ),
-            AdapterTrainConfig(seed=0),
+            adapter,
             adapter_dir,
             encoder=encoder,
             cache_dir=cache_dir,
             progress=progress,
         )
     ranker_dir = folder / f"ranker-without-{fold}-s{seed}"
-    trained = train_ranker(
-        data.model_copy(update={"benchmark": others, "adapter": str(adapter_dir)}),
-        config.model_copy(update={"seed": seed}),
-        ranker_dir,
-        encoder=encoder,
-        cache_dir=cache_dir,
-        progress=progress,
-    )
+    if not (ranker_dir / INFO_FILE).is_file():  # written last: a folder that has it is whole
+        train_ranker(
+            data.model_copy(update={"benchmark": others, "adapter": str(adapter_dir)}),
+            config.model_copy(update={"seed": seed}),
+            ranker_dir,
+            encoder=encoder,
+            cache_dir=cache_dir,
+            progress=progress,
+        )
     benchmark = next(b for b in data.benchmark if b.value == fold)
     loaded = DataSource(benchmark=benchmark, data=data.folder(benchmark)).questions()
     split = UserSplit.by_share(
@@ -200,7 +251,8 @@ def _fold(
     model = RankerModel.load(ranker_dir)
     scores = {name: _per_question(test, s) for name, s in method_scores(test, model).items()}
     served = [model.decide(dict(zip(PROFILE, map(float, row), strict=True))).trees for row in test.profiles]
-    return FoldSeed(fold, seed, scores, trained.admitted, float(np.mean(served)) if served else 0.0)
+    admitted = [region.benchmark for region in model.gate.regions] if model.gate is not None else []
+    return FoldSeed(fold, seed, scores, admitted, float(np.mean(served)) if served else 0.0)
 
 
 def _paired_p(ours: np.ndarray, theirs: np.ndarray) -> float:
@@ -239,7 +291,7 @@ def verdict(results: Sequence[FoldSeed]) -> dict[str, Any]:
         }
         checks = []
         for metric in RULED:
-            best_plain = max(PLAIN, key=lambda m, metric=metric: table[m][metric]["mean"])
+            best_plain = max(PLAIN, key=lambda m: float(table[m][metric]["mean"]))
             served = per_question("ranker as served (gated)", metric)
             for reference, role in (
                 (best_plain, "best plain method"),
@@ -273,12 +325,30 @@ def verdict(results: Sequence[FoldSeed]) -> dict[str, Any]:
         }
     every = [c | {"fold": f} for f, v in folds.items() for c in v["checks"]]
     worst = min(every, key=lambda c: c["difference"]) if every else None
+    fusions = (
+        {
+            name: min(
+                (
+                    v["methods"][name][metric]["mean"] - max(v["methods"][m][metric]["mean"] for m in PLAIN),
+                    f,
+                    metric,
+                )
+                for f, v in folds.items()
+                for metric in RULED
+            )
+            for name in next(iter(folds.values()))["methods"]
+            if name.startswith("fusion ")
+        }
+        if folds
+        else {}
+    )
     return {
         "rule": f"served >= reference - {MARGIN} on {', '.join(RULED)} in every fold; no loss at p < {ALPHA}",
         "folds": folds,
         "worst": worst,
         "trees_pass": not any(c["fails"] for c in every if c["role"] == "unranked default"),
         "passes": not any(c["fails"] for c in every),
+        "fusions": dict(sorted(fusions.items(), key=lambda item: item[1][0], reverse=True)),
     }
 
 
@@ -288,6 +358,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines.append("|---|---|" + "---|" * len(METRICS))
     for fold, v in report["folds"].items():
         for method, cells in v["methods"].items():
+            if method.startswith("fusion "):
+                continue
             shown = " | ".join(f"{c['mean']:.3f} ± {c['std']:.3f}" for c in cells.values())
             lines.append(f"| {fold} ({v['questions']}) | {method} | {shown} |")
     lines += ["", "| left-out benchmark | metric | served − reference | p | fails |", "|---|---|---|---|---|"]
@@ -297,6 +369,13 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {fold} | {c['metric']} | {c['difference']:+.3f} vs {c['against']} ({c['role']}) | "
                 f"{c['p']:.2g} | {'yes' if c['fails'] else 'no'} |"
             )
+    lines += [
+        "",
+        "| fusion (query side, dense weight / RRF k) | worst fold: change against its best plain method |",
+    ]
+    lines.append("|---|---|")
+    for name, (difference, fold, metric) in report["fusions"].items():
+        lines.append(f"| {name.removeprefix('fusion ')} | {difference:+.3f} ({fold}, {metric}) |")
     lines += [
         "",
         "Share of held-out questions whose user the gate gave the trees: "

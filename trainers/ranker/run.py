@@ -82,12 +82,22 @@ def run(config: RankerRunConfig, *, progress: Progress | None = None) -> TrainSu
     rows += [
         ("chosen: alpha, trees", f"{fit.alpha:g}, {fit.iterations}"),
         ("trees serve histories shaped like", ", ".join(result.admitted) or "none (the default's order)"),
+        *[
+            (f"gate: {name}'s region admits", ", ".join(f"{n} {share:.0%}" for n, share in shares.items()))
+            for name, shares in _calibration(result.folder).items()
+        ],
         ("validation nDCG@10: default → ranker", f"{fit.start:.4f} → {fit.best:.4f}"),
         ("wall-clock seconds (fits)", f"{fit.seconds:.0f}"),
         ("ranker (sha256)", f"{result.folder} ({(result.sha256 or 'no trees')[:16]})"),
         *judged,
     ]
     return TrainSummary("Learned ranker training", rows, f'ranker = "{result.folder}"')
+
+
+def _calibration(folder: Path) -> dict[str, dict[str, float]]:
+    """Per gate region, the shares of unseen users it admits (``recipe.gate.calibration`` of the folder)."""
+    info = json.loads((folder / INFO_FILE).read_text(encoding="utf-8"))
+    return dict(info["recipe"]["gate"]["calibration"])
 
 
 def ship_verdict(folder: Path, report: dict[str, Any], study: Path) -> None:

@@ -34,7 +34,7 @@ from personamem.encoder import Encoder
 from personamem.errors import InsufficientDataError
 from personamem.retrieval.query_adapter import QueryAdapter
 from personamem.retrieval.ranker import CATEGORICAL, FEATURES, INFO_FILE, RankerModel
-from personamem.retrieval.ranker_gate import PROFILE, TOLERANCE, RankerGate
+from personamem.retrieval.ranker_gate import PROFILE, TOLERANCE, RankerGate, calibrate
 from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfig
 from personamem.trainers.ranker.data import FeatureSet, benchmark_features, default_features_dir
 from personamem.trainers.ranker.export import save_ranker
@@ -219,6 +219,7 @@ def train_ranker(
                 "admitted": f"benchmarks whose validation nDCG@10 the trees raised by >= {ADMIT_GAIN}",
                 "region": f"each admitted benchmark's users' range of each statistic, +- {TOLERANCE} "
                 "pooled std (every benchmark's users pooled)",
+                "calibration": calibrate(profiles, admitted),
             },
             "seconds": round(fit.seconds, 1),
         },
