@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from personamem.trainers.adapter.config import AdapterRunConfig
 from personamem.trainers.adapter.run import run as run_adapter
+from personamem.trainers.attribution.config import AttributionRunConfig
+from personamem.trainers.attribution.run import run as run_attribution
 from personamem.trainers.memrerank.config import MemRerankRunConfig
 from personamem.trainers.memrerank.run import run as run_memrerank
 from personamem.trainers.pgret.config import PGRetRunConfig
@@ -55,6 +57,12 @@ TRAINERS: tuple[TrainerSpec, ...] = (
         RankerRunConfig,
         run_ranker,
         "Learned ranker: reorder the default first stage's candidates (LightGBM on benchmarks' gold).",
+    ),
+    TrainerSpec(
+        "attribution",
+        AttributionRunConfig,
+        run_attribution,
+        "Answer attribution: which served records an answer used (from reference answers and gold evidence).",
     ),
     TrainerSpec(
         "purple",

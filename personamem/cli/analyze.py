@@ -309,12 +309,14 @@ def improve_gain(
     signal: Annotated[
         list[str] | None,
         typer.Option(
-            help="feedback (a share of all questions logged, their served gold reported) or synthetic "
-            "(improve's LLM questions, nothing logged); repeatable. [default: feedback]"
+            help="feedback (a share of all questions logged, their served gold reported), answers (the "
+            "same, reporting only the reference answer) or synthetic (improve's LLM questions, nothing "
+            "logged); repeatable. [default: feedback]"
         ),
     ] = None,
     share: Annotated[
-        float, typer.Option(min=0.01, max=1.0, help="With feedback: the share of all questions logged.")
+        float,
+        typer.Option(min=0.01, max=1.0, help="With feedback or answers: the share of all questions logged."),
     ] = 0.2,
     seeds: Annotated[int, typer.Option(min=1, help="improve's seeds 0..N-1 (and the logged calls').")] = 3,
     llm: Annotated[
@@ -351,6 +353,7 @@ def improve_gain(
     from personamem.datasets.vectors import default_vector_cache
     from personamem.encoder import default_encoder
     from personamem.eval.improve_eval import (
+        LOGGED,
         append_trial,
         improve_trial,
         load_trials,
@@ -359,9 +362,9 @@ def improve_gain(
     )
 
     signals = signal or ["feedback"]
-    unknown = sorted(set(signals) - {"feedback", "synthetic"})
+    unknown = sorted(set(signals) - {"feedback", "answers", "synthetic"})
     if unknown:
-        raise typer.BadParameter(f"--signal {unknown[0]!r}: use feedback or synthetic")
+        raise typer.BadParameter(f"--signal {unknown[0]!r}: use feedback, answers or synthetic")
     benchmarks = benchmark or [BenchmarkName("locomo"), BenchmarkName("personabench")]
     trials_file = out_file.with_suffix(".trials.jsonl")
     trials = load_trials(trials_file)
@@ -372,7 +375,7 @@ def improve_gain(
         for name in benchmarks:
             loaded = read_benchmark(data_root, name)
             for kind in signals:
-                used_share = share if kind == "feedback" else 0.0
+                used_share = share if kind in LOGGED else 0.0
                 for seed in range(seeds):
                     if (name.value, kind, seed, used_share, ranker, synthetic_live) in done:
                         continue

@@ -4,7 +4,10 @@ A deployment's store holds every user of a benchmark. With ``feedback``, each se
 all questions as logged calls, searched with the live default (top 10), whose user reports the gold
 records among those served: what someone marking the useful records of what they saw can report
 (so the feedback is always right, and misses the gold the default did not serve; the trial counts
-both). With ``synthetic``, no call is logged and improve writes its own questions with the LLM.
+both). With ``answers``, the same share of calls is logged, but their user reports only the
+benchmark's reference answer (no record id): improve attributes it to the served records it drew
+on (:mod:`personamem.attribution`). With ``synthetic``, no call is logged and improve writes its own
+questions with the LLM.
 Then improve runs as a deployment would run it, and the store's live pipeline after it and before
 it (the shipped default, or that default with another ranker, e.g. one trained without this
 benchmark) are scored on the held-out users' questions that were not logged (the shipped
@@ -50,10 +53,10 @@ class ImproveTrial:
     """One improve run on one benchmark's store, and the held-out questions scored before and after.
 
     Attributes:
-        signal: what was asked (``feedback`` / ``synthetic``); learned_from: what improve used (too
-            little feedback: synthetic questions).
-        calls: logged calls; reported: those whose user reported a record (a gold one was served);
-            gold_reported: share of the reported calls' gold records that were reported.
+        signal: what was asked (``feedback``, ``answers``, ``synthetic``); learned_from: what improve
+            used (too little feedback: synthetic questions).
+        calls: logged calls; reported: those whose user reported a record (a gold one was served),
+            or an answer; gold_reported: share of the reported calls' gold records that were reported.
         live: whether improve put its candidate live; chosen_by: the live pipeline's reason.
         ranker: the live ranker before improve (``auto``: the shipped default's); synthetic_live:
             improve's setting (whether synthetic questions may put a candidate live).
@@ -84,6 +87,10 @@ class ImproveTrial:
         return (self.benchmark, self.signal, self.seed, self.share, self.ranker, self.synthetic_live)
 
 
+LOGGED = ("feedback", "answers")
+"""The signals whose trials log a share of the calls (``synthetic`` logs none)."""
+
+
 def improve_trial(
     loaded: Benchmark,
     *,
@@ -98,7 +105,7 @@ def improve_trial(
     cache_dir: Path | None = None,
     progress: Progress | None = None,
 ) -> ImproveTrial:
-    """Build the store, log the calls (``feedback``), run improve with ``settings``, score both pipelines.
+    """Build the store, log the calls (``feedback``, ``answers``), run improve, score both pipelines.
 
     ``name`` labels the trial (the benchmark's CLI name); ``settings`` are :meth:`PersonaMem.improve`'s
     keyword settings (its ``seed`` is ``seed``); ``ranker`` is the store's live ranker before improve.
@@ -108,9 +115,7 @@ def improve_trial(
         loaded.users(), test_share=TEST_SHARE, validation_share=VALIDATION_SHARE, seed=split_seed
     )
     logged = (
-        random.Random(f"{name}-{seed}").sample(asked, round(share * len(asked)))
-        if signal == "feedback"
-        else []
+        random.Random(f"{name}-{seed}").sample(asked, round(share * len(asked))) if signal in LOGGED else []
     )
     taken = {q.id for q in logged}
     test = set(split.test)
@@ -122,7 +127,7 @@ def improve_trial(
             if ranker != "auto":
                 mem.store.set_live_pipeline({"ranker": ranker})
             before = stored_pipeline(mem.store.live_pipeline)
-            reported, gold_shares = _log_feedback(mem, before, logged, progress)
+            reported, gold_shares = _log_feedback(mem, before, logged, progress, answers=signal == "answers")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a pinned-pipeline note: the eval reads the store's table
                 result = mem.improve(progress=progress, **{**settings, "seed": seed})
@@ -154,14 +159,29 @@ def improve_trial(
 
 
 def _log_feedback(
-    mem: PersonaMem, live: PipelineConfig, logged: Sequence[Question], progress: Progress | None
+    mem: PersonaMem,
+    live: PipelineConfig,
+    logged: Sequence[Question],
+    progress: Progress | None,
+    *,
+    answers: bool = False,
 ) -> tuple[int, list[float]]:
-    """Search each logged question (logged, with ``live``) and report the gold records it served."""
+    """Search each logged question (logged, with ``live``) and report the gold records it served.
+
+    With ``answers``, report the question's reference answer instead (a question without one, none).
+    """
     pipeline = mem.pipeline(live.model_copy(update={"log_interactions": True}))
     task = progress.add_task("logged calls", total=len(logged)) if progress and logged else None
     reported, shares = 0, []
     for question in logged:
         hits = pipeline.search(question.user_id, question.text, SERVED_K)
+        if answers:
+            if question.answer and question.answer.strip() and hits.interaction_id:
+                mem.feedback(hits.interaction_id, answer=question.answer)
+                reported += 1
+            if progress is not None and task is not None:
+                progress.advance(task)
+            continue
         gold = {r for r, g in question.relevant.items() if g > 0}
         used = [h.record.id for h in hits if h.record.id in gold]
         if used and hits.interaction_id:

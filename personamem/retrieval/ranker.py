@@ -42,6 +42,7 @@ from personamem.errors import CheckpointError
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
+from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers
 from personamem.retrieval.ranker_gate import GateDecision, RankerGate, history_profile
 from personamem.store import Store
 
@@ -88,48 +89,21 @@ FEATURES: tuple[str, ...] = (
 CATEGORICAL = ("kind", "role", "wh")
 
 _KINDS = {"conversation": 0, "dialog": 1, "purchase": 2, "post": 3, "qa": 4, "knowledge": 5, "note": 6}
-_DATE_WORDS = frozenset(
-    re.findall(
-        r"\w+",
-        "january february march april may june july august september october november december "
-        "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
-        "saturday sunday yesterday today tomorrow weekend week month year ago last",
-    )
-)
 _WH = ("what", "when", "where", "who", "why", "how", "which")
 _AUX = frozenset(re.findall(r"\w+", "do does did is are was were can could would will have has should"))
-_NAME = re.compile(r"\b[A-Z][a-z]+\b")
-_NUMBER = re.compile(r"\b\d+\b")
-_WORD = re.compile(r"[A-Za-z']+")
-_YEAR = re.compile(r"\b(?:19|20)\d\d\b")
-_NOT_NAMES = frozenset(
-    re.findall(
-        r"\w+",
-        "i the a an what when where who why how which do does did is are can could would should "
-        "my me in on at and but if any",
-    )
-)  # capitalised words that are not names
 _WHAT_DO_I = re.compile(r"(what|which|where|who|how)('s| do| did| is| are| was| should)? (i|my)\b")
 _RECOMMEND = re.compile(r"recommend|suggest|advice|ideas?\b|tips?\b")
 _SHOULD_I = re.compile(r"\bshould i\b|\bcan you help\b")
 
 
-def _names(text: str) -> set[str]:
-    return {w.lower() for w in _NAME.findall(text)} - _NOT_NAMES
-
-
-def _dates(text: str) -> set[str]:
-    return ({w.lower() for w in _WORD.findall(text)} & _DATE_WORDS) | set(_YEAR.findall(text))
-
-
 def _question_form(text: str) -> dict[str, float]:
     """What kind of question it is: lexical matching helps "when did X...", not "what should I cook?"."""
     lowered = text.strip().lower()
-    words = _WORD.findall(lowered)
+    words = WORD.findall(lowered)
     first = words[0] if words else ""
     wh = next((i + 1 for i, w in enumerate(_WH) if w in words[:3]), 0)
     stripped = text.strip()
-    names = [w for w in _NAME.findall(stripped[1:] if stripped else "") if w.lower() not in _NOT_NAMES]
+    named = [w for w in NAME.findall(stripped[1:] if stripped else "") if w.lower() not in NOT_NAMES]
     return {
         "wh": float(wh),
         "is_aux": float(first in _AUX),
@@ -137,9 +111,9 @@ def _question_form(text: str) -> dict[str, float]:
         "what_do_i": float(bool(_WHAT_DO_I.match(lowered))),
         "recommend": float(bool(_RECOMMEND.search(lowered))),
         "should_i": float(bool(_SHOULD_I.search(lowered))),
-        "q_has_name": float(bool(names)),
-        "q_has_number": float(bool(_NUMBER.search(text))),
-        "q_has_date": float(bool(_dates(text))),
+        "q_has_name": float(bool(named)),
+        "q_has_number": float(bool(numbers(text))),
+        "q_has_date": float(bool(dates(text))),
     }
 
 
@@ -175,8 +149,8 @@ class UserSignals:
         n = len(records)
         token_sets = [set(t) for t in index.tokens]
         roles = [r.role or "" for r in records]
-        names = [_names(r.text) for r in records]
-        dates = [_dates(r.text) for r in records]
+        record_names = [names(r.text) for r in records]
+        record_dates = [dates(r.text) for r in records]
         return cls(
             index=index,
             vectors=vectors,
@@ -188,16 +162,18 @@ class UserSignals:
             role=np.array(
                 [1.0 if r == "user" else 2.0 if r == "assistant" else 0.0 for r in roles], np.float32
             ),
-            names=names,
-            numbers=[set(_NUMBER.findall(r.text)) for r in records],
-            dates=dates,
+            names=record_names,
+            numbers=[numbers(r.text) for r in records],
+            dates=record_dates,
             stats={
                 "u_mean_words_log": float(np.log1p(words.mean())) if n else 0.0,
                 "u_median_words_log": float(np.log1p(np.median(words))) if n else 0.0,
                 "u_share_long": float((words > 50).mean()) if n else 0.0,
                 "u_n_records_log": float(np.log1p(n)),
             },
-            profile=history_profile(words, roles, [bool(x) for x in names], [bool(x) for x in dates]),
+            profile=history_profile(
+                words, roles, [bool(n) for n in record_names], [bool(d) for d in record_dates]
+            ),
         )
 
 
@@ -258,7 +234,7 @@ def candidate_features(
     best_b, best_a, best_m = np.sort(cos_b)[::-1], np.sort(cos_a)[::-1], np.sort(bm)[::-1]
     bm_max = float(best_m[0]) if n else 0.0
     query_terms = set(terms)
-    q_names, q_numbers, q_dates = _names(query[1:]), set(_NUMBER.findall(query)), _dates(query)
+    q_names, q_numbers, q_dates = names(query[1:]), numbers(query), dates(query)
     picked = rows[pool]  # the candidates' rows in the user's signals
     cover = np.array(
         [len(query_terms & user.token_sets[i]) / len(query_terms) if query_terms else 0.0 for i in picked],

@@ -27,16 +27,15 @@ TOPICS = ("cooking", "running", "painting", "chess", "gardening", "cycling")
 TOPICS += ("baking", "hiking", "guitar", "swimming", "knitting", "camping")
 
 
-@pytest.fixture
-def store(tmp_path: Path, encoder: SentenceEncoder) -> Path:
+def _store(folder: Path, encoder: SentenceEncoder, *, answers: bool = False, users: int = 6) -> Path:
     """Six users whose answers are stated facts, buried under chat turns that echo the question.
 
     "How long have I been into chess?" is answered by "Started chess back in 2003." (a knowledge
     record), while three chat turns repeat the question's words: the shipped ranker puts them
-    first, and the feedback on every call names the fact.
+    first. The feedback on every call names the fact, or (``answers``) only gives the answer.
     """
     records, asked = [], []
-    for u in range(6):
+    for u in range(users):
         user = f"user-{u}"
         for t, topic in enumerate(TOPICS):
             fact = Record(
@@ -55,16 +54,39 @@ def store(tmp_path: Path, encoder: SentenceEncoder) -> Path:
                 )
                 for c in range(3)
             ]
-            asked.append((user, f"How long have I been into {topic}?", fact.id))
-    with PersonaMem.open(
-        tmp_path / "store", encoder=encoder, pipeline=PipelineConfig(log_interactions=True)
-    ) as mem:
+            asked.append((user, f"How long have I been into {topic}?", fact))
+    with PersonaMem.open(folder, encoder=encoder, pipeline=PipelineConfig(log_interactions=True)) as mem:
         mem.add_many(records)
-        for user, question, fact_id in asked:
+        for user, question, fact in asked:
             hits = mem.search(user, question, k=10)
             assert hits.interaction_id
-            mem.feedback(hits.interaction_id, used_record_ids=[fact_id])
-    return tmp_path / "store"
+            if answers:  # an answer quoting the record it drew on, as an LLM reading the context may
+                mem.feedback(hits.interaction_id, answer=f"You told me so: {fact.text}")
+            else:
+                mem.feedback(hits.interaction_id, used_record_ids=[fact.id])
+    return folder
+
+
+@pytest.fixture
+def store(tmp_path: Path, encoder: SentenceEncoder) -> Path:
+    return _store(tmp_path / "store", encoder)
+
+
+def test_answers_alone_teach_improve_which_records_were_used(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    """No record ids: each answer is attributed to the served record it drew on, and improve learns."""
+    folder = _store(
+        tmp_path / "store", encoder, answers=True, users=9
+    )  # a fact served in the top 10 is attributable
+    with PersonaMem.open(folder, encoder=encoder) as mem:
+        assert not any(i.used for i in mem.interactions())  # the application named no record
+        result = improve(mem, ImproveConfig(steps=50, weights=(0.8,)))
+        assert result.signal == "feedback"  # the answers were attributed: enough labelled calls
+        assert result.live and result.after["ndcg@10"] > result.before["ndcg@10"]
+        assert [h.record.id for h in mem.search("user-0", "How long have I been into chess?", k=1)] == [
+            "user-0-fact-3"
+        ]
 
 
 def test_improve_fits_the_ranker_to_the_store_and_it_goes_live(store: Path, encoder: SentenceEncoder) -> None:

@@ -24,6 +24,7 @@ from personamem.datasets.benchmark import Benchmark, Question
 from personamem.datasets.vectors import build_store
 from personamem.encoder import Encoder
 from personamem.retrieval import bm25 as bm25_module
+from personamem.retrieval import cues as cues_module
 from personamem.retrieval import ranker as ranker_module
 from personamem.retrieval import ranker_gate as ranker_gate_module
 from personamem.retrieval.bm25 import BM25Retriever
@@ -244,7 +245,7 @@ def _digest(benchmark: Benchmark, encoder: Encoder, adapter: QueryAdapter) -> st
     """Everything the features depend on: data, encoder, adapter weights, the feature and BM25 code."""
     digest = hashlib.sha256(encoder.name.encode())
     digest.update(np.ascontiguousarray(adapter.weight).tobytes())
-    for module in (ranker_module, ranker_gate_module, bm25_module):
+    for module in (ranker_module, ranker_gate_module, cues_module, bm25_module):
         digest.update(Path(str(module.__file__)).read_bytes())
     for record in benchmark.records:
         role = str(record.metadata.get("role", ""))
