@@ -428,14 +428,14 @@ def _improve_markdown(rows: list[dict[str, Any]]) -> str:
                 f"{m['improved']:.3f} ± {m['improved_std']:.3f} vs {m['default']:.3f} "
                 f"({m['difference']:+.3f}, p {m['p']:.2g})"
             )
-        feedback = (
-            f"{row['reported_share']:.0%} of {row['calls']:.0f} (gold reported {row['gold_reported']:.0%})"
-            if row["signal"] == "feedback"
-            else "none"
-        )
+        feedback = {
+            "feedback": f"{row['reported_share']:.0%} of {row['calls']:.0f} "
+            f"(gold reported {row['gold_reported']:.0%})",
+            "answers": f"{row['reported_share']:.0%} of {row['calls']:.0f} (answers only)",
+        }.get(str(row["signal"]), "none")
         used = row["learned_from"]
         signal = str(row["signal"])
-        if used != [signal]:
+        if used != [signal] and not (signal == "answers" and used == ["feedback"]):
             signal += f" (learned from {', '.join(map(str, used))})"
         lines.append(
             f"| {row['benchmark']} | {signal} | {row['live']}/{row['seeds']} | {feedback} | "

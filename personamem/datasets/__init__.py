@@ -10,7 +10,7 @@ harness and every trainer share. Reading data is core: nothing here imports the 
 
 from personamem.datasets.benchmark import Benchmark, Question, Skip, evenly_spaced
 from personamem.datasets.choice import ChoiceInstance, ChoiceNeeds
-from personamem.datasets.source import DataSource, UserSplit, held_out_questions, write_split
+from personamem.datasets.source import DataSource, UserSplit, benchmark_split, held_out_questions, write_split
 from personamem.datasets.table import (
     DATASETS,
     BenchmarkName,
@@ -43,6 +43,7 @@ __all__ = [
     "Traffic",
     "TrafficSource",
     "UserSplit",
+    "benchmark_split",
     "dataset",
     "evenly_spaced",
     "held_out_questions",

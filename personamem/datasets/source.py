@@ -24,7 +24,7 @@ from personamem.datasets.benchmark import Benchmark
 from personamem.datasets.table import BenchmarkName, BenchmarkOptions, nest_options, read_questions
 from personamem.datasets.traffic import Traffic, TrafficSource, open_traffic, split_traffic
 
-__all__ = ["DataSource", "UserSplit", "held_out_questions", "write_split"]
+__all__ = ["DataSource", "UserSplit", "benchmark_split", "held_out_questions", "write_split"]
 
 T = TypeVar("T")
 
@@ -178,6 +178,20 @@ class DataSource(TrafficSource):
         if "benchmark" in origin:
             payload["benchmark"] = origin["benchmark"]
         return payload
+
+
+def benchmark_split(
+    benchmark: BenchmarkName, folder: Path, *, test_share: float, validation_share: float, seed: int
+) -> tuple[Benchmark, UserSplit]:
+    """A benchmark's records and questions, and its users split by shares (``UserSplit.by_share``).
+
+    The trainers' split: at seed 0 and the default shares, the shipped adapter's and ranker's.
+    """
+    loaded = DataSource(benchmark=benchmark, data=folder).questions()
+    split = UserSplit.by_share(
+        loaded.users(), test_share=test_share, validation_share=validation_share, seed=seed
+    )
+    return loaded, split
 
 
 def write_split(out_dir: Path, payload: Mapping[str, Any]) -> None:

@@ -70,19 +70,21 @@ def test_trees_that_fail_a_fold_ship_with_a_gate_that_admits_no_one(tmp_path: Pa
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")  # iKAT's long passages
+@pytest.mark.filterwarnings("ignore::personamem.errors.TruncationWarning")  # PersonaBench's long sessions
 def test_leave_one_out_trains_without_each_benchmark_scores_it_and_resumes(
     tmp_path: Path, encoder: SentenceEncoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     need_data(DATA / "trec_ikat")
-    need_data(DATA / "locomo")
+    need_data(DATA / "personabench")
     data = RankerDataConfig(
-        benchmark=(BenchmarkName("ikat"), BenchmarkName("locomo")),
+        benchmark=(BenchmarkName("ikat"), BenchmarkName("personabench")),
         data_root=DATA,
+        test_share=0.25,  # PersonaBench's four users: one tested, one validating, two training
+        validation_share=0.25,
         features_dir=tmp_path / "features",
     )
     train = RankerTrainConfig(rounds=20)
-    # iKAT left out: an adapter and a ranker trained on LoCoMo alone, scored on iKAT's held-out users
+    # iKAT left out: an adapter and a ranker trained on PersonaBench alone, scored on iKAT's held-out users
     adapter = AdapterTrainConfig(steps=50)
     study = tmp_path / "study"
     # the CLI's own embedding cache: the real corpora are embedded once per machine, not per test

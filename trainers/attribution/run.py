@@ -21,7 +21,7 @@ import numpy as np
 from rich.progress import Progress
 
 from personamem.attribution import SIGNALS, Attribution, answer_signals
-from personamem.datasets import DataSource, UserSplit
+from personamem.datasets import benchmark_split
 from personamem.datasets.benchmark import Benchmark
 from personamem.datasets.vectors import build_store
 from personamem.encoder import Encoder
@@ -130,9 +130,9 @@ def fit_attribution(
     parts: dict[str, list[Pairs]] = {"train": [], "validation": [], "test": []}
     by_benchmark: dict[str, Pairs] = {}
     for benchmark in data.benchmark:
-        loaded = DataSource(benchmark=benchmark, data=data.folder(benchmark)).questions()
-        split = UserSplit.by_share(
-            loaded.users(),
+        loaded, split = benchmark_split(
+            benchmark,
+            data.folder(benchmark),
             test_share=data.test_share,
             validation_share=data.validation_share,
             seed=data.split_seed,

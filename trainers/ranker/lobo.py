@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
-from personamem.datasets import DataSource, UserSplit
+from personamem.datasets import benchmark_split
 from personamem.datasets.benchmark import Question
 from personamem.encoder import Encoder
 from personamem.eval.metrics import ranx_scores
@@ -53,6 +53,7 @@ __all__ = [
     "fusion_name",
     "leave_one_out",
     "method_scores",
+    "per_question",
     "verdict",
 ]
 
@@ -109,8 +110,12 @@ def method_scores(found: FeatureSet, ranker: RankerModel) -> dict[str, np.ndarra
     }
 
 
-def _per_question(found: FeatureSet, scores: np.ndarray) -> dict[str, dict[str, float]]:
-    """Per-question metrics (ranx) of the candidates ordered by ``scores`` (gold outside them: missed)."""
+def per_question(found: FeatureSet, methods: dict[str, np.ndarray]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per method, per metric, each question's score (ranx) of the candidates ordered by the method's scores.
+
+    Gold outside the candidates counts as missed. Every method goes through one ranx evaluation (a
+    question per method and question), which costs a fraction of one evaluation per method.
+    """
     questions, rankings = [], {}
     offsets = found.offsets
     for q, qid in enumerate(found.questions):
@@ -118,10 +123,18 @@ def _per_question(found: FeatureSet, scores: np.ndarray) -> dict[str, dict[str, 
         labels = found.labels[at:end]
         relevant = {f"c{i}": int(g) for i, g in enumerate(labels) if g > 0}
         relevant |= {f"missing{j}": 1 for j in range(int(found.relevant[q]) - len(relevant))}
-        order = np.argsort(-scores[at:end], kind="stable")
-        rankings[str(qid)] = [f"c{i}" for i in order if np.isfinite(scores[at + i])]
-        questions.append(Question(id=str(qid), user_id=str(found.users[q]), text="", relevant=relevant))
-    return ranx_scores(questions, rankings, METRICS)
+        for name, scores in methods.items():
+            key = f"{name}\t{qid}"
+            order = np.argsort(-scores[at:end], kind="stable")
+            rankings[key] = [f"c{i}" for i in order if np.isfinite(scores[at + i])]
+            questions.append(Question(id=key, user_id=str(found.users[q]), text="", relevant=relevant))
+    scored = ranx_scores(questions, rankings, METRICS)
+    split: dict[str, dict[str, dict[str, float]]] = {name: {m: {} for m in METRICS} for name in methods}
+    for metric, values in scored.items():
+        for key, value in values.items():
+            name, qid = key.split("\t", 1)
+            split[name][metric][qid] = value
+    return split
 
 
 @dataclass(frozen=True)
@@ -231,9 +244,9 @@ def _fold(
             progress=progress,
         )
     benchmark = next(b for b in data.benchmark if b.value == fold)
-    loaded = DataSource(benchmark=benchmark, data=data.folder(benchmark)).questions()
-    split = UserSplit.by_share(
-        loaded.users(),
+    loaded, split = benchmark_split(
+        benchmark,
+        data.folder(benchmark),
         test_share=data.test_share,
         validation_share=data.validation_share,
         seed=data.split_seed,
@@ -249,7 +262,7 @@ def _fold(
     )
     test = found.only(split.test)
     model = RankerModel.load(ranker_dir)
-    scores = {name: _per_question(test, s) for name, s in method_scores(test, model).items()}
+    scores = per_question(test, method_scores(test, model))
     served = [model.decide(dict(zip(PROFILE, map(float, row), strict=True))).trees for row in test.profiles]
     admitted = [region.benchmark for region in model.gate.regions] if model.gate is not None else []
     return FoldSeed(fold, seed, scores, admitted, float(np.mean(served)) if served else 0.0)
@@ -272,7 +285,7 @@ def verdict(results: Sequence[FoldSeed]) -> dict[str, Any]:
         methods = list(runs[0].scores)
         ids = sorted(runs[0].scores[methods[0]][METRICS[0]])
 
-        def per_question(
+        def question_means(
             method: str, metric: str, ids: list[str] = ids, runs: list[FoldSeed] = runs
         ) -> np.ndarray:
             return np.array([np.mean([r.scores[method][metric][q] for r in runs]) for q in ids])
@@ -292,12 +305,12 @@ def verdict(results: Sequence[FoldSeed]) -> dict[str, Any]:
         checks = []
         for metric in RULED:
             best_plain = max(PLAIN, key=lambda m: float(table[m][metric]["mean"]))
-            served = per_question("ranker as served (gated)", metric)
+            served = question_means("ranker as served (gated)", metric)
             for reference, role in (
                 (best_plain, "best plain method"),
                 ("default without ranker", "unranked default"),
             ):
-                theirs = per_question(reference, metric)
+                theirs = question_means(reference, metric)
                 change = served - theirs
                 difference = float(change.mean())
                 p = (
