@@ -10,7 +10,13 @@ harness and every trainer share. Reading data is core: nothing here imports the 
 
 from personamem.datasets.benchmark import Benchmark, Question, Skip, evenly_spaced
 from personamem.datasets.choice import ChoiceInstance, ChoiceNeeds
-from personamem.datasets.source import DataSource, UserSplit, benchmark_split, held_out_questions, write_split
+from personamem.datasets.source import (
+    DataSource,
+    HeldOutBenchmarks,
+    UserSplit,
+    held_out_questions,
+    write_split,
+)
 from personamem.datasets.table import (
     DATASETS,
     BenchmarkName,
@@ -36,6 +42,7 @@ __all__ = [
     "ChoiceNeeds",
     "DataSource",
     "DatasetSpec",
+    "HeldOutBenchmarks",
     "Question",
     "RecordFormat",
     "RecordOptions",
@@ -43,7 +50,6 @@ __all__ = [
     "Traffic",
     "TrafficSource",
     "UserSplit",
-    "benchmark_split",
     "dataset",
     "evenly_spaced",
     "held_out_questions",

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from personamem.datasets.benchmark import Benchmark
-from personamem.datasets.table import BenchmarkName, BenchmarkOptions, nest_options, read_questions
+from personamem.datasets.table import BenchmarkName, BenchmarkOptions, dataset, nest_options, read_questions
 from personamem.datasets.traffic import Traffic, TrafficSource, open_traffic, split_traffic
 
-__all__ = ["DataSource", "UserSplit", "benchmark_split", "held_out_questions", "write_split"]
+__all__ = ["DataSource", "HeldOutBenchmarks", "UserSplit", "held_out_questions", "write_split"]
 
 T = TypeVar("T")
 
@@ -180,18 +180,49 @@ class DataSource(TrafficSource):
         return payload
 
 
-def benchmark_split(
-    benchmark: BenchmarkName, folder: Path, *, test_share: float, validation_share: float, seed: int
-) -> tuple[Benchmark, UserSplit]:
-    """A benchmark's records and questions, and its users split by shares (``UserSplit.by_share``).
+class HeldOutBenchmarks(BaseModel):
+    """Benchmarks read from one folder, each one's users held out by shares: the trainers' split.
 
-    The trainers' split: at seed 0 and the default shares, the shipped adapter's and ranker's.
+    At seed 0 and the default shares it is the shipped adapter's and ranker's, so their test users
+    are never trained on by any trainer that keeps these settings.
     """
-    loaded = DataSource(benchmark=benchmark, data=folder).questions()
-    split = UserSplit.by_share(
-        loaded.users(), test_share=test_share, validation_share=validation_share, seed=seed
-    )
-    return loaded, split
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    data_root: Path | None = None
+    """The folder holding the benchmarks in the shared data's layout (locomo/, personabench/,
+    trec_ikat/, prefeval/: each one's folder in the dataset table)."""
+    test_share: float = Field(default=0.4, gt=0, lt=1)
+    """Share of each benchmark's users held out for testing (never trained on)."""
+    validation_share: float = Field(default=0.15, gt=0, lt=1)
+    """Share of each benchmark's users that choose the model (its size, threshold or checkpoint)."""
+    split_seed: int = 0
+    """Seeds which users are held out; keep it fixed to compare training seeds."""
+
+    def folder(self, benchmark: BenchmarkName) -> Path:
+        """Where ``benchmark``'s data lies.
+
+        Raises:
+            ValueError: no --data-root.
+        """
+        if self.data_root is None:
+            raise ValueError("give --data-root: the folder holding the benchmarks (locomo/, trec_ikat/...)")
+        return self.data_root / str(dataset(benchmark).folder)
+
+    def split(self, benchmark: BenchmarkName) -> tuple[Benchmark, UserSplit]:
+        """``benchmark``'s records and questions, and its users split by these shares.
+
+        Raises:
+            ValueError: no --data-root.
+        """
+        loaded = DataSource(benchmark=benchmark, data=self.folder(benchmark)).questions()
+        split = UserSplit.by_share(
+            loaded.users(),
+            test_share=self.test_share,
+            validation_share=self.validation_share,
+            seed=self.split_seed,
+        )
+        return loaded, split
 
 
 def write_split(out_dir: Path, payload: Mapping[str, Any]) -> None:

@@ -416,7 +416,7 @@ class LearnedRanker:
         base = self.store.encoder.encode([query])
         adapted = self.adapter.transform(base)[0]
         rows, features, default = candidate_features(user, query, base[0], adapted, visible)
-        scores = self.model.score(features, trees=self.decide(user_id).trees)
+        scores = self.model.score(features, trees=self.model.decide(user.profile).trees)
         order = np.argsort(-scores, kind="stable")
         top = [(records[rows[i]], float(scores[i])) for i in order[:k]]
         if len(top) < k:  # below the candidates, the default's order (scores below every candidate's)

@@ -11,13 +11,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from personamem.datasets import BenchmarkName, TrafficSource, dataset
+from personamem.datasets import BenchmarkName, HeldOutBenchmarks, TrafficSource
 from personamem.trainers.run import TrainerRun
 
 __all__ = ["AdapterDataConfig", "AdapterRunConfig", "AdapterTrainConfig", "ImproveConfig"]
 
 
-class AdapterDataConfig(TrafficSource):
+class AdapterDataConfig(TrafficSource, HeldOutBenchmarks):
     """Where the queries come from: benchmarks' gold labels, or a store (synthetic queries, feedback)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
@@ -25,15 +25,8 @@ class AdapterDataConfig(TrafficSource):
     benchmark: tuple[BenchmarkName, ...] = ()
     """Benchmarks whose training users' questions and gold records train the adapter (repeatable;
     every one's held-out users are named in split.json)."""
-    data_root: Path | None = None
-    """The folder holding the benchmarks in the shared data's layout (locomo/, personabench/,
-    trec_ikat/, prefeval/: each one's folder in the dataset table)."""
-    test_share: float = Field(default=0.4, gt=0, lt=1)
-    """Share of each benchmark's users held out for testing (never trained on)."""
     validation_share: float = Field(default=0.15, ge=0, lt=1)
-    """Share of each benchmark's users that choose the checkpoint."""
-    split_seed: int = 0
-    """Seeds which users are held out; keep it fixed to compare training seeds."""
+    """Share of each benchmark's users that choose the checkpoint (0: none; the last step is kept)."""
     labels: Literal["gold", "synthetic"] = "gold"
     """With --benchmark: train on its gold labels, or label-free on questions the LLM writes for the
     training users' records (as --from-store does), to compare the two on the same held-out users."""
@@ -45,11 +38,6 @@ class AdapterDataConfig(TrafficSource):
     """--from-store: most synthetic questions in all (they cost an LLM call each; cached in the store)."""
     llm: str = "smollm2-135m"
     """--from-store: the LLM that writes synthetic questions."""
-
-    def folder(self, benchmark: BenchmarkName) -> Path:
-        """Where ``benchmark``'s data lies."""
-        assert self.data_root is not None
-        return self.data_root / str(dataset(benchmark).folder)
 
 
 class AdapterTrainConfig(BaseModel):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.progress import Progress
 
-from personamem.datasets import UserSplit, benchmark_split
+from personamem.datasets import UserSplit
 from personamem.datasets.vectors import build_store
 from personamem.encoder import Encoder
 from personamem.errors import InsufficientDataError
@@ -139,13 +139,7 @@ def train_adapter(
         # counts, not ids: the adapter folder lives outside the store, where forget would not reach an id
         splits["store"] = {"train_users": len(split.train), "validation_users": len(split.test)}
     for benchmark in data.benchmark:
-        loaded, split = benchmark_split(
-            benchmark,
-            data.folder(benchmark),
-            test_share=data.test_share,
-            validation_share=data.validation_share,
-            seed=data.split_seed,
-        )
+        loaded, split = data.split(benchmark)
         splits[benchmark.value] = split.to_json()
         (out_dir / f"split-{benchmark.value}.json").write_text(
             json.dumps({"benchmark": benchmark.value, **split.to_json()}, indent=2) + "\n", encoding="utf-8"

@@ -9,41 +9,19 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from personamem.datasets import BenchmarkName, dataset
+from personamem.datasets import BenchmarkName, HeldOutBenchmarks
 from personamem.trainers.run import TrainerRun
 
 __all__ = ["AttributionDataConfig", "AttributionRunConfig", "AttributionTrainConfig"]
 
 
-class AttributionDataConfig(BaseModel):
-    """Which benchmarks' reference answers and gold evidence teach attribution, and who is held out."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+class AttributionDataConfig(HeldOutBenchmarks):
+    """Which benchmarks' reference answers and gold evidence teach attribution, users held out."""
 
     benchmark: tuple[BenchmarkName, ...] = (BenchmarkName("locomo"), BenchmarkName("personabench"))
     """Benchmarks whose questions carry a reference answer and gold records (repeatable)."""
-    data_root: Path | None = None
-    """The folder holding the benchmarks in the shared data's layout (locomo/, personabench/, ...)."""
     served: int = Field(default=10, ge=1)
     """Records served per question (the default pipeline's top k), among which the answer is attributed."""
-    test_share: float = Field(default=0.4, gt=0, lt=1)
-    """Share of each benchmark's users held out for testing (never fitted on)."""
-    validation_share: float = Field(default=0.15, gt=0, lt=1)
-    """Share of each benchmark's users that choose the threshold."""
-    split_seed: int = 0
-    """Seeds which users are held out (the shipped adapter's and ranker's split at 0)."""
-
-    def folder(self, benchmark: BenchmarkName) -> Path:
-        """Where ``benchmark``'s data lies.
-
-        Raises:
-            ValueError: no --data-root.
-        """
-        if self.data_root is None:
-            raise ValueError(
-                "give --data-root: the folder holding the benchmarks (locomo/, personabench/...)"
-            )
-        return self.data_root / str(dataset(benchmark).folder)
 
 
 class AttributionTrainConfig(BaseModel):

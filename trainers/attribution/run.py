@@ -21,7 +21,6 @@ import numpy as np
 from rich.progress import Progress
 
 from personamem.attribution import SIGNALS, Attribution, answer_signals
-from personamem.datasets import benchmark_split
 from personamem.datasets.benchmark import Benchmark
 from personamem.datasets.vectors import build_store
 from personamem.encoder import Encoder
@@ -130,13 +129,7 @@ def fit_attribution(
     parts: dict[str, list[Pairs]] = {"train": [], "validation": [], "test": []}
     by_benchmark: dict[str, Pairs] = {}
     for benchmark in data.benchmark:
-        loaded, split = benchmark_split(
-            benchmark,
-            data.folder(benchmark),
-            test_share=data.test_share,
-            validation_share=data.validation_share,
-            seed=data.split_seed,
-        )
+        loaded, split = data.split(benchmark)
         pairs = served_pairs(loaded, encoder, data.served, cache_dir=cache_dir, progress=progress)
         for part, users in (("train", split.train), ("validation", split.validation), ("test", split.test)):
             parts[part].append(pairs.only(set(users)))

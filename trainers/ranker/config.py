@@ -10,17 +10,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from personamem.datasets import BenchmarkName, dataset
+from personamem.datasets import BenchmarkName, HeldOutBenchmarks
 from personamem.pipeline.config import DEFAULT_ADAPTER
 from personamem.trainers.run import TrainerRun
 
 __all__ = ["RankerDataConfig", "RankerRunConfig", "RankerTrainConfig"]
 
 
-class RankerDataConfig(BaseModel):
-    """Which benchmarks' gold labels train the ranker, and how their users are held out."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+class RankerDataConfig(HeldOutBenchmarks):
+    """Which benchmarks' gold labels train the ranker (their users held out as every trainer's)."""
 
     benchmark: tuple[BenchmarkName, ...] = (
         BenchmarkName("locomo"),
@@ -30,16 +28,6 @@ class RankerDataConfig(BaseModel):
     )
     """Benchmarks whose training users' questions and gold records train the ranker (repeatable;
     each one's held-out users are named in split-<benchmark>.json)."""
-    data_root: Path | None = None
-    """The folder holding the benchmarks in the shared data's layout (locomo/, personabench/,
-    trec_ikat/, prefeval/: each one's folder in the dataset table)."""
-    test_share: float = Field(default=0.4, gt=0, lt=1)
-    """Share of each benchmark's users held out for testing (never trained on)."""
-    validation_share: float = Field(default=0.15, gt=0, lt=1)
-    """Share of each benchmark's users that choose alpha and the number of trees."""
-    split_seed: int = 0
-    """Seeds which users are held out; the default is the shipped adapter's split (its test users
-    are the ranker's too), so keep it fixed to compare training seeds."""
     adapter: str = DEFAULT_ADAPTER
     """The query adapter whose vectors the features read: the pipeline's query_encoder
     adapter:<name> that the ranker will serve behind."""
@@ -48,16 +36,6 @@ class RankerDataConfig(BaseModel):
     questions, the encoder, the adapter and the feature code, so a rerun, another seed or another mix
     of benchmarks reuses them. [default: ranker-features in the user cache, beside the corpus
     vectors]"""
-
-    def folder(self, benchmark: BenchmarkName) -> Path:
-        """Where ``benchmark``'s data lies.
-
-        Raises:
-            ValueError: no --data-root.
-        """
-        if self.data_root is None:
-            raise ValueError("give --data-root: the folder holding the benchmarks (locomo/, trec_ikat/...)")
-        return self.data_root / str(dataset(benchmark).folder)
 
 
 class RankerTrainConfig(BaseModel):

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
-from personamem.datasets import benchmark_split
 from personamem.datasets.benchmark import Question
 from personamem.encoder import Encoder
 from personamem.eval.metrics import ranx_scores
@@ -244,13 +243,7 @@ def _fold(
             progress=progress,
         )
     benchmark = next(b for b in data.benchmark if b.value == fold)
-    loaded, split = benchmark_split(
-        benchmark,
-        data.folder(benchmark),
-        test_share=data.test_share,
-        validation_share=data.validation_share,
-        seed=data.split_seed,
-    )
+    loaded, split = data.split(benchmark)
     found, _ = benchmark_features(
         loaded,
         fold,

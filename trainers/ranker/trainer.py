@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from rich.progress import Progress
 
-from personamem.datasets import benchmark_split
 from personamem.encoder import Encoder
 from personamem.errors import InsufficientDataError
 from personamem.retrieval.query_adapter import QueryAdapter
@@ -147,13 +146,7 @@ def train_ranker(
     profiles: dict[str, np.ndarray] = {}
     for benchmark in data.benchmark:
         name = benchmark.value
-        loaded, split = benchmark_split(
-            benchmark,
-            data.folder(benchmark),
-            test_share=data.test_share,
-            validation_share=data.validation_share,
-            seed=data.split_seed,
-        )
+        loaded, split = data.split(benchmark)
         splits[name] = split.to_json()
         found, cached[name] = benchmark_features(
             loaded,
