@@ -43,7 +43,7 @@ from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
 from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers
-from personamem.retrieval.ranker_gate import GateDecision, RankerGate, history_profile
+from personamem.retrieval.ranker_gate import GateDecision, RankerGate, as_profile, history_profile
 from personamem.store import Store
 
 if TYPE_CHECKING:
@@ -334,6 +334,10 @@ class RankerModel:
         if root.gate is None:
             return GateDecision(True, "this ranker names no gate: its trees serve every history")
         return root.gate.decide(profile)
+
+    def serves(self, profiles: np.ndarray) -> np.ndarray:
+        """Per stored profile row (``ranker_gate.PROFILE`` columns), whether the root's trees serve it."""
+        return np.array([self.decide(as_profile(row)).trees for row in profiles], dtype=bool)
 
     def start(self, features: np.ndarray, *, trees: bool = True) -> np.ndarray:
         """The score before this model's own trees: the base's, else ``alpha · fused_default``."""

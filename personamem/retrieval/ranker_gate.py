@@ -29,6 +29,7 @@ __all__ = [
     "GateDecision",
     "RankerGate",
     "Region",
+    "as_profile",
     "calibrate",
     "history_profile",
 ]
@@ -67,6 +68,11 @@ def history_profile(
         "share_named": sum(map(bool, named)) / n,
         "share_dated": sum(map(bool, dated)) / n,
     }
+
+
+def as_profile(row: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """A stored profile row (:data:`PROFILE` columns) as the mapping the gate decides on."""
+    return dict(zip(PROFILE, map(float, row), strict=True))
 
 
 @dataclass(frozen=True)
@@ -146,9 +152,7 @@ class RankerGate:
         """The share of ``rows`` (user profiles, :data:`PROFILE` columns) the trees would serve."""
         if not len(rows):
             return 0.0
-        return float(
-            np.mean([self.decide(dict(zip(PROFILE, map(float, row), strict=True))).trees for row in rows])
-        )
+        return float(np.mean([self.decide(as_profile(row)).trees for row in rows]))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RankerGate:

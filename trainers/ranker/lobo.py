@@ -36,7 +36,6 @@ from personamem.eval.metrics import ranx_scores
 from personamem.retrieval.query_adapter import CONFIG_FILE as ADAPTER_FILE
 from personamem.retrieval.query_adapter import QueryAdapter
 from personamem.retrieval.ranker import FEATURES, INFO_FILE, POOL, RankerModel
-from personamem.retrieval.ranker_gate import PROFILE
 from personamem.trainers.adapter.config import AdapterDataConfig, AdapterTrainConfig
 from personamem.trainers.adapter.run import train_adapter
 from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfig
@@ -256,9 +255,9 @@ def _fold(
     test = found.only(split.test)
     model = RankerModel.load(ranker_dir)
     scores = per_question(test, method_scores(test, model))
-    served = [model.decide(dict(zip(PROFILE, map(float, row), strict=True))).trees for row in test.profiles]
+    served = model.serves(test.profiles)
     admitted = [region.benchmark for region in model.gate.regions] if model.gate is not None else []
-    return FoldSeed(fold, seed, scores, admitted, float(np.mean(served)) if served else 0.0)
+    return FoldSeed(fold, seed, scores, admitted, float(served.mean()) if len(served) else 0.0)
 
 
 def _paired_p(ours: np.ndarray, theirs: np.ndarray) -> float:

@@ -310,10 +310,7 @@ def served_start(base: RankerModel) -> Start:
     def start(found: FeatureSet) -> np.ndarray:
         with_trees = base.score(found.features, trees=True)
         without = base.score(found.features, trees=False)
-        admitted = [
-            base.decide(dict(zip(PROFILE, map(float, row), strict=True))).trees for row in found.profiles
-        ]
-        return np.where(np.repeat(np.array(admitted, bool), found.groups), with_trees, without)
+        return np.where(np.repeat(base.serves(found.profiles), found.groups), with_trees, without)
 
     return start
 
