@@ -1,7 +1,9 @@
-"""LangChain adapter: retriever, profile compressor, persistent chat history and an LLM for chains.
+"""LangChain adapter: retriever, profile compressor, persistent chat history, an LLM and an answer reporter.
 
 A user's memory becomes a retriever, a :class:`~personamem.profile.ProfileSelector` a document
-compressor, chat turns retrievable records, and a frozen LLM a LangChain LLM so chains run offline.
+compressor, chat turns retrievable records, and a frozen LLM a LangChain LLM so chains run offline;
+:class:`PersonaMemAnswerReporter`, a callback handler, reports each chain's answer as feedback on
+the retrievals it drew on, so ``improve`` learns from traffic without application code.
 
 The retriever ranks with any method of :mod:`personamem.methods` (``dense``, ``hybrid``, ``pbr``,
 ``listwise``, ``purple:<checkpoint folder>``, ``pipeline:<file.toml>``...) or a
@@ -10,7 +12,7 @@ takes a selector by name (``relevance``, ``listwise``, ``purple:<checkpoint fold
 ``PersonaMem.selector``, so a trained PURPLE checkpoint can pick the profile from any retriever's
 Documents. Methods and selectors that need an LLM use the one the memory was opened with.
 
-The retriever and the chat history call only the operations of
+The retriever, the chat history and the reporter call only the operations of
 :class:`~personamem.contract.MemoryApi`, so they work over a :class:`~personamem.client.Client` of a
 ``personamem serve`` as well as in process; the compressor and the LLM run models of this process and
 take a :class:`PersonaMem` or a model.
@@ -25,16 +27,21 @@ delete, so such a facade would either fake deletion or hide the user scoping in 
 
 from __future__ import annotations
 
+import threading
 import uuid
+import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
-from personamem.errors import MissingExtraError
+from personamem.errors import MissingExtraError, PersonaMemError, PersonaMemWarning
 
 try:
     from langchain_core.callbacks import (
         AsyncCallbackManagerForRetrieverRun,
+        BaseCallbackHandler,
         CallbackManagerForLLMRun,
         CallbackManagerForRetrieverRun,
         Callbacks,
@@ -43,6 +50,7 @@ try:
     from langchain_core.documents import BaseDocumentCompressor, Document
     from langchain_core.language_models.llms import LLM
     from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage
+    from langchain_core.outputs import LLMResult
     from langchain_core.retrievers import BaseRetriever
     from langchain_core.runnables import run_in_executor
 except ImportError as exc:  # an adapter module: without its framework it has nothing to offer
@@ -60,6 +68,7 @@ from personamem.retrieval.base import Hit
 from personamem.store.filters import parse_filters
 
 __all__ = [
+    "PersonaMemAnswerReporter",
     "PersonaMemChatMessageHistory",
     "PersonaMemCompressor",
     "PersonaMemLLM",
@@ -409,3 +418,200 @@ class PersonaMemLLM(LLM):
         sent: Prompt = [{"role": "user", "content": prompt}] if self.chat else prompt
         options = {"max_tokens": self.max_tokens, **kwargs}
         return self.llm.generate([sent], stop=stop or (), **options)[0][0]
+
+
+@dataclass
+class _RootRun:
+    """What one outermost run has shown so far: its runs, the interactions it read, its last LLM text."""
+
+    runs: list[UUID] = field(default_factory=list)
+    interaction_ids: dict[str, None] = field(default_factory=dict)  # an ordered set
+    answer: str | None = None
+
+
+class PersonaMemAnswerReporter(BaseCallbackHandler):
+    """Reports a chain's answer as feedback on the logged retrievals it drew on, with no application code.
+
+    Pass it for the whole run, ``chain.invoke(question, config={"callbacks": [reporter]})``. It follows
+    the run tree by ``run_id``/``parent_run_id``, collects the ``interaction_id`` of every Document a
+    retriever returned (:class:`PersonaMemRetriever`'s, where the pipeline logs interactions) and keeps
+    the last LLM output. When the outermost run it saw ends, it calls ``memory.feedback(interaction_id,
+    answer=text)`` for each interaction id met: an answer alone is enough for ``improve`` to learn from
+    (:mod:`personamem.attribution` attributes it to the served records). A run that fails reports
+    nothing, nor does one without an LLM answer or without logged retrievals.
+
+    ``memory`` is a :class:`PersonaMem` or a :class:`~personamem.client.Client` (LangChain calls a sync
+    handler from worker threads under ``ainvoke`` too). A report that fails (an unknown interaction, a
+    server that is down) is a :class:`~personamem.errors.PersonaMemWarning`, never an error: feedback
+    must not break the chain whose answer it reports. One reporter may serve concurrent runs; each
+    run's state is dropped when it ends.
+    """
+
+    def __init__(self, memory: MemoryApi) -> None:
+        if isinstance(memory, AsyncClient) or not callable(getattr(memory, "feedback", None)):
+            raise TypeError(f"memory must be a PersonaMem or a Client, got {type(memory).__name__}")
+        super().__init__()
+        self.memory = memory
+        self._lock = threading.Lock()
+        self._root_of: dict[UUID, UUID] = {}
+        self._roots: dict[UUID, _RootRun] = {}
+
+    def _start(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+        """Place a run under its root; a run whose parent this handler never saw is a root itself."""
+        with self._lock:
+            root = run_id if parent_run_id is None else self._root_of.get(parent_run_id, run_id)
+            self._root_of[run_id] = root
+            self._roots.setdefault(root, _RootRun()).runs.append(run_id)
+
+    def _root(self, run_id: UUID) -> _RootRun | None:
+        """The state of the root ``run_id`` belongs to (call with the lock held)."""
+        root = self._root_of.get(run_id)
+        return None if root is None else self._roots.get(root)
+
+    def _drop(self, run_id: UUID) -> _RootRun | None:
+        """Forget a root run's state, if ``run_id`` is a root; that state, or None for an inner run."""
+        with self._lock:
+            if self._root_of.get(run_id) != run_id:
+                return None
+            state = self._roots.pop(run_id)
+            for run in state.runs:
+                self._root_of.pop(run, None)
+            return state
+
+    def _end(self, run_id: UUID) -> None:
+        """A root run that ended well reports its answer; an inner run's end changes nothing."""
+        state = self._drop(run_id)
+        if state is not None and state.answer and state.answer.strip():
+            for interaction_id in state.interaction_ids:
+                self._report(interaction_id, state.answer)
+
+    def _report(self, interaction_id: str, answer: str) -> None:
+        try:
+            self.memory.feedback(interaction_id, answer=answer)
+        except PersonaMemError as exc:
+            warnings.warn(
+                f"PersonaMemAnswerReporter could not report the answer of interaction "
+                f"{interaction_id!r}: {exc}",
+                PersonaMemWarning,
+                stacklevel=2,
+            )
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any],
+        inputs: dict[str, Any],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Track the run under its root."""
+        self._start(run_id, parent_run_id)
+
+    def on_retriever_start(
+        self,
+        serialized: dict[str, Any],
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Track the run under its root."""
+        self._start(run_id, parent_run_id)
+
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any],
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Track the run under its root."""
+        self._start(run_id, parent_run_id)
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Track the run under its root."""
+        self._start(run_id, parent_run_id)
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Track the run under its root (an agent's tool may retrieve)."""
+        self._start(run_id, parent_run_id)
+
+    def on_retriever_end(
+        self, documents: Sequence[Document], *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        """Keep the interaction ids the Documents carry."""
+        with self._lock:
+            state = self._root(run_id)
+            if state is not None:
+                for doc in documents:
+                    interaction_id = doc.metadata.get("interaction_id")
+                    if isinstance(interaction_id, str) and interaction_id:
+                        state.interaction_ids[interaction_id] = None
+        self._end(run_id)
+
+    def on_llm_end(
+        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        """Keep the text as the root's answer so far (the last LLM to answer is the chain's answer)."""
+        if response.generations and response.generations[0]:
+            with self._lock:
+                state = self._root(run_id)
+                if state is not None:
+                    state.answer = response.generations[0][0].text
+        self._end(run_id)
+
+    def on_chain_end(
+        self, outputs: dict[str, Any], *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        """Report, if this is the root."""
+        self._end(run_id)
+
+    def on_tool_end(
+        self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        """Report, if this is the root."""
+        self._end(run_id)
+
+    def on_chain_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        """A failed root reports nothing (an inner failure may still be recovered, e.g. by a fallback)."""
+        self._drop(run_id)
+
+    def on_retriever_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        """As :meth:`on_chain_error`."""
+        self._drop(run_id)
+
+    def on_llm_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        """As :meth:`on_chain_error`."""
+        self._drop(run_id)
+
+    def on_tool_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        """As :meth:`on_chain_error`."""
+        self._drop(run_id)

@@ -15,9 +15,9 @@ isolation comes from the store's per-user scoping, not from metadata filters a c
   ``listwise``, ``purple:<checkpoint folder>``...) over retrieved nodes from any retriever and keeps
   the profile, best first.
 - :class:`PersonaMemMemoryBlock`: a ``BaseMemoryBlock`` for ``llama_index.core.memory.Memory`` that
-  stores flushed chat messages as the user's conversation records and injects
-  ``PersonaMem.context`` (the pipeline's profile, fitted to a token budget) for the latest user
-  message.
+  stores flushed chat messages as the user's conversation records, injects ``PersonaMem.context``
+  (the pipeline's profile, fitted to a token budget) for the latest user message, and reports the
+  assistant's reply to that message as feedback on the logged context call.
 - :class:`PersonaMemLLM` and :class:`PersonaMemEmbedding`: a personamem
   :class:`~personamem.llm.FrozenLLM` and :class:`~personamem.encoder.Encoder` as LlamaIndex models, so
   chat engines run offline and nothing falls back to OpenAI or tiktoken.
@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -43,7 +44,13 @@ from pydantic import SkipValidation, StrictStr, ValidationError
 from personamem.client import AsyncClient
 from personamem.contract import Hits, MemoryApi
 from personamem.encoder import Encoder
-from personamem.errors import InvalidInputError, MethodError, MissingExtraError
+from personamem.errors import (
+    InvalidInputError,
+    MethodError,
+    MissingExtraError,
+    PersonaMemError,
+    PersonaMemWarning,
+)
 from personamem.llm.base import FrozenLLM, Generations, Prompt
 from personamem.memory import PersonaMem
 from personamem.pipeline import Context, PipelineConfig
@@ -64,7 +71,7 @@ try:
         LLMMetadata,
         MessageRole,
     )
-    from llama_index.core.bridge.pydantic import ConfigDict, Field, model_validator
+    from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, model_validator
     from llama_index.core.callbacks import CallbackManager
     from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
     from llama_index.core.llms.custom import CustomLLM
@@ -305,6 +312,22 @@ def _message_id(session: str | None, timestamp: datetime, position: int, role: s
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
 
 
+def _reply_to(messages: Sequence[ChatMessage], query: str) -> str | None:
+    """The assistant's reply to the latest user message asking ``query``; None while there is none.
+
+    The latest such message, not the first: a question asked again must not take an older answer.
+    """
+    asked = [i for i, m in enumerate(messages) if m.role == MessageRole.USER and m.content == query]
+    if not asked:
+        return None
+    for message in messages[asked[-1] + 1 :]:
+        if message.role == MessageRole.USER:
+            return None
+        if message.role == MessageRole.ASSISTANT and message.content and message.content.strip():
+            return message.content
+    return None
+
+
 class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
     """Long-term memory of one user for ``llama_index.core.memory.Memory``.
 
@@ -317,7 +340,16 @@ class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
     so a chat turn shows its words, not its speaker (the role stays in the record's metadata). The
     block is scoped by ``user_id`` alone: a ``Memory`` for another user needs its own block.
 
-    It calls only the contract's ``context`` and ``add_many``, so ``memory`` may be a
+    Where the pipeline logs interactions, the block remembers its last context call and, once the
+    messages it is given (read or flushed) hold the assistant's reply to that query (the first
+    assistant text after the latest user message asking it, before the next user message), posts
+    ``memory.feedback(interaction_id, answer=reply)`` once: an answer alone is enough for ``improve``
+    to learn from. So a turn's reply is reported when the next turn reads the block, or when the
+    short-term queue flushes it here; the final turn of a conversation may never be. A report that
+    fails (an unknown interaction, a server that is down) is a
+    :class:`~personamem.errors.PersonaMemWarning`: feedback never breaks the chat.
+
+    It calls only the contract's ``context``, ``add_many`` and ``feedback``, so ``memory`` may be a
     :class:`PersonaMem` or a :class:`~personamem.client.Client` of a server; ``pipeline`` is then a
     method name the server serves (a config is an object of this process), checked by the server at
     the first turn rather than here (the contract has no cheap call that builds a method).
@@ -340,6 +372,7 @@ class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
         default=None,
         description="A method name (see personamem.methods) or a pipeline config; None: the memory's own.",
     )
+    _asked: tuple[str, str] | None = PrivateAttr(default=None)  # (interaction id, query) awaiting a reply
 
     @model_validator(mode="after")
     def _buildable(self) -> PersonaMemMemoryBlock:
@@ -359,12 +392,34 @@ class PersonaMemMemoryBlock(BaseMemoryBlock[str]):
         return self.memory.context(self.user_id, query, budget_tokens=self.budget_tokens, method=method)
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
+        await self._report_reply(messages or [])
         query = next((m.content for m in reversed(messages or []) if m.role == MessageRole.USER), None)
         if not query or not query.strip():
             return ""
-        return (await asyncio.to_thread(self.context, query)).text
+        found = await asyncio.to_thread(self.context, query)
+        self._asked = None if found.interaction_id is None else (found.interaction_id, query)
+        return found.text
+
+    async def _report_reply(self, messages: Sequence[ChatMessage]) -> None:
+        """Post the reply to the last context call's query once ``messages`` hold it, then forget the call."""
+        if self._asked is None:
+            return
+        interaction_id, query = self._asked
+        reply = _reply_to(messages, query)
+        if reply is None:
+            return
+        self._asked = None
+        try:
+            await asyncio.to_thread(self.memory.feedback, interaction_id, answer=reply)
+        except PersonaMemError as exc:
+            warnings.warn(
+                f"PersonaMemMemoryBlock could not report the reply of interaction {interaction_id!r}: {exc}",
+                PersonaMemWarning,
+                stacklevel=2,
+            )
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
+        await self._report_reply(messages)
         now = datetime.now(UTC)
         records = []
         for position, message in enumerate(messages):

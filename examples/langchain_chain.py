@@ -2,7 +2,9 @@
 
 Runs offline on a fresh install (``python examples/langchain_chain.py``): the encoder and the small
 local LLM (SmolLM2-135M-Instruct) ship as packages. A 135M model answers loosely; the point is that
-each user's chain sees only that user's records.
+each user's chain sees only that user's records. A ``PersonaMemAnswerReporter`` passed as a callback
+reports each answer back to the memory (``feedback`` on the logged retrieval), which is what
+``personamem improve`` learns from, with no code in the chain.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from langchain_core.documents import Document
 from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel, RunnablePassthrough
 
-from personamem import PersonaMem, default_encoder
-from personamem.adapters.langchain import PersonaMemLLM, PersonaMemRetriever
+from personamem import PersonaMem, PipelineConfig, default_encoder
+from personamem.adapters.langchain import PersonaMemAnswerReporter, PersonaMemLLM, PersonaMemRetriever
 from personamem.llm import TransformersLLM
 
 USERS = {
@@ -51,17 +53,25 @@ def build_chain(retriever: PersonaMemRetriever, llm: PersonaMemLLM) -> Runnable:
 
 def main() -> None:
     llm = PersonaMemLLM(llm=TransformersLLM.default(), max_tokens=48)
-    with tempfile.TemporaryDirectory() as folder, PersonaMem.open(folder, encoder=default_encoder()) as mem:
+    logged = PipelineConfig(log_interactions=True)  # each search gets an id the answer is reported on
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        PersonaMem.open(folder, encoder=default_encoder(), pipeline=logged) as mem,
+    ):
         for user, texts in USERS.items():
             mem.add_many([{"text": text, "kind": "knowledge"} for text in texts], user_id=user)
+        reporter = PersonaMemAnswerReporter(mem)
         for user in USERS:
             chain = build_chain(PersonaMemRetriever(memory=mem, user_id=user, k=2), llm)
-            result = chain.invoke(QUESTION)
+            result = chain.invoke(QUESTION, config={"callbacks": [reporter]})
             print(f"== {user}: {QUESTION}")
             print(f"answer: {result['answer'].strip()}")
             print("records used:")
             for doc in result["docs"]:
                 print(f"  {doc.metadata['rank']}. [{doc.metadata['score']:.2f}] {doc.page_content}")
+            calls = mem.interactions(user)
+            reported = sum(call.feedback is not None for call in calls)
+            print(f"feedback logged on {reported} of {len(calls)} calls")
             print()
 
 

@@ -2,6 +2,9 @@
 
 Runs offline: the local default LLM (SmolLM2-135M-Instruct) answers, the default encoder embeds, and
 each user's records live in a throwaway PersonaMem. Needs ``pip install "personamem[llamaindex]"``.
+The memory block reports each reply back to the memory (``feedback`` on its logged context call) when
+the next turn reads the block, so after a follow-up question the first answer is in the log, which is
+what ``personamem improve`` learns from.
 
     python examples/llamaindex_chat.py
 """
@@ -35,6 +38,7 @@ FACTS = {
     ],
 }
 QUESTION = "What should I cook for dinner this weekend?"
+FOLLOW_UP = "Thanks! Something quick for lunch too?"
 
 
 async def chat(mem: PersonaMem, llm: PersonaMemLLM) -> None:
@@ -63,6 +67,11 @@ async def chat(mem: PersonaMem, llm: PersonaMemLLM) -> None:
             print("records used:")
             for hit in block.context(QUESTION).hits:  # what the block put in the prompt (it is deterministic)
                 print(f"  {hit.rank}. ({hit.score:.2f}) {hit.record.text}")
+            follow_up = await engine.achat(FOLLOW_UP)  # reading the block reports the first reply
+            print(f"Q: {FOLLOW_UP}")
+            print(f"A: {follow_up.response.strip()}")
+            first = mem.interactions(user)[0]  # the first turn's context call
+            print(f"feedback logged on the first answer: {first.feedback is not None}")
     finally:
         await chat_store.dispose()
 
@@ -70,7 +79,8 @@ async def chat(mem: PersonaMem, llm: PersonaMemLLM) -> None:
 def main() -> None:
     """Store both users' facts in a temporary PersonaMem and chat with each."""
     llm = PersonaMemLLM(TransformersLLM.default(), max_tokens=60)
-    pipeline = PipelineConfig(profile_k=3)  # each user's 3 best records (hybrid search), within 512 tokens
+    # each user's 3 best records (hybrid search), within 512 tokens; each call logged for its feedback
+    pipeline = PipelineConfig(profile_k=3, log_interactions=True)
     with tempfile.TemporaryDirectory() as folder, PersonaMem.open(folder, pipeline=pipeline) as mem:
         # nothing may fall back to OpenAI or download tiktoken files
         Settings.llm = llm

@@ -8,7 +8,9 @@ graph loops until ``plan`` answers without one.
 
 What decides the tool calls: ``plan`` is a small deterministic script, not a model. It maps
 "remember: ..." to ``remember``, "forget: ..." to ``recall`` then ``forget_record`` of the best hit,
-and any other message to ``context``, whose text it reports as what an LLM would be shown. No
+and any other message to ``context``, whose text it reports as what an LLM would be shown; that
+answer then goes back to the memory with ``report_answer`` and the interaction id ``context`` named
+(the server logs calls by default), which is what ``personamem improve`` learns from. No
 network model is reachable here, and the packaged SmolLM2-135M does not call tools reliably; in an
 application the ``plan`` node is a tool-calling chat model (``model.bind_tools(tools)``, or
 ``langgraph.prebuilt.create_react_agent(model, tools)``) and the rest of the graph stays as is.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import tempfile
 from typing import Annotated, Any, TypedDict
@@ -52,6 +55,8 @@ FACTS = {
 }
 QUESTION = "What should I cook for dinner tonight?"
 FORGET = {"maya": "my Saturday trail runs"}
+LOGGED = re.compile(r"\n\(interaction_id (\w+): pass it to report_answer[^)]*\)$")
+"""The note ``context`` adds to its text for a logged call: the id to report the answer on."""
 
 
 def mcp_tools(client: Client, listed: list[Tool]) -> list[BaseTool]:
@@ -108,7 +113,17 @@ def plan(state: Turn) -> dict[str, list[AnyMessage]]:
         deleted = json.loads(last.text)["deleted"]
         return {"messages": [AIMessage(f"forgot {len(deleted)} record(s)")]}
     if last.name == "context":
-        return {"messages": [AIMessage(f"An LLM answering would be shown:\n{last.text}")]}
+        logged = LOGGED.search(last.text)
+        shown = last.text[: logged.start()] if logged else last.text
+        answer = f"An LLM answering would be shown:\n{shown}"
+        if logged is None:
+            return {"messages": [AIMessage(answer)]}
+        report = _call("report_answer", user_id=user, interaction_id=logged[1], answer=answer)
+        return {"messages": [report]}
+    if last.name == "report_answer":
+        asked = messages[-2]  # the call that reported the answer: the answer is its argument
+        assert isinstance(asked, AIMessage)
+        return {"messages": [AIMessage(asked.tool_calls[0]["args"]["answer"])]}
     return {"messages": [AIMessage("Noted.")]}
 
 
@@ -132,7 +147,10 @@ async def main() -> None:
 
             async def say(user: str, message: str) -> str:
                 result = await agent.ainvoke({"user": user, "messages": [HumanMessage(message)]})
-                return str(result["messages"][-1].text)
+                reported = any(
+                    m.name == "report_answer" for m in result["messages"] if isinstance(m, ToolMessage)
+                )
+                return str(result["messages"][-1].text) + ("\n(answer reported)" if reported else "")
 
             for user, facts in FACTS.items():
                 for fact in facts:

@@ -46,3 +46,7 @@ class Inspection:
         """Logged interactions of one user (None: every user), oldest first, with their feedback."""
         users = None if user_id is None else [check_user_id(user_id)]
         return self.store.interactions.export(users)
+
+    def interaction_user(self, interaction_id: str) -> str | None:
+        """The user of a logged call of this memory (None: no such call), e.g. to check who reports on it."""
+        return self.store.interactions.owner(interaction_id)

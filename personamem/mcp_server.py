@@ -1,11 +1,12 @@
 """The memory as MCP tools: ``personamem mcp`` (stdio) and ``/mcp`` in ``personamem serve`` (HTTP).
 
-Seven tools, each one ``PersonaMem`` call: ``remember`` (:meth:`~PersonaMem.add`, or
+Eight tools, each one ``PersonaMem`` call: ``remember`` (:meth:`~PersonaMem.add`, or
 :meth:`~PersonaMem.supersede` when it ``replaces`` a record), ``recall``
-(:meth:`~PersonaMem.search`), ``context`` (:meth:`~PersonaMem.context`), ``forget_record``
-(:meth:`~PersonaMem.delete` of one record), ``list_records`` (:meth:`~PersonaMem.records`, a page),
-``record_history`` (:meth:`~PersonaMem.history`) and ``preferences`` (the stored preference memory,
-read without an LLM call). Erasing a whole user
+(:meth:`~PersonaMem.search`), ``context`` (:meth:`~PersonaMem.context`), ``report_answer``
+(:meth:`~PersonaMem.feedback` on a logged ``context`` or ``recall``, checked to be the named user's),
+``forget_record`` (:meth:`~PersonaMem.delete` of one record), ``list_records``
+(:meth:`~PersonaMem.records`, a page), ``record_history`` (:meth:`~PersonaMem.history`) and
+``preferences`` (the stored preference memory, read without an LLM call). Erasing a whole user
 is left to the SDK, the CLI and the REST API: an agent should not be one tool call from it.
 
 Over stdio every call works on the memory the command opened. Over HTTP a gate in front of the
@@ -13,12 +14,13 @@ transport resolves the request's API key to its tenant exactly as the REST route
 without a valid key, or over its key's rate, never reaches the transport) and hands the tools that
 tenant's view and the key's scope, so isolation is the store's, as everywhere else; the key is the
 actor of the writes its calls make, as in the REST API. A tool that
-changes records (``remember``, ``forget_record``: those without ``read_only_hint``) needs a ``write``
-key; a ``read`` key's call is refused as a tool error naming both scopes. The transport is
+writes (``remember``, ``forget_record``, ``report_answer``: those without ``read_only_hint``) needs a
+``write`` key; a ``read`` key's call is refused as a tool error naming both scopes. The transport is
 stateless, so ``serve --workers N`` needs no session affinity. Answers are
 :mod:`personamem.contract`'s JSON shapes, the REST API's: a record is ``record_json``'s,
 ``recall`` a ``SearchResult`` (each hit with its rank, score, id, text and whole record, and the
-call's ``usage`` and ``timings_ms``), ``context`` the bare text plus a :class:`ContextAnswer`,
+call's ``usage`` and ``timings_ms``), ``context`` the bare text plus a :class:`ContextAnswer` (and,
+for a logged call, a second text naming the interaction id to report the answer on),
 ``list_records`` a ``RecordPage``, ``record_history`` a ``RecordHistory``, ``forget_record`` a
 ``Deleted``. A
 :class:`~personamem.errors.PersonaMemError` becomes a tool error with its message (what the REST API
@@ -54,7 +56,7 @@ from personamem.contract import (
     SearchResult,
     record_json,
 )
-from personamem.errors import PersonaMemError
+from personamem.errors import InvalidInputError, PersonaMemError
 from personamem.llm.base import Usage
 from personamem.memory import PersonaMem
 from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
@@ -76,7 +78,9 @@ _KEY_SCOPE_KEY = "personamem.key_scope"
 INSTRUCTIONS = (
     "Long-term memory of each user, kept by personamem. Before answering a user, call `context` (the text "
     "to put in your prompt) or `recall` (the matching records with ids and scores) with their user id and "
-    "message. Call `remember` with a durable fact, preference or event the user shared. Use "
+    "message; once you have answered, pass the answer to `report_answer` with the interaction id `context` "
+    "gave, so the memory learns what helped. Call `remember` with a durable fact, preference or event the "
+    "user shared. Use "
     "`list_records` to see what is stored and `forget_record` to erase one record the user asks you to "
     "forget. Every call names one user; users never see each other's records."
 )
@@ -114,6 +118,9 @@ class ContextAnswer(BaseModel):
     result: str
     usage: Usage
     timings_ms: dict[str, float]
+    interaction_id: str | None = None
+    """The logged call's id for ``report_answer``; None when the server does not log calls (or the user
+    has no records)."""
 
 
 MemoryOf = Callable[[Context], PersonaMem]
@@ -164,7 +171,7 @@ class _Tools:
 
 
 def _build(memory_of: MemoryOf) -> MCPServer:
-    """The seven tools over the memory ``memory_of`` gives each call."""
+    """The eight tools over the memory ``memory_of`` gives each call."""
     with _root_logging_kept():
         server: MCPServer = MCPServer(
             "personamem", instructions=INSTRUCTIONS, version=version("personamem"), log_level="WARNING"
@@ -172,6 +179,7 @@ def _build(memory_of: MemoryOf) -> MCPServer:
     tools = _Tools(server, memory_of)
     _add_remember(tools)
     _add_retrieval_tools(tools)
+    _add_report_answer(tools)
     _add_record_tools(tools)
     return server
 
@@ -286,11 +294,62 @@ def _add_retrieval_tools(tools: _Tools) -> None:
         with _tool_errors():
             mem = tools.memory(ctx, KeyScope.READ)
             found = mem.context(check_user_id(user_id), query, budget_tokens=budget, filters=filters)
-        answer = ContextAnswer(result=found.text, usage=found.usage, timings_ms=found.timings_ms)
+        answer = ContextAnswer(
+            result=found.text,
+            usage=found.usage,
+            timings_ms=found.timings_ms,
+            interaction_id=found.interaction_id,
+        )
+        notes = [] if found.interaction_id is None else [_report_note(found.interaction_id)]
         return CallToolResult(
-            content=[TextContent(type="text", text=found.text)],
+            content=[TextContent(type="text", text=found.text), *notes],
             structured_content=answer.model_dump(mode="json"),
         )
+
+
+def _report_note(interaction_id: str) -> TextContent:
+    """What tells the agent, beside the context it reads, how to report its answer on this call."""
+    text = f"(interaction_id {interaction_id}: pass it to report_answer with the answer you give)"
+    return TextContent(type="text", text=text)
+
+
+def _add_report_answer(tools: _Tools) -> None:
+    """``report_answer``: the agent's answer, as feedback on the logged call it drew on."""
+
+    @tools.tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
+    def report_answer(
+        user_id: UserId,
+        interaction_id: Annotated[
+            str,
+            Field(
+                description="The interaction_id that `context` (or `recall`) returned for this question.",
+                min_length=1,
+            ),
+        ],
+        answer: Annotated[
+            str, Field(description="The answer you gave the user, in full, as you gave it.", min_length=1)
+        ],
+        ctx: Context,
+        rating: Annotated[
+            float | None,
+            Field(
+                description="How well the answer served the user, higher is better (e.g. 1 or 0), if known."
+            ),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Report the answer you gave after a `context` call, so the memory learns which records helped.
+
+        Call it once you have answered, with the `interaction_id` from `context` (or `recall`). Reporting
+        again replaces the answer. Fails for an id that is not one of this user's logged calls.
+        """
+        with _tool_errors():
+            mem = tools.memory(ctx, KeyScope.WRITE)
+            user = check_user_id(user_id)
+            # feedback is scoped to the tenant, not the user: one user's agent must not report on another's
+            if mem.interaction_user(interaction_id) != user:
+                raise InvalidInputError(f"user {user!r} has no logged interaction {interaction_id!r}")
+            mem.feedback(interaction_id, answer=answer, rating=rating)
+        return {"reported": True}
 
 
 def _add_record_tools(tools: _Tools) -> None:

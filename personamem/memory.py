@@ -239,7 +239,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         with reading(as_of, include_superseded=include_superseded, filters=filters):
-            return self.pipeline(method).search(user_id, query, k)
+            return self.pipeline(method).search(user_id, query, k, draft=self.draft(method))
 
     def context(
         self,
@@ -274,7 +274,8 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         """
         chosen = method_of(method, pipeline)
         with reading(as_of, include_superseded=include_superseded, filters=filters):
-            return self.pipeline(chosen).context(user_id, query, budget_tokens=budget_tokens)
+            draft = self.draft(chosen)
+            return self.pipeline(chosen).context(user_id, query, budget_tokens=budget_tokens, draft=draft)
 
     def feedback(
         self,
@@ -292,7 +293,8 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
             rating: the user's rating of it, higher is better.
             used_record_ids: the records the answer used (PG-Ret's and MemRerank's positives).
 
-        Fields left None keep what an earlier call reported.
+        Fields left None keep what an earlier call reported. A call served interleaved with a
+        candidate on trial counts for that trial (``personamem/trials.py``), which this report may decide.
 
         Raises:
             InvalidInputError: an unknown interaction (logging off, another tenant's, or the user was
@@ -303,6 +305,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
             interaction_id, answer=answer, rating=rating, used_record_ids=used_record_ids
         )
         self.store.interactions.feedback(report)
+        self.trials.credit(interaction_id)  # a call served interleaved counts for its trial
 
     def export(self, user_id: str, path: str | Path, *, interactions: bool = False) -> int:
         """Write the user's records (and, with ``interactions``, logged calls) to a JSON Lines file.

@@ -24,6 +24,7 @@ from personamem.errors import (
     PipelineFallbackWarning,
     warn_fallback,
 )
+from personamem.interleaving import Draft
 from personamem.llm.base import FrozenLLM
 from personamem.methods import ServedMethods, method_config
 from personamem.pipeline import Pipeline, PipelineConfig, load_pipeline
@@ -34,6 +35,7 @@ from personamem.records import check_user_id
 from personamem.retrieval import BM25Retriever
 from personamem.store import Store
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy
+from personamem.trials import Trials
 
 __all__ = ["Serving", "stored_pipeline"]
 
@@ -64,6 +66,7 @@ class Serving:
         self.duplicates = DuplicatePolicy.KEEP
         self.duplicate_threshold = DUPLICATE_THRESHOLD
         self._served: ServedMethods | None = None
+        self.trials = Trials(store)  # a candidate on trial against the live pipeline (interleaving)
 
     @classmethod
     def open(
@@ -213,6 +216,20 @@ class Serving:
         if config is None:
             config = self._methods[run] = method_config(run, self.config)
         return self._pipelines.get(config, f"method {method!r}", method)
+
+    def draft(self, method: PipelineConfig | str | None) -> Draft | None:
+        """A call's interleaving with the candidate on trial (None: the live pipeline alone).
+
+        Drawn on the trial's share of the calls that name no method and are logged; a memory opened
+        with ``pipeline=`` serves that pipeline alone.
+        """
+        if method is not None or self._pinned is not None or not self.config.log_interactions:
+            return None
+        drawn = self.trials.draw()
+        if drawn is None:
+            return None
+        trial, config = drawn
+        return Draft(trial, self._pipelines.get(config, f"trial {trial.id}'s candidate"))
 
     def selector(self, name: str) -> ProfileSelector:
         """The profile selector called ``name`` (``relevance``, ``listwise``, ``purple:<folder>``...).

@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     """CPU threads of the ctranslate2 runtime (default: half the cores)."""
     sweep_s: float | None = Field(default=None, ge=0)
     """Seconds between expiry sweeps (0: no sweep thread; default 60)."""
+    interaction_days: float | None = Field(default=None, gt=0)
+    """Days a logged call and its feedback are kept before the sweep erases them (default 30)."""
     chromium: str | None = None
     """The Chromium the browser tests drive (a path or a command name)."""
 

@@ -1,8 +1,9 @@
-"""The interaction log: off by default, per user, erased by forget, scrubbed by delete, JSONL round trip."""
+"""The interaction log: on by default, per user, erased by forget, scrubbed by delete, kept 30 days, JSONL."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,10 +28,38 @@ def logged(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
         yield memory
 
 
-def test_logging_is_off_by_default(ana_memory: PersonaMem) -> None:
-    assert ana_memory.context("ana", "what should I cook?").interaction_id is None
-    assert ana_memory.search("ana", "cook", method="hybrid").interaction_id is None
-    assert ana_memory.interactions() == []
+def test_logging_is_on_by_default_and_off_by_config(ana_memory: PersonaMem) -> None:
+    logged = ana_memory.context("ana", "what should I cook?").interaction_id
+    assert logged is not None and ana_memory.search("ana", "cook", method="hybrid").interaction_id
+    assert ana_memory.interactions()[0].id == logged  # written by the time it is read
+
+    quiet = PipelineConfig(log_interactions=False)
+    assert ana_memory.context("ana", "what should I cook?", method=quiet).interaction_id is None
+    assert ana_memory.search("ana", "cook", method=quiet).interaction_id is None
+    assert len(ana_memory.interactions()) == 2
+
+
+def test_calls_past_the_retention_window_are_erased_by_the_sweep(
+    logged: PersonaMem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logged.context("ana", "what should I cook?")
+    logged.purge(all_tenants=True)
+    assert len(logged.interactions("ana")) == 1  # 30 days by default
+    monkeypatch.setenv("PERSONAMEM_INTERACTION_DAYS", str(0.5 / 86400))  # half a second
+    time.sleep(0.6)
+    recent = logged.context("ana", "and for lunch?").interaction_id
+    logged.purge(all_tenants=True)
+    assert [i.id for i in logged.interactions("ana")] == [recent]
+
+
+def test_a_call_logged_as_its_user_is_forgotten_is_not_kept(logged: PersonaMem, tmp_path: Path) -> None:
+    for _ in range(20):  # queued rows either land before the forget (and are erased) or find no user
+        logged.search("ana", "ZQXRACEMARK cooking", method="bm25")
+    assert logged.forget("ana")
+    logged.search("ana", "ZQXRACEMARK again", method="bm25")  # no records: nothing to key it by
+    assert logged.interactions("ana") == [] and logged.store.catalog.interactions() == []
+    logged.close()
+    assert files_containing(store_files(tmp_path / "store"), b"ZQXRACEMARK") == []
 
 
 def test_calls_are_logged_per_user_with_their_feedback(logged: PersonaMem) -> None:

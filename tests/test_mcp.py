@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,16 @@ from personamem.store.sql import SqlCatalog
 from personamem.testing import FakeLLM
 from personamem.testing.servers import personamem_server
 
-TOOLS = {"remember", "recall", "context", "forget_record", "list_records", "record_history", "preferences"}
+TOOLS = {
+    "remember",
+    "recall",
+    "context",
+    "report_answer",
+    "forget_record",
+    "list_records",
+    "record_history",
+    "preferences",
+}
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mcp_langgraph_agent.py"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -103,6 +112,47 @@ async def test_stdio_agent_sees_described_tools_remembers_recalls_and_gets_error
         assert (await _call(client, "list_records", user_id="alice"))["count"] == 0
         listed = await _call(client, "list_records", user_id="bob")
         assert [r["text"] for r in listed["records"]] == ["I collect vintage typewriters."]
+
+
+@pytest.fixture
+def logged_mem(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
+    """A memory that logs every call, so `context` names an interaction to report the answer on."""
+    config = PipelineConfig(log_interactions=True)
+    with PersonaMem.open(tmp_path / "logged", encoder=encoder, pipeline=config) as memory:
+        yield memory
+
+
+async def test_an_agent_reports_its_answer_on_the_context_it_was_given(logged_mem: PersonaMem) -> None:
+    logged_mem.add("ana", "I keep bees on my roof.")
+    logged_mem.add("bo", "I collect vintage typewriters.")
+    async with Client(build_server(logged_mem)) as client:
+        [tool] = [t for t in (await client.list_tools()).tools if t.name == "report_answer"]
+        hints = tool.annotations
+        assert hints is not None and not hints.read_only_hint and not hints.destructive_hint
+        assert hints.idempotent_hint  # reporting again replaces the answer
+
+        given = await client.call_tool("context", {"user_id": "ana", "query": "what are my hobbies?"})
+        interaction_id = _ok(given)["interaction_id"]
+        assert [block.text for block in given.content if isinstance(block, TextContent)] == [
+            _ok(given)["result"],  # what the model reads first is still the bare context
+            f"(interaction_id {interaction_id}: pass it to report_answer with the answer you give)",
+        ]
+        for user, named in (("bo", interaction_id), ("ana", "0" * 32)):  # another user's call, and none
+            refused = await client.call_tool(
+                "report_answer", {"user_id": user, "interaction_id": named, "answer": "Beekeeping."}
+            )
+            assert refused.is_error and f"user {user!r} has no logged interaction {named!r}" in _text(refused)
+        [logged] = logged_mem.interactions("ana")
+        assert logged.feedback is None
+
+        answer = {"user_id": "ana", "interaction_id": interaction_id, "answer": "You keep bees."}
+        assert await _call(client, "report_answer", **answer, rating=1) == {"reported": True}
+        [logged] = logged_mem.interactions("ana")
+        assert logged.feedback is not None
+        assert (logged.feedback.answer, logged.feedback.rating) == ("You keep bees.", 1.0)
+
+        unlogged = await client.call_tool("context", {"user_id": "nobody", "query": "hobbies"})
+        assert _ok(unlogged)["interaction_id"] is None and len(unlogged.content) == 1  # no user, no log
 
 
 async def test_list_records_pages_in_insertion_order(mem: PersonaMem) -> None:
@@ -220,6 +270,7 @@ def test_example_langgraph_agent_drives_the_tools_over_stdio(tmp_path: Path) -> 
     assert "Barbecue" in tom and "vegan" not in tom
     assert "forgot 1 record" in maya
     assert "trails" not in maya.split("forgot 1 record")[1]
+    assert maya.count("(answer reported)") == 2 and tom.count("(answer reported)") == 1  # each context's
 
 
 _WITHOUT_MCP = """

@@ -54,7 +54,7 @@ SURFACES: dict[str, tuple[dict[str, Any], str, str]] = {
     "feedback": (
         {"interaction_id": "i", "answer": "a", "rating": None, "used_record_ids": None},
         "feedback",
-        _NOT_FOR_AGENTS,
+        "report_answer",
     ),
     "memory": ({"user_id": "u"}, "memory", "preferences"),
     "refresh_memories": (

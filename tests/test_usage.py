@@ -117,7 +117,8 @@ async def test_every_surface_returns_the_calls_usage_and_timings(
     _check_timings(found["timings_ms"], {"first_stage"})
     answer: dict[str, Any] = told.structured_content or {}
     assert answer["usage"] == want and answer["result"] == context["text"]
-    assert [block.text for block in told.content] == [context["text"]]  # what the agent reads: the text
+    assert told.content[0].text == context["text"]  # what the agent reads: the text, then
+    assert answer["interaction_id"] in told.content[1].text  # the id to report its answer on
     _check_timings(answer["timings_ms"], {"first_stage", "fit"})
 
 

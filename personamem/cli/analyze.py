@@ -482,3 +482,113 @@ def ranker_gate(
         out.print(f"{row['user_id']}: {verdict} ({row['reason']})", markup=False, soft_wrap=True)
         if PROFILE[0] in row:
             out.print("  " + ", ".join(f"{name} {row[name]:.2f}" for name in PROFILE), markup=False)
+
+
+@analyze_app.command("interleaving")
+def interleaving_agreement(
+    data_root: Annotated[
+        Path, typer.Option(help="The folder holding the benchmarks (locomo/, personabench/, ...).")
+    ],
+    benchmark: Annotated[
+        list[BenchmarkName] | None,
+        typer.Option(help="Benchmarks to simulate on (repeatable). [default: locomo personabench ikat]"),
+    ] = None,
+    feedback: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="gold (the user reports the gold records served) or answers (only the reference answer, "
+            "attributed); repeatable. [default: gold answers]"
+        ),
+    ] = None,
+    trials: Annotated[int, typer.Option(min=1, help="Simulated trials per pair of methods.")] = 20,
+    calls: Annotated[int, typer.Option(min=10, help="Most interleaved calls a trial may take.")] = 1000,
+    out_file: Annotated[
+        Path, typer.Option("--out", help="The report (JSON); pairs are kept beside it (<out>.pairs.jsonl).")
+    ] = Path("personamem-analysis/interleaving.json"),
+) -> None:
+    """Does interleaving on live traffic reach the decision the held-out data reaches?
+
+    Per benchmark, every pair of dense, bm25, hybrid, the default and the default without its trees:
+    the paired t-test over the held-out users' questions (nDCG@10) against simulated trials in which
+    the pair is served interleaved (team draft) and credited from feedback, stopped by the sign test
+    the store uses. Each finished benchmark is kept, so a rerun resumes.
+    """
+    import shlex
+
+    from personamem.datasets.vectors import default_vector_cache
+    from personamem.encoder import default_encoder
+    from personamem.eval.improve_eval import read_benchmark
+    from personamem.eval.interleaving_eval import PairResult, interleaving_trials, summarize_pairs
+
+    kinds = feedback or ["gold", "answers"]
+    unknown = sorted(set(kinds) - {"gold", "answers"})
+    if unknown:
+        raise typer.BadParameter(f"--feedback {unknown[0]!r}: use gold or answers")
+    benchmarks = benchmark or [BenchmarkName(n) for n in ("locomo", "personabench", "ikat")]
+    pairs_file = out_file.with_suffix(".pairs.jsonl")
+    kept = (
+        [PairResult(**json.loads(line)) for line in pairs_file.read_text().splitlines()]
+        if pairs_file.exists()
+        else []
+    )
+    done = {(r.benchmark, r.feedback) for r in kept if len(r.decisions) == trials and max(r.calls) <= calls}
+    encoder = default_encoder()
+    with progress_bar() as progress:
+        for name in benchmarks:
+            loaded = None
+            for kind in kinds:
+                if (name.value, kind) in done:
+                    continue
+                loaded = loaded or read_benchmark(data_root, name)
+                found = interleaving_trials(
+                    loaded,
+                    name=name.value,
+                    feedback=kind,
+                    trials=trials,
+                    calls=calls,
+                    encoder=encoder,
+                    cache_dir=default_vector_cache(),
+                    progress=progress,
+                )
+                pairs_file.parent.mkdir(parents=True, exist_ok=True)
+                with pairs_file.open("a", encoding="utf-8") as handle:
+                    handle.writelines(json.dumps(asdict(r)) + "\n" for r in found)
+                kept += found
+    asked = {(b.value, k) for b in benchmarks for k in kinds}
+    results = [r for r in kept if (r.benchmark, r.feedback) in asked and len(r.decisions) == trials]
+    rows = [
+        {
+            "benchmark": b.value,
+            "feedback": k,
+            **summarize_pairs([r for r in results if (r.benchmark, r.feedback) == (b.value, k)]),
+        }
+        for b in benchmarks
+        for k in kinds
+    ]
+    rows += [
+        {"benchmark": "all", "feedback": k, **summarize_pairs([r for r in results if r.feedback == k])}
+        for k in kinds
+    ]
+    given = ["--data-root", str(data_root), *[a for b in benchmarks for a in ("--benchmark", b.value)]]
+    given += [a for k in kinds for a in ("--feedback", k)] + ["--trials", str(trials), "--calls", str(calls)]
+    report = {
+        "command": shlex.join(["personamem", "analyze", "interleaving", *given, "--out", str(out_file)]),
+        "rows": rows,
+        "pairs": [asdict(r) for r in results],
+    }
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    lines = [
+        "| benchmark | feedback | trials (decided pairs) | agree | opposite | undecided | "
+        "decided on undecided pairs | median calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['benchmark']} | {row['feedback']} | {row['trials_on_decided_pairs']} | "
+            f"{row['agreement']:.0%} | {row['opposite']:.0%} | {row['undecided']:.0%} | "
+            f"{row['decided_anyway']:.0%} of {row['trials_on_undecided_pairs']} "
+            f"({row['decided_anyway_with_the_mean']:.0%} with the better mean) | {row['median_calls']:.0f} |"
+        )
+    out.print("\n".join(lines), markup=False, soft_wrap=True)
+    out.print(f"Report: {out_file}")

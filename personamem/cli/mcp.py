@@ -29,7 +29,8 @@ def mcp(
 ) -> None:
     """Serve the memory as MCP tools over stdin/stdout (for Claude Desktop, Cursor, LangGraph agents).
 
-    Tools: remember, recall, context, forget_record, list_records, preferences. The store options
+    Tools: remember, recall, context, report_answer, forget_record, list_records, record_history,
+    preferences. The store options
     (--store, --sql-url, --chroma-url, --config) say what it opens. Stdout carries the protocol, so
     nothing else is printed there; logs and warnings go to stderr. Over HTTP, `personamem serve`
     answers the same tools at /mcp, per API key.

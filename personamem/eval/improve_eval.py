@@ -130,7 +130,8 @@ def improve_trial(
             reported, gold_shares = _log_feedback(mem, before, logged, progress, answers=signal == "answers")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a pinned-pipeline note: the eval reads the store's table
-                result = mem.improve(progress=progress, **{**settings, "seed": seed})
+                # the held-out offline decision: interleaving on live traffic is judged against it
+                result = mem.improve(progress=progress, **{"go_live": "now", **settings, "seed": seed})
             live = stored_pipeline(mem.store.live_pipeline)
             scores = {
                 "default": _score(mem, before, held, progress, "before improve"),

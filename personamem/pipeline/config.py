@@ -173,10 +173,11 @@ class PipelineConfig(BaseModel):
     """Deadline for a call's LLM work; past it, the LLM stage is skipped and the context says so."""
     seed: int = 0
     """Seeds LLM sampling and the random selector."""
-    log_interactions: bool = False
+    log_interactions: bool = True
     """Record each search and context call (user, query, returned records and scores, method, time) in
-    the store, so the application can report feedback on it and the trainers can learn from it
-    (``personamem train ... --from-store``). Off by default: it keeps users' queries."""
+    the store, so the application can report feedback on it (an answer is enough) and ``improve``
+    and the trainers learn from it. Kept 30 days (``PERSONAMEM_INTERACTION_DAYS``), erased with the
+    user by ``forget``; written off the call's path. ``false``: the store keeps no queries."""
 
     @model_validator(mode="before")
     @classmethod

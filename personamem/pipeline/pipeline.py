@@ -43,6 +43,7 @@ from personamem.errors import (
     collect_fallbacks,
 )
 from personamem.interactions import Call
+from personamem.interleaving import Draft
 from personamem.llm.base import FrozenLLM
 from personamem.llm.budget import Fitted, fit_to_budget
 from personamem.personalize import QueryPersonalizer
@@ -138,11 +139,12 @@ class Pipeline:
         # a user's records come back for many queries: their lines are counted once
         self._count_tokens = functools.lru_cache(maxsize=8192)(_token_counter(self.llm, store.encoder))
 
-    def search(self, user_id: str, query: str, k: int) -> Hits:
+    def search(self, user_id: str, query: str, k: int, *, draft: Draft | None = None) -> Hits:
         """The profile, then the other candidates, cut to ``k`` (no selector: the first stage's top ``k``).
 
         ``diversity`` and near-duplicates change only what :meth:`context` shows, never this ranking,
-        so a search without a method stays the first stage's.
+        so a search without a method stays the first stage's. A ``draft`` interleaves a candidate's
+        ranking with it (``personamem/interleaving.py``) and the log keeps which placed what.
         """
         _check(user_id, query)
         timings: dict[str, float] = {}
@@ -155,20 +157,25 @@ class Pipeline:
                 chosen = {hit.record.id for hit in profile}
                 rest = [(hit.record, 0.0) for hit in pool if hit.record.id not in chosen]
                 found = ranked([(hit.record, hit.score) for hit in profile] + rest)[:k]
+            if draft is not None:
+                found = draft.search(user_id, query, found, k)
         return Hits(
             found,
-            interaction_id=self._log(user_id, "search", query, found),
+            interaction_id=self._log(user_id, "search", query, found, draft=draft),
             usage=meter.usage,
             timings_ms=timings,
         )
 
-    def context(self, user_id: str, query: str, *, budget_tokens: int | None = None) -> Context:
+    def context(
+        self, user_id: str, query: str, *, budget_tokens: int | None = None, draft: Draft | None = None
+    ) -> Context:
         """The profile for ``query``, rendered and fitted to ``budget_tokens`` (default: the config's).
 
         Without a selector the profile is the first stage's top ``profile_k`` with near-duplicates
         skipped and, at a ``diversity`` above 0, picked for coverage too (``pipeline/diversity.py``); so it
         may hold records below :meth:`search`'s top ``profile_k``, whose ranking never changes. A
-        selector's profile is its own choice: it is left as the selector made it.
+        selector's profile is its own choice: it is left as the selector made it. A ``draft``
+        interleaves a candidate's profile with it before the budget is fitted.
         """
         _check(user_id, query)
         budget = self.config.budget_tokens if budget_tokens is None else budget_tokens
@@ -177,11 +184,9 @@ class Pipeline:
         timings: dict[str, float] = {}
         with collect_fallbacks() as notes, metering(self.config.llm_timeout_s) as meter:
             memory = self._memory(user_id, timings)
-            if self.selector is not None:
-                pool, vector = self._candidates(user_id, query, self.config.candidates, timings)
-                profile = self._select(user_id, query, pool, vector, timings)
-            else:
-                profile = self._diverse(user_id, query, timings)
+            profile = self._profile(user_id, query, timings)
+            if draft is not None:
+                profile = draft.profile(user_id, query, profile)
             start = time.perf_counter()
             fitted, shown = self._fit(memory, profile, budget)
             timings["fit"] = _ms(start)
@@ -207,7 +212,7 @@ class Pipeline:
             timings_ms=timings,
             warnings=list(notes),
             memory=None if memory is None else "\n".join(memory[:shown]),
-            interaction_id=self._log(user_id, "context", query, fitted.kept, trace),
+            interaction_id=self._log(user_id, "context", query, fitted.kept, trace, draft=draft),
             first_stage=self.first_stage,
         )
 
@@ -222,6 +227,18 @@ class Pipeline:
         served["chosen_by"] = config.chosen_by or "default"
         return served
 
+    def profile(self, user_id: str, query: str) -> list[Hit]:
+        """What :meth:`context` would show before the budget is fitted (a trial's candidate side)."""
+        _check(user_id, query)
+        with metering(self.config.llm_timeout_s):
+            return self._profile(user_id, query, {})
+
+    def _profile(self, user_id: str, query: str, timings: dict[str, float]) -> list[Hit]:
+        if self.selector is None:
+            return self._diverse(user_id, query, timings)
+        pool, vector = self._candidates(user_id, query, self.config.candidates, timings)
+        return self._select(user_id, query, pool, vector, timings)
+
     def _log(
         self,
         user_id: str,
@@ -229,13 +246,16 @@ class Pipeline:
         query: str,
         shown: Sequence[object],
         trace: dict[str, Any] | None = None,
+        *,
+        draft: Draft | None = None,
     ) -> str | None:
         """The call's interaction id where the config logs interactions, else None."""
         if not self.config.log_interactions:
             return None
         hits = [(item.record.id, item.score) for item in shown if isinstance(item, Hit)]
+        interleaved = None if draft is None else draft.logged
         try:
-            return self.store.interactions.log(user_id, call, self.name, query, hits, trace)
+            return self.store.interactions.log(user_id, call, self.name, query, hits, trace, interleaved)
         except StoreError as exc:  # the answer stands; only its log entry is lost
             warnings.warn(f"interaction not logged: {exc}", PersonaMemWarning, stacklevel=3)
             return None

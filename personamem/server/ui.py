@@ -113,11 +113,15 @@ class Checkpoint(BaseModel):
 
 
 class PipelineView(BaseModel):
-    """``GET /v1/ui/pipeline``: the live pipeline's settings, its first stage and why, its checkpoints."""
+    """``GET /v1/ui/pipeline``: the live pipeline's settings, first stage, checkpoints and trials.
+
+    ``trials``: the candidate on trial against it and the trials decided (``personamem/trials.py``).
+    """
 
     config: dict[str, Any]
     first_stage: dict[str, Any]
     checkpoints: list[Checkpoint]
+    trials: dict[str, Any]
 
 
 class ReportFile(BaseModel):
@@ -215,6 +219,7 @@ def pipeline(tenant: Reader) -> PipelineView:
         config=config.model_dump(mode="json"),
         first_stage=tenant.pipeline().first_stage,
         checkpoints=_checkpoints(config),
+        trials=tenant.trials.status(),
     )
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from personamem.records import EventKind
 from personamem.store.cache import UserCaches
 from personamem.store.indexing import Indexing
+from personamem.store.interaction_writer import InteractionWriter
 from personamem.store.pgvectors import PgVectorIndex
 from personamem.store.recovery import readable
 
@@ -32,13 +33,15 @@ _NO_VECTORS = np.zeros((0, 0), dtype=np.float32)  # what a delete keeps to re-in
 class Erasure:
     """Forgets and deletes by store key; shared by a store and its tenant views."""
 
-    def __init__(self, indexing: Indexing, caches: UserCaches) -> None:
+    def __init__(self, indexing: Indexing, caches: UserCaches, logged: InteractionWriter) -> None:
         self._indexing = indexing
         self._caches = caches
+        self._logged = logged  # flushed first: a queued log row may name what is erased
 
     def forget(self, key: str) -> bool:
         """Delete every row, vector and cached value of the user; False if there was no such user."""
         self._indexing.settle()  # queued records of the user are erased below anyway
+        self._logged.flush()
         with self._indexing.lock:
             if not self._indexing.catalog.begin_forget(key):
                 return False
@@ -57,6 +60,7 @@ class Erasure:
         """Delete these records of the user, their histories ending with ``event``; return the ids deleted."""
         indexing = self._indexing
         indexing.settle()
+        self._logged.flush()
         with indexing.lock:
             collection = indexing.names.collection(key)
             if isinstance(indexing.index, PgVectorIndex):  # rows and their vectors go in one transaction

@@ -6,25 +6,43 @@ user keys, so a tenant sees only its own users' interactions and ``forget`` eras
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from personamem.errors import InvalidInputError
 from personamem.interactions import Call, Feedback, FeedbackReport, Interaction, LoggedResult
+from personamem.settings import settings
+from personamem.store.interaction_writer import InteractionWriter
 from personamem.store.sql import InteractionRow, SqlCatalog
 from personamem.store.tenants import Scope
 
-__all__ = ["InteractionLog"]
+__all__ = ["INTERACTION_DAYS", "InteractionLog", "retention_cutoff"]
+
+INTERACTION_DAYS = 30.0
+"""How long a logged call is kept by default (``PERSONAMEM_INTERACTION_DAYS`` overrides): long enough
+for ``improve`` to learn from a month of traffic, short enough that old queries do not pile up."""
+
+# another process (a server's other worker) may still be writing the row a report names: look again
+# a few times before saying there is no such interaction (0.75 s in all, on that error path only)
+_STRAGGLER_WAITS = (0.0, 0.05, 0.1, 0.2, 0.4)
+
+
+def retention_cutoff() -> str:
+    """The time (ISO 8601, UTC) before which logged calls are past the retention window."""
+    days = settings().interaction_days or INTERACTION_DAYS
+    return (datetime.now(UTC) - timedelta(days=days)).isoformat()
 
 
 class InteractionLog:
     """Log calls, attach feedback, export and import, for the users one view of the store sees."""
 
-    def __init__(self, catalog: SqlCatalog, scope: Scope) -> None:
+    def __init__(self, catalog: SqlCatalog, scope: Scope, writer: InteractionWriter) -> None:
         self._catalog = catalog
         self._scope = scope
+        self._writer = writer
 
     def log(
         self,
@@ -34,29 +52,37 @@ class InteractionLog:
         query: str,
         results: Sequence[tuple[str, float]],
         trace: dict[str, Any] | None = None,
+        interleaving: dict[str, Any] | None = None,
     ) -> str | None:
         """Record one call; its interaction id, or None for a user with no records (nothing to key it by).
 
         ``trace`` is what the call showed the LLM (a context's text, timings, warnings, usage), kept for
-        the inspector (:meth:`calls`) and not part of the exchange format.
+        the inspector (:meth:`calls`) and not part of the exchange format; ``interleaving``, on a call
+        served interleaved, the trial and the team of each record (``personamem/interleaving.py``).
+        The row is written by the store's :class:`InteractionWriter`, off the call's path.
         """
+        key = self._scope.key(user_id)
+        if self._catalog.revision(key) is None:
+            return None
         interaction_id = uuid.uuid4().hex
-        kept = self._catalog.log_interaction(
+        self._writer.submit(
             {
                 "interaction_id": interaction_id,
-                "user_id": self._scope.key(user_id),
+                "user_id": key,
                 "call": call,
                 "method": method,
                 "query": query,
                 "results": [[record_id, round(float(score), 6)] for record_id, score in results],
                 "time": datetime.now(UTC).isoformat(),
                 "trace": trace,
+                "interleaving": interleaving,
             }
         )
-        return interaction_id if kept else None
+        return interaction_id
 
     def calls(self, user_id: str, *, limit: int = 100) -> list[dict[str, Any]]:
         """The user's latest ``limit`` logged calls, newest first, with feedback and traces (for ``/ui``)."""
+        self._writer.flush()
         rows = self._catalog.interactions([self._scope.key(user_id)])[-limit:]
         out = []
         for row in reversed(rows):
@@ -74,6 +100,7 @@ class InteractionLog:
         Raises:
             InvalidInputError: no such interaction in this view.
         """
+        self._writer.flush()
         changes: dict[str, Any] = {"feedback_time": datetime.now(UTC).isoformat()}
         if report.answer is not None:
             changes["answer"] = report.answer
@@ -81,13 +108,30 @@ class InteractionLog:
             changes["rating"] = report.rating
         if report.used_record_ids is not None:
             changes["used"] = report.used_record_ids
-        if not self._catalog.feedback(report.interaction_id, self._owns, changes):
-            raise InvalidInputError(
-                f"no interaction {report.interaction_id!r} (logging off, or the user was forgotten?)"
-            )
+        for wait in _STRAGGLER_WAITS:
+            time.sleep(wait)
+            if self._catalog.feedback(report.interaction_id, self._owns, changes):
+                return
+        raise InvalidInputError(
+            f"no interaction {report.interaction_id!r} (logging off, or the user was forgotten?)"
+        )
+
+    def owner(self, interaction_id: str) -> str | None:
+        """The user of a logged call this view sees (None: no such call here).
+
+        Waits for a row another process may still be writing, as :meth:`feedback` does.
+        """
+        self._writer.flush()
+        for wait in _STRAGGLER_WAITS:
+            time.sleep(wait)
+            key = self._catalog.interaction_user(interaction_id)
+            if key is not None:
+                return self._scope.user(key)
+        return None
 
     def export(self, user_ids: Sequence[str] | None = None) -> list[Interaction]:
         """The interactions of these users (None: every user this view sees), oldest first."""
+        self._writer.flush()
         keys = None if user_ids is None else [self._scope.key(u) for u in user_ids]
         return [item for row in self._catalog.interactions(keys) if (item := self._public(row)) is not None]
 

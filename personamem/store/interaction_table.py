@@ -20,21 +20,29 @@ from personamem.store.tables import USER_STATUS, InteractionRow, UserRow, UserSt
 __all__ = ["InteractionTable"]
 
 _INSERT_INTERACTION = InteractionRow.__table__.insert()  # type: ignore[attr-defined]
+_BY_ID = select(InteractionRow)
 
 
 class InteractionTable(Database):
     """The ``interactions`` table's reads and writes."""
 
-    def log_interaction(self, row: dict[str, Any]) -> bool:
-        """Insert one interaction of an active user; False (nothing kept) for unknown or forgotten users.
+    def log_interactions(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Insert the interactions of active users in one transaction; return how many were kept.
 
-        A user without a row has nothing ``forget`` could find the interaction by, so it is not kept.
+        Users are checked inside the transaction, so a user forgotten (or never stored) by the time
+        the rows are written gets none: ``forget`` could not find them by the user's row.
         """
-        with self.transaction() as s:  # on every logged call: Core, like ``stage``
-            if s.execute(USER_STATUS, {"user_id": row["user_id"]}).scalar() != UserStatus.ACTIVE.value:
-                return False
-            s.execute(_INSERT_INTERACTION, [row])
-        return True
+        with self.transaction() as s:  # the interaction writer's path: Core, like ``stage``
+            users = {row["user_id"] for row in rows}
+            active = {
+                user
+                for user in users
+                if s.execute(USER_STATUS, {"user_id": user}).scalar() == UserStatus.ACTIVE.value
+            }
+            kept = [row for row in rows if row["user_id"] in active]
+            if kept:
+                s.execute(_INSERT_INTERACTION, kept)
+        return len(kept)
 
     def import_interactions(self, rows: Sequence[dict[str, Any]]) -> int:
         """Insert interactions in one transaction, skipping ids already stored; return how many were new.
@@ -87,6 +95,47 @@ class InteractionTable(Database):
             s.add(row)
         return True
 
+    def drop_interactions(self, before: str) -> int:
+        """Delete the interactions logged before ``before`` (ISO 8601, UTC); return how many went."""
+        with self.transaction() as s:
+            table = InteractionRow.__table__  # type: ignore[attr-defined]
+            return int(s.execute(table.delete().where(table.c.time < before)).rowcount)
+
+    def interaction_user(self, interaction_id: str) -> str | None:
+        """The user key of a logged call (None: no such call)."""
+        with self.session() as s:
+            found = s.exec(
+                select(InteractionRow.user_id).where(InteractionRow.interaction_id == interaction_id)
+            ).first()
+        return found
+
+    def interleaved(self, interaction_id: str) -> InteractionRow | None:
+        """The logged call, where it was served interleaved and is not credited yet (None otherwise)."""
+        with self.session() as s:
+            row = s.exec(_BY_ID.where(InteractionRow.interaction_id == interaction_id)).first()
+        if row is None or row.interleaving is None or row.interleaving.get("outcome") is not None:
+            return None
+        return row
+
+    def set_outcome(self, interaction_id: str, outcome: str | None) -> None:
+        """Record an interleaved call's outcome for the candidate (None: the answer used nothing served)."""
+        with self.session(write=True) as s:
+            row = s.exec(_BY_ID.where(InteractionRow.interaction_id == interaction_id)).first()
+            if row is not None and row.interleaving is not None:
+                row.interleaving = {**row.interleaving, "outcome": outcome}
+                s.add(row)
+
+    def outcomes(self, trial: str) -> list[str]:
+        """The outcomes counted for a trial so far (``win``, ``loss``, ``tie``)."""
+        with self.session() as s:
+            column = col(InteractionRow.interleaving)
+            rows = s.exec(select(column).where(column.is_not(None)))
+            return [
+                found["outcome"]
+                for found in rows
+                if found is not None and found.get("trial") == trial and found.get("outcome")
+            ]
+
     def last_calls(self) -> dict[str, str]:
         """The time of each user key's latest logged call (ISO 8601, UTC)."""
         with self.session() as s:
@@ -117,6 +166,11 @@ class InteractionTable(Database):
         for row in rows:
             results = [hit for hit in row.results if hit[0] not in deleted]
             used = None if row.used is None else [rid for rid in row.used if rid not in deleted]
-            if results != row.results or used != row.used or row.trace is not None:
-                row.results, row.used, row.trace = results, used, None
+            interleaving = row.interleaving
+            if interleaving is not None:  # the outcome stays: it counts for the trial, names nothing
+                teams = {rid: team for rid, team in interleaving["teams"].items() if rid not in deleted}
+                interleaving = {**interleaving, "teams": teams}
+            changed = (results, used, interleaving) != (row.results, row.used, row.interleaving)
+            if changed or row.trace is not None:
+                row.results, row.used, row.trace, row.interleaving = results, used, None, interleaving
                 s.add(row)

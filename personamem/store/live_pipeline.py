@@ -3,6 +3,7 @@
 ``personamem improve`` puts it here, so every process and server worker over the store serves it
 (within :data:`~personamem.store.settings.FRESH_S` seconds of the change); the table it replaced is
 kept beside it, so one rollback undoes a bad choice. A tenant without its own follows the store's.
+A candidate on trial (``personamem/interleaving.py``) is kept here too, with the trials decided so far.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from personamem.store.sql import SqlCatalog
 __all__ = ["PIPELINE_KEY", "LivePipeline"]
 
 PIPELINE_KEY = "pipeline"  # store_info: the live pipeline table (JSON); "pipeline:<tenant>" for one tenant
+TRIALS_KEPT = 20  # decided trials kept per tenant, newest last (for ``improve --status`` and the inspector)
 _NO_PIPELINE = "none"  # the previous live pipeline, where there was none (the package default served)
 
 
@@ -26,6 +28,8 @@ class LivePipeline:
     def __init__(self, catalog: SqlCatalog) -> None:
         self._live = TenantSetting(catalog, PIPELINE_KEY)
         self._replaced = TenantSetting(catalog, f"{PIPELINE_KEY}.previous")
+        self._trial = TenantSetting(catalog, f"{PIPELINE_KEY}.trial")
+        self._decided = TenantSetting(catalog, f"{PIPELINE_KEY}.trials")
 
     def table(self, tenant: str | None) -> str | None:
         """The table that serves the tenant's users, as JSON (None: the package default)."""
@@ -45,3 +49,26 @@ class LivePipeline:
         self._live.set(tenant, None if previous == _NO_PIPELINE else previous)
         self._replaced.set(tenant, None)
         return True
+
+    def trial(self, tenant: str | None) -> str | None:
+        """The trial over the tenant's users (JSON of :class:`~personamem.interleaving.Trial`; None: none).
+
+        The store's where the tenant has none. Read on every call: cached as every setting is.
+        """
+        return self._trial.get(tenant)
+
+    def start_trial(self, tenant: str | None, trial: str) -> None:
+        """Put a candidate on trial for the tenant's users (it replaces a trial running)."""
+        self._trial.set(tenant, trial)
+
+    def end_trial(self, tenant: str | None, decided: Mapping[str, Any] | None = None) -> None:
+        """Stop the tenant's trial, keeping ``decided`` (what it counted and decided) in its history."""
+        self._trial.set(tenant, None)
+        if decided is not None:
+            history = [*self.decided(tenant)[-(TRIALS_KEPT - 1) :], dict(decided)]
+            self._decided.set(tenant, json.dumps(history, sort_keys=True))
+
+    def decided(self, tenant: str | None) -> list[dict[str, Any]]:
+        """The tenant's decided trials, oldest first."""
+        stored = self._decided.own(tenant)
+        return [] if stored is None else list(json.loads(stored))

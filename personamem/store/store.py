@@ -50,7 +50,8 @@ from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, Du
 from personamem.store.erasure import Erasure
 from personamem.store.expiry import Expiry, ExpirySweeper, unexpired
 from personamem.store.indexing import Indexing
-from personamem.store.interaction_log import InteractionLog
+from personamem.store.interaction_log import InteractionLog, retention_cutoff
+from personamem.store.interaction_writer import InteractionWriter
 from personamem.store.keys import KeyRing
 from personamem.store.live_pipeline import LivePipeline
 from personamem.store.recovery import ConsistencyReport, heal, rebuild, repair, scan
@@ -104,7 +105,8 @@ class Store:
         rebuild_user = functools.partial(rebuild, self)
         self.reads = VectorReads(catalog, index, self.names, self.views, self.visibility, rebuild_user)
         self.duplicates = Duplicates(self.reads, self.indexing)
-        self.erasure = Erasure(self.indexing, self.caches)
+        self.logged = InteractionWriter(catalog.log_interactions)
+        self.erasure = Erasure(self.indexing, self.caches, self.logged)
         self.repair()
         self._sweeper = ExpirySweeper(lambda: self.purge_expired(all_tenants=True))
 
@@ -171,7 +173,7 @@ class Store:
     @property
     def interactions(self) -> InteractionLog:
         """The interaction log of the users this view sees (written only where logging is on)."""
-        return InteractionLog(self.catalog, self.scope)
+        return InteractionLog(self.catalog, self.scope, self.logged)
 
     def _key(self, user_id: str) -> str:
         return self.scope.key(user_id)
@@ -201,6 +203,7 @@ class Store:
         if self._owner is not None:
             return
         self._sweeper.close()
+        self.logged.close()
         self.indexing.close()
         self.catalog.close()
         self.index.close()
@@ -304,10 +307,14 @@ class Store:
         """Erase every record of this view whose expiry has passed (as ``delete`` erases); return how many.
 
         Expired records are hidden from reads before this runs. ``all_tenants`` (the store's own
-        view only: the background sweep, ``personamem purge``) takes every tenant's too.
+        view only: the background sweep, ``personamem purge``) takes every tenant's too, and erases
+        the logged calls older than the retention window (``PERSONAMEM_INTERACTION_DAYS``, 30 days).
         """
         if all_tenants and self._owner is not None:
             raise InvalidInputError(f"tenant {self.tenant!r}'s view cannot purge other tenants")
+        if all_tenants:  # logged calls past the retention window go with every tenant's sweep
+            self.logged.flush()
+            self.catalog.drop_interactions(retention_cutoff())
         return self.expiry.purge(None if all_tenants else self.scope, self.erasure.erase)
 
     @property
@@ -381,6 +388,7 @@ class Store:
 
     def last_calls(self) -> dict[str, str]:
         """The time of each of this view's users' latest logged call (ISO 8601, UTC)."""
+        self.logged.flush()
         return {u: t for key, t in self.catalog.last_calls().items() if (u := self.scope.user(key))}
 
     def count(self, user_id: str | None = None) -> int:

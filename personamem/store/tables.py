@@ -170,6 +170,8 @@ class InteractionRow(SQLModel, table=True):
     # what a context call showed the LLM (text, timings, warnings, usage) for the inspector; dropped
     # when a record it may quote is deleted
     trace: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # on a call served interleaved: {"trial": id, "teams": {record id: team}, "outcome": win/loss/tie}
+    interleaving: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 class RecordEventRow(SQLModel, table=True):
@@ -197,6 +199,7 @@ ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("users", "index_token"),
     ("users", "bounds_token"),
     ("interactions", "trace"),
+    ("interactions", "interleaving"),
     *(("records", name) for name in (*TIMES, "bounded")),
     ("api_keys", "scope"),  # NULL on keys made before scopes: they act as admin (store/keys.py)
     ("api_keys", "rate_per_minute"),

@@ -12,12 +12,23 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage
+from langchain_core.prompts import PromptTemplate
+from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 from pydantic import ValidationError
 
-from personamem import Encoder, MissingExtraError, PersonaMem, Record, RecordKind, SentenceEncoder
+from personamem import (
+    Encoder,
+    MissingExtraError,
+    PersonaMem,
+    PipelineConfig,
+    Record,
+    RecordKind,
+    SentenceEncoder,
+)
 from personamem.adapters.langchain import (
+    PersonaMemAnswerReporter,
     PersonaMemChatMessageHistory,
     PersonaMemCompressor,
     PersonaMemLLM,
@@ -25,8 +36,8 @@ from personamem.adapters.langchain import (
 )
 from personamem.datasets.jsonl import read_jsonl
 from personamem.demo import demo_records_path
-from personamem.errors import MethodError
-from personamem.llm import Generations, Prompt
+from personamem.errors import MethodError, PersonaMemWarning
+from personamem.llm import Generations, Prompt, TransformersLLM
 from personamem.methods import method_config
 from personamem.profile import RelevanceSelector
 from personamem.retrieval.base import Hit, ranked
@@ -104,6 +115,9 @@ def test_documents_carry_the_record(mem: PersonaMem) -> None:
     assert doc.id == record.id
     metadata = dict(doc.metadata)
     score = metadata.pop("score")
+    # the search that found it, where the memory logs calls (its pipeline's log_interactions)
+    logged = mem.interactions("alice")[0].id if mem.config.log_interactions else None
+    assert metadata.pop("interaction_id", None) == logged
     assert score == mem.search("alice", "what do I eat?", k=1)[0].score  # ours wins over the record's own
     assert metadata == {
         "source": "onboarding",
@@ -485,6 +499,75 @@ def test_llm_raw_prompts_and_call_options() -> None:
     assert llm._llm_type == "personamem"
 
 
+# -- answer reporter ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def logged(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
+    """Alice's records in a memory that logs every call, so retrievals carry interaction ids."""
+    config = PipelineConfig(log_interactions=True)
+    with PersonaMem.open(tmp_path / "store", encoder=encoder, pipeline=config) as memory:
+        memory.add_many([{"text": t, "kind": "knowledge"} for t in ALICE], user_id="alice")
+        yield memory
+
+
+def _answer_chain(memory: PersonaMem, llm: TransformersLLM) -> Runnable[str, str]:
+    """Question in, the small local LLM's answer out, from two of alice's retrieved records."""
+    retriever = PersonaMemRetriever(memory=memory, user_id="alice", k=2)
+    context = retriever | RunnableLambda(lambda docs: "\n".join(doc.page_content for doc in docs))
+    prompt = PromptTemplate.from_template("What you know about me:\n{context}\n\nAnswer briefly: {question}")
+    return (
+        {"context": context, "question": RunnablePassthrough()}
+        | prompt
+        | PersonaMemLLM(llm=llm, max_tokens=8)
+    )
+
+
+def _forgot_every_run(reporter: PersonaMemAnswerReporter) -> bool:
+    return not reporter._roots and not reporter._root_of
+
+
+async def test_reporter_posts_the_chains_answer_on_the_retrieval_it_used(
+    logged: PersonaMem, llm: TransformersLLM
+) -> None:
+    chain = _answer_chain(logged, llm)
+    reporter = PersonaMemAnswerReporter(logged)
+    answer = chain.invoke("what should I cook tonight?", config={"callbacks": [reporter]})
+    later = await chain.ainvoke("which instrument do I play?", config={"callbacks": [reporter]})
+    assert answer.strip() and later.strip()  # the local LLM answered: there was something to report
+    first, second = logged.interactions("alice")
+    assert (first.call, first.query) == ("search", "what should I cook tonight?")
+    assert first.feedback is not None and first.feedback.answer == answer
+    assert second.feedback is not None and second.feedback.answer == later  # from LangChain's executor
+    assert (first.feedback.rating, first.feedback.used_record_ids) == (None, None)  # an answer alone
+    assert _forgot_every_run(reporter)
+    with pytest.raises(TypeError, match="a PersonaMem or a Client"):
+        PersonaMemAnswerReporter(object())  # type: ignore[arg-type]
+
+
+def test_a_chain_that_fails_reports_nothing(logged: PersonaMem, llm: TransformersLLM) -> None:
+    def fail(answer: str) -> str:
+        raise RuntimeError(f"the application refused {answer!r}")
+
+    reporter = PersonaMemAnswerReporter(logged)
+    failing = _answer_chain(logged, llm) | RunnableLambda(fail)
+    with pytest.raises(RuntimeError, match="the application refused"):
+        failing.invoke("what should I cook tonight?", config={"callbacks": [reporter]})
+    [asked] = logged.interactions("alice")
+    assert asked.feedback is None  # the LLM answered, but the run that used it failed
+    assert _forgot_every_run(reporter)
+
+
+def test_a_failed_report_warns_and_the_chain_still_answers(logged: PersonaMem, llm: TransformersLLM) -> None:
+    reporter = PersonaMemAnswerReporter(logged.tenant("elsewhere"))  # another tenant: not its interaction
+    with pytest.warns(PersonaMemWarning, match="could not report the answer of interaction .*no interaction"):
+        answer = _answer_chain(logged, llm).invoke("what should I cook?", config={"callbacks": [reporter]})
+    assert answer.strip()
+    [asked] = logged.interactions("alice")
+    assert asked.feedback is None
+    assert _forgot_every_run(reporter)
+
+
 # -- example ------------------------------------------------------------------------------------
 
 
@@ -498,6 +581,7 @@ def test_example_chain_prints_each_users_records(capsys: pytest.CaptureFixture[s
     for section, own, other in [(maya, "maya", "tom"), (tom, "tom", "maya")]:
         records = section.split("records used:")[1]
         assert "answer:" in section
+        assert "feedback logged on 1 of 1 calls" in section  # the reporter posted the answer
         assert sum(text in records for text in example["USERS"][own]) == 2
         assert not any(text in records for text in example["USERS"][other])
 

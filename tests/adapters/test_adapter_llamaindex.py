@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import runpy
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 from llama_index.core import Settings
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.memory import Memory
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from personamem import MissingExtraError, PersonaMem, RecordKind, SentenceEncoder
+from personamem import MissingExtraError, PersonaMem, PipelineConfig, RecordKind, SentenceEncoder
 from personamem.adapters.llamaindex import (
     PersonaMemEmbedding,
     PersonaMemLLM,
@@ -27,7 +28,7 @@ from personamem.adapters.llamaindex import (
     PersonaMemProfilePostprocessor,
     PersonaMemRetriever,
 )
-from personamem.errors import MethodError
+from personamem.errors import MethodError, PersonaMemWarning
 from personamem.llm import TransformersLLM
 from personamem.methods import method_config
 from personamem.profile import RelevanceSelector
@@ -106,6 +107,8 @@ def test_retriever_nodes_carry_the_record(filled: PersonaMem) -> None:
     lesson = by_text["Booked a cello lesson."]
     record = next(r for r in filled.records("alice") if r.text == "Booked a cello lesson.")
     assert lesson.node_id == record.id
+    # the search that found it, where the memory logs calls (its pipeline's log_interactions)
+    logged = {"interaction_id": filled.interactions("alice")[0].id} if filled.config.log_interactions else {}
     assert lesson.metadata == {
         "record_id": record.id,
         "user_id": "alice",
@@ -113,6 +116,7 @@ def test_retriever_nodes_carry_the_record(filled: PersonaMem) -> None:
         "category": None,
         "timestamp": "2024-05-01T10:00:00+00:00",
         "rank": lesson.metadata["rank"],
+        **logged,
     }
     quartet = by_text["I play the cello in a string quartet."]
     assert quartet.metadata["source"] == "intake" and quartet.metadata["n"] == 1
@@ -388,6 +392,53 @@ async def test_long_term_memory_survives_reopening(
         assert "- I am training for the Berlin marathon." in (messages[0].content or "")
 
 
+@pytest.fixture
+def logged(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
+    """Alice's facts in a memory that logs every call, so the block's context calls get interaction ids."""
+    config = PipelineConfig(log_interactions=True)
+    with PersonaMem.open(tmp_path / "logged", encoder=encoder, pipeline=config) as memory:
+        memory.add_many([{"text": fact, "kind": "knowledge"} for fact in FACTS["alice"]], user_id="alice")
+        yield memory
+
+
+async def test_block_reports_a_turns_reply_when_the_next_turn_reads_it(
+    logged: PersonaMem, llm: TransformersLLM, chat_store: AsyncEngine
+) -> None:
+    block = PersonaMemMemoryBlock(memory=logged, user_id="alice")
+    memory = Memory.from_defaults(  # a queue far from full: nothing flushes, the read alone reports
+        session_id="alice-1", tokenizer_fn=str.split, memory_blocks=[block], async_engine=chat_store
+    )
+    engine = SimpleChatEngine.from_defaults(llm=PersonaMemLLM(llm, max_tokens=8), memory=memory)
+    first = await engine.achat("Which instrument do I play?")
+    [asked] = logged.interactions("alice")
+    assert asked.feedback is None  # the reply exists, but no turn has read the block since
+    await engine.achat("Where do I live?")
+    asked, second = logged.interactions("alice")
+    assert first.response.strip() and asked.feedback is not None
+    assert (asked.query, asked.feedback.answer) == ("Which instrument do I play?", first.response)
+    assert second.query == "Where do I live?" and second.feedback is None  # the final turn's, not yet
+
+
+async def test_block_reports_a_flushed_reply_once_and_warns_when_it_cannot(logged: PersonaMem) -> None:
+    block = PersonaMemMemoryBlock(memory=logged, user_id="alice")
+    asked = ChatMessage(role=MessageRole.USER, content="Which instrument do I play?")
+    assert "cello" in await block.aget([asked])
+    await block.aput([asked, ChatMessage(role=MessageRole.ASSISTANT, content="")])  # no text: no reply yet
+    [call] = logged.interactions("alice")
+    assert call.feedback is None
+    await block.aput([asked, ChatMessage(role=MessageRole.ASSISTANT, content="The cello.")])
+    await block.aput([asked, ChatMessage(role=MessageRole.ASSISTANT, content="A flute?")])  # reported once
+    [call] = logged.interactions("alice")
+    assert call.feedback is not None and call.feedback.answer == "The cello."
+
+    again = ChatMessage(role=MessageRole.USER, content="Where do I live?")
+    await block.aget([again])
+    logged.forget("alice")  # the logged call goes with the user, so its reply cannot be reported
+    turn = [again, ChatMessage(role=MessageRole.ASSISTANT, content="In Lyon.")]
+    with pytest.warns(PersonaMemWarning, match="could not report the reply of interaction .*no interaction"):
+        assert await block.aget([*turn, ChatMessage(role=MessageRole.USER, content="And my pets?")]) == ""
+
+
 # -- LLM and embedding --------------------------------------------------------------------------------
 
 
@@ -462,7 +513,8 @@ def test_example_keeps_each_users_memory_apart(
     sections = dict(part.split(" ==\n", 1) for part in out.split("== ")[1:])
     assert set(sections) == set(facts)
     for user, section in sections.items():
-        used = section.split("records used:\n", 1)[1].splitlines()
+        used = section.split("records used:\n", 1)[1].split("\nQ: ")[0].splitlines()
         assert used and all(any(line.endswith(f) for f in facts[user]) for line in used)
+        assert "feedback logged on the first answer: True" in section  # reported when the follow-up read it
         for other in set(facts) - {user}:
             assert not any(fact in section for fact in facts[other])

@@ -324,6 +324,7 @@ MCP_CALLS: dict[str, Callable[[str], dict[str, Any]]] = {
     "remember": lambda user: {"user_id": user, "text": "I prefer aisle seats."},
     "recall": lambda user: {"user_id": user, "query": "insects"},
     "context": lambda user: {"user_id": user, "query": "insects"},
+    "report_answer": lambda user: {"user_id": user, "interaction_id": "i1", "answer": "Keep bees."},
     "forget_record": lambda user: {"user_id": user, "record_id": "r1"},
     "list_records": lambda user: {"user_id": user},
     "record_history": lambda user: {"user_id": user, "record_id": "r1"},

@@ -83,6 +83,7 @@ def test_every_route_sees_one_tenant(served: tuple[str, KeyRing, Path]) -> None:
         calls = http.get("/v1/ui/calls", params={"user_id": "ana"}).json()
         assert calls["logging"] and "bees" in calls["calls"][0]["trace"]["text"]
         assert set(calls["calls"][0]["trace"]["timings_ms"]) >= {"first_stage", "fit"}
+        assert http.get("/v1/ui/pipeline").json()["trials"] == {"running": None, "decided": []}
         moved = http.post(
             "/v1/ui/compare", json={"user_id": "ana", "query": "bees", "left": "bm25", "right": "dense"}
         )

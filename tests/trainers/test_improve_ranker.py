@@ -22,6 +22,7 @@ from personamem.trainers.adapter.improve import (
     rollback,
     sign_test,
 )
+from personamem.trials import trial_config
 
 TOPICS = ("cooking", "running", "painting", "chess", "gardening", "cycling")
 TOPICS += ("baking", "hiking", "guitar", "swimming", "knitting", "camping")
@@ -81,10 +82,13 @@ def test_answers_alone_teach_improve_which_records_were_used(
     )  # a fact served in the top 10 is attributable
     with PersonaMem.open(folder, encoder=encoder) as mem:
         assert not any(i.used for i in mem.interactions())  # the application named no record
-        result = improve(mem, ImproveConfig(steps=50, weights=(0.8,)))
+        result = improve(mem, ImproveConfig(steps=50, weights=(0.8,)))  # by default: on trial
         assert result.signal == "feedback"  # the answers were attributed: enough labelled calls
-        assert result.live and result.after["ndcg@10"] > result.before["ndcg@10"]
-        assert [h.record.id for h in mem.search("user-0", "How long have I been into chess?", k=1)] == [
+        assert result.after["ndcg@10"] > result.before["ndcg@10"] and not result.live
+        trial = mem.trials.running()
+        assert trial is not None and trial.id == result.trial and mem.store.live_pipeline is None
+        candidate = mem.pipeline(trial_config(trial))  # what the trial's share of calls is drafted from
+        assert [h.record.id for h in candidate.search("user-0", "How long have I been into chess?", 1)] == [
             "user-0-fact-3"
         ]
 
@@ -94,7 +98,7 @@ def test_improve_fits_the_ranker_to_the_store_and_it_goes_live(store: Path, enco
     with PersonaMem.open(store, encoder=encoder) as mem:
         before = [h.record.id for h in mem.search(*question, k=3)]
         assert before[0].startswith("user-0-chat-3")  # the shipped ranker: the echoing chat turn first
-        result = improve(mem, ImproveConfig(steps=50, weights=(0.8,)))
+        result = improve(mem, ImproveConfig(steps=50, weights=(0.8,), go_live="now"))
         assert result.signal == "feedback" and result.ranker is not None
         assert result.live and result.after["ndcg@10"] > result.before["ndcg@10"]
         assert result.after["ranker"] == str(result.ranker) and result.before["ranker"] == "mixed"
@@ -108,7 +112,7 @@ def test_improve_fits_the_ranker_to_the_store_and_it_goes_live(store: Path, enco
         assert "personamem improve" in (mem.config.chosen_by or "")
         assert [h.record.id for h in mem.search(*question, k=1)] == ["user-0-fact-3"]
         # a scheduled rerun fits on the shipped ranker again, never on the last run's trees
-        again = improve(mem, ImproveConfig(steps=50, weights=(0.8,)))
+        again = improve(mem, ImproveConfig(steps=50, weights=(0.8,), go_live="now"))
         assert again.ranker is not None
         assert json.loads((again.ranker / INFO_FILE).read_text())["base"]["ranker"] == "mixed"
         rollback(mem)  # back to what the last run that went live replaced
@@ -119,7 +123,7 @@ def test_a_residual_whose_base_changed_refuses_to_load(
     store: Path, encoder: SentenceEncoder, tmp_path: Path
 ) -> None:
     with PersonaMem.open(store, encoder=encoder) as mem:
-        result = improve(mem, ImproveConfig(steps=50, weights=(0.8,)))
+        result = improve(mem, ImproveConfig(steps=50, weights=(0.8,), go_live="now"))
     assert result.ranker is not None
     copy = tmp_path / "copied-ranker"
     shutil.copytree(result.ranker, copy)

@@ -246,7 +246,7 @@ def test_improve_goes_live_in_the_store_for_every_process_and_rolls_back(
         mem.store.set_live_pipeline({"first_stage": "bm25", "budget_tokens": 300})  # a weak live pipeline
         assert mem.config.first_stage == "bm25"  # served at once in this process
         before = mem.search(mem.users()[0], "what do I like?")
-        result = improve(mem, ImproveConfig(steps=100, weights=(0.8, 1.0)))
+        result = improve(mem, ImproveConfig(steps=100, weights=(0.8, 1.0), go_live="now"))
         assert result.signal == "feedback" and result.counts["users"] == 4
         assert result.counts["validation_users"] == 1 and result.counts["train_questions"] > 100
         assert result.after["ndcg@10"] > result.before["ndcg@10"] and result.live

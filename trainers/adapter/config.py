@@ -119,6 +119,13 @@ class ImproveConfig(BaseModel):
     max_p: float = Field(default=0.05, gt=0, le=1)
     """With ``synthetic_live``, the candidate also needs a one-sided sign test over the validation
     questions it changed (better against worse) below this."""
+    go_live: Literal["trial", "now"] = "trial"
+    """What a candidate that validates better does: ``trial`` serves it interleaved with the live
+    pipeline on ``trial_share`` of the calls, and it goes live when the answers there prefer it by a
+    sign test (``personamem/trials.py``; offline validation favours the pipeline that served the
+    feedback); ``now`` puts it live at once."""
+    trial_share: float = Field(default=0.1, gt=0, le=1)
+    """Share of calls served interleaved while the candidate is on trial."""
     k: int = Field(default=10, ge=1)
     """The decision compares nDCG@k (feedback names records the live pipeline served, so its recall@k
     on them is 1 by construction; their order is what a candidate can improve)."""

@@ -38,6 +38,7 @@ from personamem.datasets.benchmark import Question
 from personamem.datasets.traffic import accepted
 from personamem.errors import ConfigError, InsufficientDataError
 from personamem.interactions import Interaction
+from personamem.interleaving import sign_test
 from personamem.llm.base import FrozenLLM
 from personamem.memory import PersonaMem, stored_pipeline
 from personamem.pipeline import Pipeline
@@ -86,6 +87,7 @@ class ImproveResult:
         signal: ``feedback`` or ``synthetic``; counts: users and questions on each side.
         before / after: the live and the candidate pipeline's settings and validation scores.
         live: whether the candidate went live (the store's live pipeline).
+        trial: the trial it was put on instead (``go_live="trial"``), else None.
         adapter / ranker: the folders fitted (ranker: None when the live pipeline has no ranker).
     """
 
@@ -97,6 +99,7 @@ class ImproveResult:
     adapter: Path | None = None
     ranker: Path | None = None
     notes: list[str] = field(default_factory=list)
+    trial: str | None = None
 
 
 def improve(
@@ -290,6 +293,13 @@ def improve(
         table.update(_stage(chosen), chosen_by=chosen_by)
         table = {key: value for key, value in table.items() if value is not None}
         pipeline_config(table, source="the candidate")  # never put live a table that fails to load
+        if settings.go_live == "trial":
+            result.live, result.trial = False, memory.trials.start(table, share=settings.trial_share).id
+            result.notes.append(
+                f"on trial: served interleaved with the live pipeline on {settings.trial_share:.0%} of "
+                "calls; it goes live when the answers there prefer it (personamem improve --status)"
+            )
+            return result
         store.set_live_pipeline(table)
         if memory.config != stored_pipeline(store.live_pipeline):
             result.notes.append(
@@ -307,6 +317,7 @@ def rollback(memory: PersonaMem) -> None:
     """
     if not memory.store.rollback_live_pipeline():
         raise ConfigError("nothing to roll back: no 'personamem improve' went live since the last rollback")
+    memory.store.live.end_trial(memory.store.tenant)  # a trial against the pipeline rolled back is moot
 
 
 def _stage(config: PipelineConfig) -> dict[str, Any]:
@@ -475,19 +486,6 @@ def goes_live(
     if after <= before:
         return False
     return signal == "feedback" or (settings.synthetic_live and sign_test(wins, losses) < settings.max_p)
-
-
-def sign_test(wins: int, losses: int) -> float:
-    """One-sided sign test: the chance of at least ``wins`` of ``wins + losses`` fair coin flips.
-
-    Ties are left out. With ``synthetic_live``, a higher mean on synthetic questions put candidates
-    live that lost recall@10 on LoCoMo's real questions; the test asks that more questions improve
-    than chance would give (it did not stop two, at 12 / 2 and 10 / 0, that lost too: hence the
-    default off). Feedback is the real traffic's own labels: a higher mean suffices there (the test
-    refused fits from feedback that gained recall@5 +0.047 on held-out users).
-    """
-    n = wins + losses
-    return sum(math.comb(n, i) for i in range(wins, n + 1)) / 2**n if n else 1.0
 
 
 def _subset(queries: QuerySet, n: int, seed: int) -> QuerySet:

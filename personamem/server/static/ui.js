@@ -145,7 +145,7 @@ const loaders = {
 
   async reports() {
     const [pipeline, reports] = await Promise.all([api("GET", "/v1/ui/pipeline"), api("GET", "/v1/ui/reports")]);
-    $("pipeline").textContent = JSON.stringify({ first_stage: pipeline.first_stage, checkpoints: pipeline.checkpoints, config: pipeline.config }, null, 2);
+    $("pipeline").textContent = JSON.stringify({ first_stage: pipeline.first_stage, trials: pipeline.trials, checkpoints: pipeline.checkpoints, config: pipeline.config }, null, 2);
     if (!reports.folder) {
       $("report-list").replaceChildren(el("li", "No reports folder (serve --reports DIR).", { class: "muted" }));
       return;
