@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     """Seconds between expiry sweeps (0: no sweep thread; default 60)."""
     interaction_days: float | None = Field(default=None, gt=0)
     """Days a logged call and its feedback are kept before the sweep erases them (default 30)."""
+    improve_every: int | None = Field(default=None, ge=0)
+    """Reports on logged calls that make ``serve`` run improve in the background (0: never; default 50)."""
+    improve_s: float | None = Field(default=None, gt=0)
+    """Seconds between ``serve``'s counts of new reports (default 300)."""
     chromium: str | None = None
     """The Chromium the browser tests drive (a path or a command name)."""
 

@@ -30,6 +30,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
+from personamem.auto_improve import from_settings
 from personamem.errors import (
     CheckpointError,
     ConfigError,
@@ -154,8 +155,13 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        improving = from_settings(mem)  # improve on its own once enough feedback came in
+        if improving is not None:
+            improving.start()
         async with mcp.running() if mcp is not None else nullcontext():
             yield
+        if improving is not None:
+            improving.close()
         mem.close()
 
     app = _Api(

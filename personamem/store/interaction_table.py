@@ -136,6 +136,13 @@ class InteractionTable(Database):
                 if found is not None and found.get("trial") == trial and found.get("outcome")
             ]
 
+    def reported_since(self, after: str | None) -> list[str]:
+        """The user key of each call reported on after ``after`` (ISO 8601, UTC; None: ever)."""
+        with self.session() as s:
+            column = col(InteractionRow.feedback_time)
+            stmt = select(InteractionRow.user_id).where(column.is_not(None))
+            return list(s.exec(stmt if after is None else stmt.where(column > after)))
+
     def last_calls(self) -> dict[str, str]:
         """The time of each user key's latest logged call (ISO 8601, UTC)."""
         with self.session() as s:

@@ -28,7 +28,9 @@ TOPICS = ("cooking", "running", "painting", "chess", "gardening", "cycling")
 TOPICS += ("baking", "hiking", "guitar", "swimming", "knitting", "camping")
 
 
-def _store(folder: Path, encoder: SentenceEncoder, *, answers: bool = False, users: int = 6) -> Path:
+def improvable_store(
+    folder: Path, encoder: SentenceEncoder, *, answers: bool = False, users: int = 6
+) -> Path:
     """Six users whose answers are stated facts, buried under chat turns that echo the question.
 
     "How long have I been into chess?" is answered by "Started chess back in 2003." (a knowledge
@@ -70,14 +72,14 @@ def _store(folder: Path, encoder: SentenceEncoder, *, answers: bool = False, use
 
 @pytest.fixture
 def store(tmp_path: Path, encoder: SentenceEncoder) -> Path:
-    return _store(tmp_path / "store", encoder)
+    return improvable_store(tmp_path / "store", encoder)
 
 
 def test_answers_alone_teach_improve_which_records_were_used(
     tmp_path: Path, encoder: SentenceEncoder
 ) -> None:
     """No record ids: each answer is attributed to the served record it drew on, and improve learns."""
-    folder = _store(
+    folder = improvable_store(
         tmp_path / "store", encoder, answers=True, users=9
     )  # a fact served in the top 10 is attributable
     with PersonaMem.open(folder, encoder=encoder) as mem:
