@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,7 +33,11 @@ from personamem.records import Record
 from personamem.retrieval.bm25 import tokenize
 from personamem.retrieval.cues import dates, names, numbers
 
-__all__ = ["SHIPPED_ATTRIBUTION", "SIGNALS", "Attribution", "answer_signals", "sentences"]
+if TYPE_CHECKING:
+    from personamem.interactions import Interaction
+    from personamem.store import Store
+
+__all__ = ["SHIPPED_ATTRIBUTION", "SIGNALS", "Attribution", "answer_signals", "labelled", "sentences"]
 
 SHIPPED_ATTRIBUTION = Path(__file__).resolve().parent / "data" / "attribution.json"
 """The fitted model that ships with the package."""
@@ -156,3 +160,33 @@ def _load(path: str) -> Attribution:
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"attribution model {path}: unreadable ({exc})") from None
+
+
+def labelled(
+    store: Store, interactions: Sequence[Interaction], attribution: Attribution | None = None
+) -> list[Interaction]:
+    """The interactions whose feedback names the records the answer used, or whose answer says which.
+
+    Feedback with an answer and no ``used_record_ids`` is attributed to the served records it drew
+    on (by ``attribution``, default the shipped model; its ids become the feedback's
+    ``used_record_ids``); an answer that drew on none of them teaches nothing and is left out.
+    ``improve`` and PURPLE's ``used`` reward learn from what this returns.
+    """
+    attribution = attribution or Attribution.load()
+    held: dict[str, dict[str, Record]] = {}  # user -> record id -> record, read once per user
+    found = []
+    for interaction in interactions:
+        answer, feedback = interaction.accepted_answer, interaction.feedback
+        if interaction.used or answer is None or feedback is None:
+            found += [interaction] if interaction.used else []
+            continue
+        user = interaction.user_id
+        if user not in held:
+            held[user] = {r.id: r for r in store.records(user)}
+        records = [held[user][r.record_id] for r in interaction.results if r.record_id in held[user]]
+        vectors = store.record_vectors(user, [r.id for r in records])
+        used = attribution.used(interaction.query, answer, records, vectors, store.encoder)
+        if used:
+            attributed = feedback.model_copy(update={"used_record_ids": used})
+            found.append(interaction.model_copy(update={"feedback": attributed}))
+    return found

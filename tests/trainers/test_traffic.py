@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from personamem import PersonaMem, PipelineConfig, SentenceEncoder
+from personamem import PersonaMem, PipelineConfig, Record, SentenceEncoder
 from personamem.cli import main
 from personamem.datasets.traffic import open_traffic, split_traffic
 from personamem.errors import InsufficientDataError
@@ -147,3 +147,32 @@ def test_train_pgret_from_a_store_gives_a_tower_for_that_store(
     assert info["data"]["source"]["traffic"]["interactions"] == 10 and info["data"]["test_users"] == []
     with PersonaMem.open(store, encoder=encoder) as mem:  # the tower searches the store it learned from
         assert len(mem.search("ana", "what should I cook tonight?", k=2, method=f"pgret:{out / 'best'}")) == 2
+
+
+def test_purple_learns_from_the_records_the_answers_used_and_goes_on_trial(
+    tmp_path: Path, encoder: SentenceEncoder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--reward used``: no LLM; the store's own reports are the reward, and the selector is tried live."""
+    from personamem.trainers.purple.data import ProfileExample
+    from personamem.trainers.purple.reward import UsedReward
+
+    records = tuple(Record(user_id="u", id=f"r{i}", text=f"fact {i}") for i in range(3))
+    example = ProfileExample("q", "u", "?", "", records, frozenset({"r2"}))
+    reward = UsedReward()
+    assert reward([(example, [records[2], records[0]]), (example, [records[0], records[2]])]) == [
+        1.0,
+        pytest.approx(1 / np.log2(3)),
+    ]
+    assert reward([(example, [records[0], records[1]])]) == [0.0]
+
+    store, out = _traffic(tmp_path / "store", encoder), tmp_path / "purple"
+    argv = ["train", "purple", "--from-store", str(store), "--out", str(out), "--reward", "used"]
+    argv += ["--steps", "2", "--validate-every", "1", "--batch-size", "2", "--samples", "2", "--k", "2"]
+    argv += ["--layers", "1", "--candidates", "4", "--trial"]
+    assert main(argv) == 0
+    assert "nDCG of" in capsys.readouterr().out  # the summary names the reward's unit
+    with PersonaMem.open(store, encoder=encoder) as mem:
+        trial = mem.trials.running()
+        assert trial is not None and trial.role == "challenger"
+        assert trial.table["selector"] == f"purple:{(out / 'best').resolve()}"
+        assert mem.store.live_pipeline is None  # not live: the answers on its share of calls decide

@@ -33,11 +33,10 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
-from personamem.attribution import Attribution
+from personamem.attribution import labelled
 from personamem.datasets.benchmark import Question
 from personamem.datasets.traffic import accepted
 from personamem.errors import ConfigError, InsufficientDataError
-from personamem.interactions import Interaction
 from personamem.interleaving import sign_test
 from personamem.llm.base import FrozenLLM
 from personamem.memory import PersonaMem, stored_pipeline
@@ -48,7 +47,6 @@ from personamem.pipeline.config import (
     PipelineConfig,
     pipeline_config,
 )
-from personamem.records import Record
 from personamem.retrieval.query_adapter import QueryAdapter, fits, save_query_adapter
 from personamem.retrieval.ranker import SHIPPED_RANKERS, RankerModel
 from personamem.trainers.adapter.config import AdapterTrainConfig, ImproveConfig
@@ -413,37 +411,11 @@ def _served(pipeline: Pipeline) -> dict[str, Any]:
     return {k: v for k, v in pipeline.first_stage.items() if k != "chosen_by"}
 
 
-def _labelled(memory: PersonaMem, interactions: list[Interaction]) -> list[Interaction]:
-    """The interactions whose feedback names the records the answer used, or whose answer says which.
-
-    Feedback with an answer and no ``used_record_ids`` is attributed to the served records it drew on
-    (:class:`~personamem.attribution.Attribution`); an answer that drew on none of them teaches nothing.
-    """
-    attribution = Attribution.load()
-    held: dict[str, dict[str, Record]] = {}  # user -> record id -> record, read once per user
-    labelled = []
-    for interaction in interactions:
-        answer, feedback = interaction.accepted_answer, interaction.feedback
-        if interaction.used or answer is None or feedback is None:
-            labelled += [interaction] if interaction.used else []
-            continue
-        user = interaction.user_id
-        if user not in held:
-            held[user] = {r.id: r for r in memory.store.records(user)}
-        records = [held[user][r.record_id] for r in interaction.results if r.record_id in held[user]]
-        vectors = memory.store.record_vectors(user, [r.id for r in records])
-        used = attribution.used(interaction.query, answer, records, vectors, memory.store.encoder)
-        if used:
-            attributed = feedback.model_copy(update={"used_record_ids": used})
-            labelled.append(interaction.model_copy(update={"feedback": attributed}))
-    return labelled
-
-
 def _feedback_sets(
     memory: PersonaMem, train_users: list[str], validation_users: list[str], settings: ImproveConfig
 ) -> tuple[QuerySet, QuerySet, str]:
     """Feedback-labelled questions on each side, or two empty sets and ``synthetic`` when too few."""
-    usable = _labelled(memory, [i for i in memory.interactions() if accepted(i, None)])
+    usable = labelled(memory.store, [i for i in memory.interactions() if accepted(i, None)])
     dim = memory.store.encoder.dim
     empty = QuerySet("feedback", [], np.zeros((0, dim), "float32"), [], {})
     if len(usable) < settings.min_feedback:

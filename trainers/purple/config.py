@@ -21,7 +21,7 @@ from personamem.trainers.run import TrainerRun
 __all__ = ["Advantage", "PurpleDataConfig", "PurpleRunConfig", "PurpleTrainConfig", "RewardSource"]
 
 Advantage = Literal["zscore", "rank", "clip"]
-RewardSource = Literal["llm", "distilled"]
+RewardSource = Literal["llm", "distilled", "used"]
 
 
 class PurpleTrainConfig(LoopConfig):
@@ -62,7 +62,9 @@ class PurpleDataConfig(LoopData):
     reward: RewardSource = "llm"
     """llm: the LLM scores every sampled profile (the paper's); distilled: it scores a fixed sample of
     profiles once, a small model fitted to them rewards training, and the LLM still scores every
-    validation (for thousands of steps on a CPU)."""
+    validation (for thousands of steps on a CPU); used: how high the profile ranks the records the
+    answer used (nDCG over them: named in feedback or attributed to the answer, a benchmark's gold),
+    no LLM at all, so a store trains its own selector from the answers it serves in seconds."""
     reward_questions: int = Field(default=240, ge=2)
     """distilled: training questions whose profiles the LLM scores for the reward model."""
     reward_profiles: int = Field(default=8, ge=2)
@@ -76,3 +78,6 @@ class PurpleRunConfig(TrainerRun):
     train: PurpleTrainConfig = PurpleTrainConfig()
     out_dir: Path = Field(default=Path("runs/purple"), alias="out")
     """Checkpoints (best/, last/) and split.json."""
+    trial: bool = False
+    """With --from-store: put the store's live pipeline with the best checkpoint as its selector on
+    trial there, served interleaved with the live one until the answers decide (personamem/trials.py)."""

@@ -32,8 +32,9 @@ __all__ = [
 class ProfileExample:
     """One (H, x, y): the candidates a profile is picked from, the question, the user's true answer.
 
-    ``gold`` names the records a benchmark marks as holding the answer (empty for traffic); training
-    never reads it, the reward model's agreement report does.
+    ``gold`` names the records holding the answer: a benchmark's marked evidence, or for traffic the
+    records the accepted answer used (named in feedback, or attributed to the answer). The LLM
+    reward never reads it (the reward model's agreement report does); the ``used`` reward is it.
     """
 
     id: str
@@ -104,26 +105,33 @@ def examples_from_traffic(
     first_stage: str = "hybrid",
     candidates: int = 20,
     min_rating: float | None = None,
+    used: bool = False,
     progress: Progress | None = None,
 ) -> list[ProfileExample]:
     """An example per logged interaction whose feedback carries the answer the application accepted.
 
-    The candidates are ``first_stage``'s top ``candidates`` from the user's records in the store now,
-    so records deleted since the call are not offered and the policy learns over what serving sees.
+    With ``used``, an example per interaction whose feedback says which records the answer used
+    (named, or attributed to the answer: :func:`~personamem.attribution.labelled`), those records
+    its ``gold``. The candidates are ``first_stage``'s top ``candidates`` from the user's records in
+    the store now, so records deleted since the call are not offered and the policy learns over what
+    serving sees.
     """
+    from personamem.attribution import labelled
     from personamem.methods import method_named
 
-    usable = [i for i in traffic.interactions if accepted(i, min_rating) and i.accepted_answer]
+    usable = [i for i in traffic.interactions if accepted(i, min_rating)]
+    usable = labelled(traffic.memory.store, usable) if used else [i for i in usable if i.accepted_answer]
     first = method_named(first_stage, None).build(traffic.memory.store, 0)
     task = progress.add_task("candidates from the store", total=len(usable)) if progress else None
     examples = []
     for interaction in usable:
         hits = first.search(interaction.user_id, interaction.query, candidates)
-        answer = interaction.accepted_answer
-        if hits and answer:
+        answer = interaction.accepted_answer or ""
+        if hits and (answer or used):
             records = tuple(h.record for h in hits)
+            gold = frozenset(interaction.used or ())
             examples.append(
-                ProfileExample(interaction.id, interaction.user_id, interaction.query, answer, records)
+                ProfileExample(interaction.id, interaction.user_id, interaction.query, answer, records, gold)
             )
         if progress is not None and task is not None:
             progress.advance(task)

@@ -11,6 +11,7 @@ model (:mod:`.reward_model`) is fitted from the same file.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from personamem.pipeline.prompt import profile_prompt
 from personamem.records import Record
 from personamem.trainers.purple.data import ProfileExample
 
-__all__ = ["LLMReward", "read_rewards"]
+__all__ = ["LLMReward", "UsedReward", "read_rewards"]
 
 Key = tuple[str, tuple[str, ...]]
 """(example id, ordered record ids)."""
@@ -115,3 +116,22 @@ class LLMReward:
             [example.answer for example, _ in requests],
         )
         return list(scores)
+
+
+class UsedReward:
+    """The reward with no LLM: how high a profile ranks the records its answer used (nDCG over them).
+
+    R(P) = sum over the profile's positions i of [record i was used] / log2(i + 2), over the best
+    such sum (0 when nothing was used): what the answer drew on, first. For traffic the used records
+    are the ones feedback named or the answer was attributed to, the signal ``improve`` and the
+    store's trials learn from; for a benchmark, its gold evidence.
+    """
+
+    def __call__(self, pairs: Sequence[tuple[ProfileExample, Sequence[Record]]]) -> list[float]:
+        """Each (example, ordered profile) pair's reward, in order."""
+        rewards = []
+        for example, profile in pairs:
+            gained = sum(1 / math.log2(i + 2) for i, r in enumerate(profile) if r.id in example.gold)
+            best = sum(1 / math.log2(i + 2) for i in range(min(len(profile), len(example.gold))))
+            rewards.append(gained / best if best else 0.0)
+        return rewards

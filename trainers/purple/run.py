@@ -11,6 +11,8 @@ from personamem.trainers.purple.config import PurpleDataConfig, PurpleRunConfig,
 from personamem.trainers.run import TrainSummary
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.progress import Progress
 
     from personamem.encoder import SentenceEncoder
@@ -39,7 +41,7 @@ def run(config: PurpleRunConfig, *, progress: Progress | None = None) -> TrainSu
     from personamem.llm.load import load_llm
     from personamem.trainers.engine import on_cpu
     from personamem.trainers.purple.distil import distil_reward
-    from personamem.trainers.purple.reward import LLMReward
+    from personamem.trainers.purple.reward import LLMReward, UsedReward
     from personamem.trainers.purple.trainer import RewardFn, train_purple
 
     data, train_config, out_dir = config.data, config.train, config.out_dir
@@ -57,13 +59,19 @@ def run(config: PurpleRunConfig, *, progress: Progress | None = None) -> TrainSu
     }
     if data.reward == "distilled" and state.num_processes > 1:
         raise ValueError("--reward distilled trains in one process (its reward is cheap); drop the launcher")
-    # the reward's LLM sits on this process's device: on a GPU it is most of a step (bench/gpu_reward.py);
-    # one process keeps its scores in rewards.jsonl, so a resumed run does not pay for them again
-    llm = load_llm(data.llm, runtime=data.llm_runtime, device=str(state.device))
-    reward = LLMReward(llm, path=out_dir / "rewards.jsonl" if state.num_processes == 1 else None)
     rows: list[tuple[str, str]] = []
+    reward: RewardFn
+    if data.reward == "used":  # no LLM: the records the answers used are the reward
+        reward = UsedReward()
+    else:
+        # the reward's LLM sits on this process's device: on a GPU it is most of a step
+        # (bench/gpu_reward.py); one process keeps its scores in rewards.jsonl, so a resumed run does
+        # not pay for them again
+        llm = load_llm(data.llm, runtime=data.llm_runtime, device=str(state.device))
+        reward = LLMReward(llm, path=out_dir / "rewards.jsonl" if state.num_processes == 1 else None)
     trained_on: RewardFn = reward
     if data.reward == "distilled":
+        assert isinstance(reward, LLMReward)
         trained_on, agreed = distil_reward(
             reward,
             train,
@@ -93,14 +101,18 @@ def run(config: PurpleRunConfig, *, progress: Progress | None = None) -> TrainSu
     if not main:
         return None
     size = sum(f.stat().st_size for f in result.best.iterdir() if f.is_file())
+    unit = "nDCG of the used records" if data.reward == "used" else "nats"
+    scored = f" ({reward.scored}, {reward.hits})" if isinstance(reward, LLMReward) else ""
+    if config.trial:
+        rows.append(("on trial in the store", _put_on_trial(data, result.best)))
     return TrainSummary(
         "PURPLE training",
         [
             ("examples train / validation / test", f"{len(train)} / {len(validation)} / {len(test)}"),
-            ("best step, validation reward (nats)", f"{result.best_step}, {result.best_validation:.3f}"),
+            (f"best step, validation reward ({unit})", f"{result.best_step}, {result.best_validation:.3f}"),
             (
-                "profiles rewarded by this process (LLM-scored, cache hits)",
-                f"{result.profiles_rewarded} ({reward.scored}, {reward.hits})",
+                "profiles rewarded by this process" + (" (LLM-scored, cache hits)" if scored else ""),
+                f"{result.profiles_rewarded}{scored}",
             ),
             ("processes", str(result.processes)),
             ("wall-clock seconds (median step)", f"{result.seconds:.0f} ({_median_step(result.history)})"),
@@ -136,6 +148,7 @@ def examples(
             first_stage=data.first_stage,
             candidates=data.candidates,
             min_rating=data.min_rating,
+            used=data.reward == "used",
             progress=progress,
         ),
     )
@@ -165,6 +178,23 @@ def examples(
         test_examples=[e.id for e in test],
     )
     return train, validation, test, payload
+
+
+def _put_on_trial(data: PurpleDataConfig, best: Path) -> str:
+    """Put the live pipeline with this selector on trial in the traffic's store; the trial's id.
+
+    Raises:
+        ValueError: the run did not train from a store (--trial needs --from-store).
+    """
+    import json
+
+    from personamem.memory import open_memory
+
+    if data.from_store is None:
+        raise ValueError("--trial puts the selector on trial in the store it learned from: give --from-store")
+    with open_memory(data.from_store) as mem:
+        table = {**json.loads(mem.store.live_pipeline or "{}"), "selector": f"purple:{best.resolve()}"}
+        return mem.trials.start(table).id
 
 
 def _agreement(agreed: Agreement) -> str:
