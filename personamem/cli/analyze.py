@@ -310,8 +310,9 @@ def improve_gain(
         list[str] | None,
         typer.Option(
             help="feedback (a share of all questions logged, their served gold reported), answers (the "
-            "same, reporting only the reference answer) or synthetic (improve's LLM questions, nothing "
-            "logged); repeatable. [default: feedback]"
+            "same, reporting only the reference answer), llm-answers (the answer --answer-llm writes "
+            "from the served records) or synthetic (improve's LLM questions, nothing logged); "
+            "repeatable. [default: feedback]"
         ),
     ] = None,
     share: Annotated[
@@ -323,6 +324,10 @@ def improve_gain(
         str, typer.Option(help="improve's question writer where it writes synthetic questions.")
     ] = "smollm2-135m",
     max_synthetic: Annotated[int, typer.Option(min=1, help="improve's --max-synthetic.")] = 600,
+    answer_llm: Annotated[
+        str, typer.Option(help="With llm-answers: the LLM that answers from the served records.")
+    ] = "qwen2.5-coder-1.5b",
+    answer_runtime: Annotated[Runtime, runtime_option()] = "ctranslate2",
     ranker: Annotated[
         str,
         typer.Option(
@@ -362,15 +367,20 @@ def improve_gain(
     )
 
     signals = signal or ["feedback"]
-    unknown = sorted(set(signals) - {"feedback", "answers", "synthetic"})
+    unknown = sorted(set(signals) - {"feedback", "answers", "llm-answers", "synthetic"})
     if unknown:
-        raise typer.BadParameter(f"--signal {unknown[0]!r}: use feedback, answers or synthetic")
+        raise typer.BadParameter(f"--signal {unknown[0]!r}: use feedback, answers, llm-answers or synthetic")
     benchmarks = benchmark or [BenchmarkName("locomo"), BenchmarkName("personabench")]
     trials_file = out_file.with_suffix(".trials.jsonl")
     trials = load_trials(trials_file)
     done = {t.key for t in trials}
     encoder = default_encoder()
     settings = {"llm": llm, "max_synthetic": max_synthetic, "synthetic_live": synthetic_live}
+    writer = None
+    if "llm-answers" in signals:
+        from personamem.llm.load import load_llm
+
+        writer = load_llm(answer_llm, runtime=answer_runtime)
     with progress_bar() as progress:
         for name in benchmarks:
             loaded = read_benchmark(data_root, name)
@@ -390,12 +400,14 @@ def improve_gain(
                         ranker=ranker,
                         cache_dir=default_vector_cache(),
                         progress=progress,
+                        writer=writer,
                     )
                     append_trial(trials_file, trial)
                     trials.append(trial)
     given = ["--data-root", str(data_root), *[a for b in benchmarks for a in ("--benchmark", b.value)]]
     given += [a for k in signals for a in ("--signal", k)] + ["--share", f"{share:g}", "--seeds", str(seeds)]
     given += ["--llm", llm, "--max-synthetic", str(max_synthetic)]
+    given += ["--answer-llm", answer_llm, "--answer-runtime", answer_runtime] if writer is not None else []
     given += [] if ranker == "auto" else ["--ranker", ranker]
     given += ["--synthetic-live"] if synthetic_live else []
     asked = {(b.value, k, ranker, synthetic_live) for b in benchmarks for k in signals}

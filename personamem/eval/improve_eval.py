@@ -6,8 +6,9 @@ records among those served: what someone marking the useful records of what they
 (so the feedback is always right, and misses the gold the default did not serve; the trial counts
 both). With ``answers``, the same share of calls is logged, but their user reports only the
 benchmark's reference answer (no record id): improve attributes it to the served records it drew
-on (:mod:`personamem.attribution`). With ``synthetic``, no call is logged and improve writes its own
-questions with the LLM.
+on (:mod:`personamem.attribution`). With ``llm-answers``, the answer reported is the one a frozen
+LLM writes from the served records and the question, as an application's LLM would. With
+``synthetic``, no call is logged and improve writes its own questions with the LLM.
 Then improve runs as a deployment would run it, and the store's live pipeline after it and before
 it (the shipped default, or that default with another ranker, e.g. one trained without this
 benchmark) are scored on the held-out users' questions that were not logged (the shipped
@@ -38,10 +39,12 @@ from personamem.datasets.vectors import build_store
 from personamem.encoder import Encoder
 from personamem.eval.metrics import ranx_scores
 from personamem.eval.profile_eval import TEST_SHARE, VALIDATION_SHARE
+from personamem.llm.base import FrozenLLM
 from personamem.memory import PersonaMem, stored_pipeline
 from personamem.pipeline.config import PipelineConfig
+from personamem.pipeline.prompt import profile_prompt
 
-__all__ = ["METRICS", "ImproveTrial", "improve_trial", "summarize_trials"]
+__all__ = ["METRICS", "ImproveTrial", "improve_trial", "log_feedback", "summarize_trials"]
 
 METRICS = ("recall@5", "recall@10", "ndcg@10", "mrr")
 SERVED_K = 10
@@ -53,8 +56,8 @@ class ImproveTrial:
     """One improve run on one benchmark's store, and the held-out questions scored before and after.
 
     Attributes:
-        signal: what was asked (``feedback``, ``answers``, ``synthetic``); learned_from: what improve
-            used (too little feedback: synthetic questions).
+        signal: what was asked (``feedback``, ``answers``, ``llm-answers``, ``synthetic``);
+            learned_from: what improve used (too little feedback: synthetic questions).
         calls: logged calls; reported: those whose user reported a record (a gold one was served),
             or an answer; gold_reported: share of the reported calls' gold records that were reported.
         live: whether improve put its candidate live; chosen_by: the live pipeline's reason.
@@ -87,7 +90,7 @@ class ImproveTrial:
         return (self.benchmark, self.signal, self.seed, self.share, self.ranker, self.synthetic_live)
 
 
-LOGGED = ("feedback", "answers")
+LOGGED = ("feedback", "answers", "llm-answers")
 """The signals whose trials log a share of the calls (``synthetic`` logs none)."""
 
 
@@ -104,11 +107,13 @@ def improve_trial(
     split_seed: int = 0,
     cache_dir: Path | None = None,
     progress: Progress | None = None,
+    writer: FrozenLLM | None = None,
 ) -> ImproveTrial:
     """Build the store, log the calls (``feedback``, ``answers``), run improve, score both pipelines.
 
     ``name`` labels the trial (the benchmark's CLI name); ``settings`` are :meth:`PersonaMem.improve`'s
-    keyword settings (its ``seed`` is ``seed``); ``ranker`` is the store's live ranker before improve.
+    keyword settings (its ``seed`` is ``seed``); ``ranker`` is the store's live ranker before improve;
+    ``writer`` writes the answers of ``llm-answers``.
     """
     asked = [q for q in loaded.questions if any(g > 0 for g in q.relevant.values())]
     split = UserSplit.by_share(
@@ -127,7 +132,8 @@ def improve_trial(
             if ranker != "auto":
                 mem.store.set_live_pipeline({"ranker": ranker})
             before = stored_pipeline(mem.store.live_pipeline)
-            reported, gold_shares = _log_feedback(mem, before, logged, progress, answers=signal == "answers")
+            answers = {"answers": "reference", "llm-answers": "llm"}.get(signal)
+            reported, gold_shares = log_feedback(mem, before, logged, progress, answers, writer)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a pinned-pipeline note: the eval reads the store's table
                 # the held-out offline decision: interleaving on live traffic is judged against it
@@ -159,36 +165,41 @@ def improve_trial(
     )
 
 
-def _log_feedback(
+def log_feedback(
     mem: PersonaMem,
     live: PipelineConfig,
     logged: Sequence[Question],
     progress: Progress | None,
-    *,
-    answers: bool = False,
+    answers: str | None = None,
+    writer: FrozenLLM | None = None,
 ) -> tuple[int, list[float]]:
     """Search each logged question (logged, with ``live``) and report the gold records it served.
 
-    With ``answers``, report the question's reference answer instead (a question without one, none).
+    ``answers="reference"``: report the question's reference answer instead (a question without one,
+    none); ``"llm"``: the answer ``writer`` gives from the served records and the question.
     """
+    if answers == "llm" and writer is None:
+        raise ValueError("llm-answers needs the LLM that writes them")
     pipeline = mem.pipeline(live.model_copy(update={"log_interactions": True}))
     task = progress.add_task("logged calls", total=len(logged)) if progress and logged else None
     reported, shares = 0, []
     for question in logged:
         hits = pipeline.search(question.user_id, question.text, SERVED_K)
-        if answers:
-            if question.answer and question.answer.strip() and hits.interaction_id:
-                mem.feedback(hits.interaction_id, answer=question.answer)
+        answer = question.answer if answers == "reference" else None
+        if answers == "llm" and writer is not None and hits:
+            prompt = profile_prompt(writer, [h.record for h in hits], question.text)
+            answer = writer.generate([prompt], max_tokens=48, stop=["\n"])[0][0]
+        if answers is not None:
+            if answer and answer.strip() and hits.interaction_id:
+                mem.feedback(hits.interaction_id, answer=answer)
                 reported += 1
-            if progress is not None and task is not None:
-                progress.advance(task)
-            continue
-        gold = {r for r, g in question.relevant.items() if g > 0}
-        used = [h.record.id for h in hits if h.record.id in gold]
-        if used and hits.interaction_id:
-            mem.feedback(hits.interaction_id, used_record_ids=used)
-            reported += 1
-            shares.append(len(used) / len(gold))
+        else:
+            gold = {r for r, g in question.relevant.items() if g > 0}
+            used = [h.record.id for h in hits if h.record.id in gold]
+            if used and hits.interaction_id:
+                mem.feedback(hits.interaction_id, used_record_ids=used)
+                reported += 1
+                shares.append(len(used) / len(gold))
         if progress is not None and task is not None:
             progress.advance(task)
     return reported, shares

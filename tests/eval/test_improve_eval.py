@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from personamem import PersonaMem, PipelineConfig
 from personamem.cli import main
 from personamem.datasets import UserSplit, read_questions
-from personamem.eval.improve_eval import ImproveTrial, summarize_trials
+from personamem.datasets.benchmark import Question
+from personamem.eval.improve_eval import ImproveTrial, log_feedback, summarize_trials
 from personamem.eval.profile_eval import TEST_SHARE, VALIDATION_SHARE
+from personamem.llm.ct2 import CTranslate2LLM
 from tests.conftest import DATA, need_data
 
 
@@ -75,3 +78,23 @@ def test_cli_runs_improve_on_personabench_and_resumes(
     assert out.with_suffix(".trials.jsonl").read_text(encoding="utf-8").splitlines() == lines
     assert json.loads(out.read_text(encoding="utf-8"))["rows"] == report["rows"]
     assert main([*args[:-2], "--signal", "clicks", "--out", str(out)]) == 2  # an unknown signal is refused
+
+
+def test_llm_answers_are_written_from_the_served_records_and_reported(
+    mem: PersonaMem, ct2_llm: CTranslate2LLM
+) -> None:
+    """``--signal llm-answers``: each logged call is reported with what the LLM answered from it."""
+    mem.add_many(
+        [{"id": "cello", "text": "I started playing the cello in March 2019."}, {"text": "I cycle to work."}],
+        user_id="ana",
+    )
+    asked = [
+        Question(id="q1", user_id="ana", text="When did I start the cello?", relevant={"cello": 1}),
+        Question(id="q2", user_id="ana", text="How do I get to work?", relevant={}),
+    ]
+    reported, shares = log_feedback(mem, PipelineConfig(), asked, None, "llm", ct2_llm)
+    logged = mem.interactions("ana")
+    assert reported == 2 and shares == [] and [i.query for i in logged] == [q.text for q in asked]
+    assert all(i.accepted_answer and i.accepted_answer.strip() for i in logged)  # the LLM's, not a reference
+    with pytest.raises(ValueError, match="llm-answers needs"):
+        log_feedback(mem, PipelineConfig(), asked, None, "llm")
