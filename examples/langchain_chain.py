@@ -16,7 +16,7 @@ from langchain_core.documents import Document
 from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel, RunnablePassthrough
 
-from personamem import PersonaMem, PipelineConfig, default_encoder
+from personamem import PersonaMem, default_encoder
 from personamem.adapters.langchain import PersonaMemAnswerReporter, PersonaMemLLM, PersonaMemRetriever
 from personamem.llm import TransformersLLM
 
@@ -53,10 +53,9 @@ def build_chain(retriever: PersonaMemRetriever, llm: PersonaMemLLM) -> Runnable:
 
 def main() -> None:
     llm = PersonaMemLLM(llm=TransformersLLM.default(), max_tokens=48)
-    logged = PipelineConfig(log_interactions=True)  # each search gets an id the answer is reported on
-    with (
+    with (  # each search is logged (the default): its id is what the answer is reported on
         tempfile.TemporaryDirectory() as folder,
-        PersonaMem.open(folder, encoder=default_encoder(), pipeline=logged) as mem,
+        PersonaMem.open(folder, encoder=default_encoder()) as mem,
     ):
         for user, texts in USERS.items():
             mem.add_many([{"text": text, "kind": "knowledge"} for text in texts], user_id=user)

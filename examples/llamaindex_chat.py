@@ -79,8 +79,8 @@ async def chat(mem: PersonaMem, llm: PersonaMemLLM) -> None:
 def main() -> None:
     """Store both users' facts in a temporary PersonaMem and chat with each."""
     llm = PersonaMemLLM(TransformersLLM.default(), max_tokens=60)
-    # each user's 3 best records (hybrid search), within 512 tokens; each call logged for its feedback
-    pipeline = PipelineConfig(profile_k=3, log_interactions=True)
+    # each user's 3 best records, within 512 tokens; each call logged (the default) for its feedback
+    pipeline = PipelineConfig(profile_k=3)
     with tempfile.TemporaryDirectory() as folder, PersonaMem.open(folder, pipeline=pipeline) as mem:
         # nothing may fall back to OpenAI or download tiktoken files
         Settings.llm = llm
