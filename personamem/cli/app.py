@@ -164,6 +164,20 @@ COMMANDS = (
         "Store a user's export; the file is validated whole first, and importing twice changes nothing.",
     ),
     Command(
+        "backup",
+        "backup",
+        "backup",
+        MEMORY,
+        "Copy the local store into DEST while it serves; 'personamem restore DEST' brings it back.",
+    ),
+    Command(
+        "restore",
+        "backup",
+        "restore",
+        MEMORY,
+        "Bring a backup back as the local store (--store), checked first; replacing a store needs --force.",
+    ),
+    Command(
         "feedback",
         "log",
         "feedback",

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.models.Collection import Collection
 
-__all__ = ["VectorIndex"]
+__all__ = ["VectorIndex", "opening_lock", "writing_lock"]
 
 T = TypeVar("T")
 
@@ -82,6 +82,20 @@ SELECT
 FROM collections c WHERE c.name = ?
 """
 _perturbed = False
+
+
+def writing_lock(folder: Path) -> FileLock:
+    """The lock file beside an embedded folder that every process takes to change its files.
+
+    Chroma does not serialize writes from several processes itself; a backup takes it too, so no
+    process changes the folder while it is copied (``store/backup.py``).
+    """
+    return FileLock(str(folder) + ".write.lock")
+
+
+def opening_lock(folder: Path) -> FileLock:
+    """The lock file beside an embedded folder taken to open a client: a first open writes the schema."""
+    return FileLock(str(folder) + ".lock")
 
 
 def _settings() -> Any:
@@ -123,7 +137,7 @@ class VectorIndex:
         self._log: sqlite3.Connection | None = None  # reads Chroma's log position (embedded only)
         self._log_lock = threading.Lock()
         # one writer at a time across the processes sharing an embedded folder
-        self._writing = FileLock(str(folder) + ".write.lock") if folder is not None else None
+        self._writing = writing_lock(folder) if folder is not None else None
 
     @property
     def embedded(self) -> bool:
@@ -145,7 +159,7 @@ class VectorIndex:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         _perturb_freed_memory()
-        with FileLock(str(folder) + ".lock"):
+        with opening_lock(folder):
             client = chromadb.PersistentClient(path=str(folder), settings=_settings())
         return cls(client, location=str(folder), folder=folder)
 
@@ -399,7 +413,7 @@ class VectorIndex:
             )
             import chromadb
 
-            with FileLock(str(self._folder) + ".lock"):
+            with opening_lock(self._folder):
                 self._client = chromadb.PersistentClient(path=str(self._folder), settings=_settings())
             self._collections.clear()
             self._applied.clear()  # each collection's next first load records its watermark again
