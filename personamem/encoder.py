@@ -27,6 +27,7 @@ import numpy as np
 from personamem.errors import PersonaMemWarning, TruncationWarning
 from personamem.onnx_encoder import OnnxBert, export_onnx, plain_bert
 from personamem.tally import tallying
+from personamem.telemetry import staged
 
 if TYPE_CHECKING:
     import torch
@@ -159,6 +160,7 @@ class SentenceEncoder:
         encoded = self._model.tokenizer(list(texts), add_special_tokens=True, truncation=False)
         return [len(ids) for ids in encoded["input_ids"]]
 
+    @staged("encode")
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` as unit-norm float32 rows."""
         if not texts:

@@ -43,6 +43,7 @@ from personamem.serving import Serving, stored_pipeline
 from personamem.store import Store
 from personamem.store.duplicates import DuplicatePolicy, check_duplicates
 from personamem.store.timeline import reading
+from personamem.telemetry import traced
 
 __all__ = ["PersonaMem", "open_memory", "stored_pipeline"]
 
@@ -71,6 +72,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         ...     prompt_part = mem.context("alice", "what should I cook tonight?").text
     """
 
+    @traced("add")
     def add(
         self,
         user_id: str,
@@ -105,6 +107,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
                 return self.store.supersede(record.user_id, replaced.id, record)
         return self.store.add(record, duplicates=policy, threshold=threshold)
 
+    @traced("add_many")
     def add_many(
         self,
         records: Iterable[Record | Mapping[str, Any] | str],
@@ -130,6 +133,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         self.store.add_many(parsed, progress=progress, batch_size=max(batch_size, 1))
         return parsed
 
+    @traced("delete")
     def delete(self, user_id: str, record_ids: str | Sequence[str]) -> list[str]:
         """Delete records of ``user_id`` by id, leaving no trace of them; returns the ids deleted.
 
@@ -145,6 +149,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
                 raise InvalidInputError(f"record ids must be non-empty strings, got {record_id!r}")
         return self.store.delete(check_user_id(user_id), ids)
 
+    @traced("update")
     def update(self, user_id: str, record_id: str, /, **changes: Any) -> Record:
         """Replace fields of one record (``text``, ``category``, ``metadata``...); returns the new record.
 
@@ -164,10 +169,12 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         record = parse_record({**current.model_dump(), **changes})
         return self.store.add(record).model_copy(update={"duplicate_of": None})
 
+    @traced("forget")
     def forget(self, user_id: str) -> bool:
         """Erase the user: records, vectors and cached derived data. False if unknown."""
         return self.store.forget(check_user_id(user_id))
 
+    @traced("supersede")
     def supersede(self, user_id: str, old_id: str, text: str = "", **fields: Any) -> Record:
         """Record that a new fact replaces record ``old_id`` ("my name is Bob" after "...Alice").
 
@@ -185,11 +192,13 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         record = parse_record({"user_id": user_id, "text": text, **fields})
         return self.store.supersede(record.user_id, old_id, record)
 
+    @traced("ttl")
     def ttl(self) -> timedelta | None:
         """The default time-to-live of new records (this tenant's, else the store's); None: keep."""
         seconds = self.store.ttl
         return None if seconds is None else timedelta(seconds=seconds)
 
+    @traced("set_ttl")
     def set_ttl(self, ttl: timedelta | float | None) -> None:
         """Make new records expire ``ttl`` (a timedelta or seconds) after they are added; None: never.
 
@@ -198,6 +207,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         """
         self.store.set_ttl(ttl.total_seconds() if isinstance(ttl, timedelta) else ttl)
 
+    @traced("purge")
     def purge(self, *, all_tenants: bool = False) -> int:
         """Erase the records whose expiry has passed, now; returns how many.
 
@@ -208,6 +218,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         """
         return self.store.purge_expired(all_tenants=all_tenants)
 
+    @traced("search")
     def search(
         self,
         user_id: str,
@@ -241,6 +252,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         with reading(as_of, include_superseded=include_superseded, filters=filters):
             return self.pipeline(method).search(user_id, query, k, draft=self.draft(method))
 
+    @traced("context")
     def context(
         self,
         user_id: str,
@@ -277,6 +289,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
             draft = self.draft(chosen)
             return self.pipeline(chosen).context(user_id, query, budget_tokens=budget_tokens, draft=draft)
 
+    @traced("feedback")
     def feedback(
         self,
         interaction_id: str,
@@ -307,6 +320,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         self.store.interactions.feedback(report)
         self.trials.credit(interaction_id)  # a call served interleaved counts for its trial
 
+    @traced("export")
     def export(self, user_id: str, path: str | Path, *, interactions: bool = False) -> int:
         """Write the user's records (and, with ``interactions``, logged calls) to a JSON Lines file.
 
@@ -315,6 +329,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         """
         return write_export(path, export_lines(self, check_user_id(user_id), interactions=interactions))
 
+    @traced("import_user")
     def import_user(self, path: str | Path, *, user_id: str | None = None) -> Imported:
         """Store a user's export (from :meth:`export`), as that user or as ``user_id``.
 
@@ -329,6 +344,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         logged = self.store.interactions.import_(data.interactions) if data.interactions else 0
         return Imported(records=written, interactions=logged)
 
+    @traced("memory")
     def memory(self, user_id: str) -> PreferenceMemory:
         """The user's preference memory, as the configured pipeline's context shows it.
 
@@ -343,6 +359,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         """
         return self._preference_memories().get(check_user_id(user_id))
 
+    @traced("refresh_memories")
     def refresh_memories(
         self,
         user_ids: Sequence[str] | None = None,
@@ -368,6 +385,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         memories = self._preference_memories  # asked for after the arguments are checked
         return _refresh(self.store, memories, user_ids, progress=progress, batch_size=batch_size)
 
+    @traced("rerank")
     def rerank(self, user_id: str, query: str, candidates: Sequence[str], k: int | None = None) -> list[int]:
         """Order ``candidates`` for the user's request by their preference memory; best first.
 
@@ -390,6 +408,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         """
         return _rerank(lambda: self.memory(user_id), self._llm, query, candidates, k)
 
+    @traced("search_vector")
     def search_vector(self, user_id: str, vector: np.ndarray, k: int = 5) -> list[Hit]:
         """The user's top ``k`` records for a ready query vector (e.g. a personalized one from PBR).
 
@@ -402,16 +421,19 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
             raise ValueError(f"vector must have shape ({dim},), got {vector.shape}")
         return DenseRetriever(self.store).search_vector(check_user_id(user_id), vector, k)
 
+    @traced("get")
     def get(self, user_id: str, record_id: str) -> Record | None:
         """The user's record with this id, or None."""
         if not isinstance(record_id, str):
             raise InvalidInputError(f"record_id must be a string, got {record_id!r}")
         return self.store.get(check_user_id(user_id), record_id)
 
+    @traced("records")
     def records(self, user_id: str) -> list[Record]:
         """All of the user's records, in insertion order."""
         return self.store.records(check_user_id(user_id))
 
+    @traced("history")
     def history(self, user_id: str, record_id: str) -> list[RecordEvent]:
         """The events of the user's record, oldest first: added, updated, superseded, then erased.
 
@@ -424,10 +446,12 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
             raise InvalidInputError(f"record_id must be a string, got {record_id!r}")
         return self.store.history(check_user_id(user_id), record_id)
 
+    @traced("users")
     def users(self) -> list[str]:
         """Users with at least one record."""
         return self.store.users()
 
+    @traced("count")
     def count(self, user_id: str | None = None) -> int:
         """Records of one user, or of all users."""
         return self.store.count(None if user_id is None else check_user_id(user_id))

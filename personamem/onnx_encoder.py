@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from personamem.telemetry import staged
 from personamem.user_cache import default_cache_dir, make_once
 
 if TYPE_CHECKING:
@@ -211,6 +212,7 @@ class OnnxBert:
             self._counter = counter
         return [len(e.ids) for e in self._counter.encode_batch(list(texts))]
 
+    @staged("encode")
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-norm float32 rows, in the order of ``texts``."""
         encodings = self._tokenizer.encode_batch(list(texts))

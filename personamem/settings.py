@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     """Reports on logged calls that make ``serve`` run improve in the background (0: never; default 50)."""
     improve_s: float | None = Field(default=None, gt=0)
     """Seconds between ``serve``'s counts of new reports (default 300)."""
+    otel: bool | None = None
+    """OpenTelemetry spans (default on; they cost nothing until the application sets a tracer provider).
+    ``0`` takes them off the call path altogether."""
+    otel_content: bool | None = None
+    """Put query text on the OpenTelemetry spans (``gen_ai.memory.query.text``; default: never)."""
     chromium: str | None = None
     """The Chromium the browser tests drive (a path or a command name)."""
 

@@ -66,6 +66,7 @@ from personamem.records import check_user_id
 from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetriever, Preparable
 from personamem.retrieval.base import ranked
 from personamem.store import Store
+from personamem.telemetry import staged
 
 __all__ = ["MEMORY_HEADER", "RECORDS_HEADER", "Context", "Hits", "Pipeline"]
 
@@ -260,6 +261,7 @@ class Pipeline:
             warnings.warn(f"interaction not logged: {exc}", PersonaMemWarning, stacklevel=3)
             return None
 
+    @staged("memory")
     def _memory(self, user_id: str, timings: dict[str, float]) -> list[str] | None:
         """The lines of the user's preference memory as an LLM is shown it (None: no memory configured).
 
@@ -272,6 +274,7 @@ class Pipeline:
         timings["memory"] = _ms(start)
         return lines
 
+    @staged("fit")
     def _fit(
         self, memory: list[str] | None, profile: list[Hit], budget: int
     ) -> tuple[Fitted[str | Hit], int]:
@@ -313,6 +316,7 @@ class Pipeline:
         plain = personalized is None and self.query_encoder_name == "base"
         return hits, vector if plain else None
 
+    @staged("personalize")
     def _personalized(self, user_id: str, query: str, timings: dict[str, float]) -> np.ndarray | None:
         """The personalizer's query vector (None: no personalizer)."""
         if self.personalizer is None:
@@ -322,6 +326,7 @@ class Pipeline:
         timings["personalize"] = _ms(start)
         return vector
 
+    @staged("first_stage")
     def _first_stage(
         self, user_id: str, query: str, vector: np.ndarray | None, n: int, timings: dict[str, float]
     ) -> tuple[list[Hit], np.ndarray | None]:
@@ -369,6 +374,7 @@ class Pipeline:
         picked = mmr(matrix[pool[:want]], config.profile_k, config.diversity) if pool else []
         return [hits[pool[i]] for i in picked]
 
+    @staged("select")
     def _select(
         self,
         user_id: str,

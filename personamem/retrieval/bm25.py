@@ -12,6 +12,7 @@ import numpy as np
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.store import Store
+from personamem.telemetry import staged
 
 if TYPE_CHECKING:
     import bm25s
@@ -69,6 +70,7 @@ class BM25Retriever:
         bm25.index(tokens, show_progress=False)
         return UserIndex(records, bm25, tokens)
 
+    @staged("bm25")
     def search(self, user_id: str, query: str, k: int) -> list[Hit]:
         """The user's top ``k`` records by BM25; records sharing no term with the query are left out."""
         index = self._indexes.get(user_id)

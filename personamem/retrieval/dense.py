@@ -6,6 +6,7 @@ import numpy as np
 
 from personamem.retrieval.base import Hit, ranked
 from personamem.store import Store
+from personamem.telemetry import staged
 
 __all__ = ["DenseRetriever"]
 
@@ -20,6 +21,7 @@ class DenseRetriever:
         """The user's ``k`` records nearest to the query."""
         return self.search_vector(user_id, self.store.encoder.encode([query])[0], k)
 
+    @staged("vector_search")
     def search_vector(self, user_id: str, vector: np.ndarray, k: int) -> list[Hit]:
         """Search with a ready query vector (e.g. a personalized one from PBR)."""
         return ranked(self.store.nearest(user_id, vector, k))

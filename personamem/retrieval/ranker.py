@@ -45,6 +45,7 @@ from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
 from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers
 from personamem.retrieval.ranker_gate import GateDecision, RankerGate, as_profile, history_profile
 from personamem.store import Store
+from personamem.telemetry import staged
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -408,6 +409,7 @@ class LearnedRanker:
         """The shape of ``user_id``'s history that the gate reads."""
         return self._signals.get(user_id).profile
 
+    @staged("ranker")
     def search(self, user_id: str, query: str, k: int) -> list[Hit]:
         """The user's top ``k``: the candidates in the model's order, then the default's."""
         user = self._signals.get(user_id)

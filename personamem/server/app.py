@@ -48,6 +48,7 @@ from personamem.memory import PersonaMem, open_memory
 from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
 from personamem.request_models import problems_text
 from personamem.server.auth import authorize
+from personamem.server.otel import TraceContext, export_from_env
 from personamem.server.routes import ROUTERS
 from personamem.server.ui import install_ui
 from personamem.settings import settings
@@ -155,6 +156,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        stop_export = export_from_env()  # spans to the collector the OTEL_* variables name, if any
         improving = from_settings(mem)  # improve on its own once enough feedback came in
         if improving is not None:
             improving.start()
@@ -163,6 +165,8 @@ def create_app(
         if improving is not None:
             improving.close()
         mem.close()
+        if stop_export is not None:
+            stop_export()
 
     app = _Api(
         title="personamem",
@@ -178,6 +182,7 @@ def create_app(
     # MCP (streamable HTTP) over the same keys and tenants; 501 naming the extra when mcp is missing
     app.router.routes.append(Route("/mcp", mcp.app if mcp else _no_mcp, methods=["GET", "POST", "DELETE"]))
     app.middleware("http")(metrics.middleware)
+    app.add_middleware(TraceContext)  # outermost: the caller's trace is the parent of every span
     for router in ROUTERS:
         app.include_router(router)
     install_ui(app)

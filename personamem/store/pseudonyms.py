@@ -40,6 +40,10 @@ class Pseudonyms:
         """The id of a record's vector; distinct per user, so equal record ids never collide."""
         return self._digest("vector", user_id, record_id)
 
+    def telemetry(self, kind: str, value: str) -> str:
+        """What a trace may say of a user or tenant: stable per store, and no dictionary reverses it."""
+        return self._digest("telemetry", kind, value)[:16]
+
     def history(self, user_id: str, record_id: str) -> str:
         """The key of a record's events: unlike the vector id, it outlives the record's erasure."""
         return self._digest("history", user_id, record_id)

@@ -1,0 +1,130 @@
+"""OpenTelemetry spans for every memory operation, through the API alone (library-style).
+
+personamem never installs a tracer provider: where the application has set one (its own SDK setup,
+or ``opentelemetry-instrument``; ``serve`` sets one from the standard ``OTEL_*`` variables when the
+``otel`` extra is installed), every operation of the facade is a span ``personamem.<operation>``,
+so the SDK, the REST routes, MCP's tools and the adapters all trace through the same place; the
+pipeline's stages are child spans (``personamem.personalize``, ``personamem.first_stage``,
+``personamem.select``, ``personamem.memory``, ``personamem.fit``). Without one, the API hands out
+non-recording spans and nothing here computes an attribute.
+
+Attributes follow the GenAI memory conventions where they exist (``gen_ai.operation.name`` of
+``search_memory``, ``create_memory``, ``update_memory``, ``delete_memory``; ``gen_ai.memory.store.id``,
+``gen_ai.memory.record.count``, ``gen_ai.retrieval.top_k``) and ``personamem.*`` elsewhere (method,
+tokens, interaction id). Users and tenants appear only as the store's keyed pseudonyms; query text
+only with ``PERSONAMEM_OTEL_CONTENT=1`` (``gen_ai.memory.query.text``), record text never.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from importlib.metadata import version
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from opentelemetry import trace
+
+from personamem.settings import settings
+
+if TYPE_CHECKING:
+    from personamem.store import Store
+
+__all__ = ["MEMORY_OPERATIONS", "staged", "traced"]
+
+tracer = trace.get_tracer("personamem", version("personamem"))
+"""A proxy: it follows whatever provider the application sets, before or after this import."""
+enabled = settings().otel is not False
+"""False (``PERSONAMEM_OTEL=0``): the wrappers call straight through, no span at all."""
+
+MEMORY_OPERATIONS = {
+    "add": "create_memory",
+    "add_many": "create_memory",
+    "update": "update_memory",
+    "supersede": "update_memory",
+    "delete": "delete_memory",
+    "forget": "delete_memory",
+    "search": "search_memory",
+    "context": "search_memory",
+}
+"""personamem's operations that the GenAI memory conventions name (the rest keep ``personamem.*``)."""
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def traced(operation: str) -> Callable[[_F], _F]:
+    """A facade method as the span ``personamem.<operation>`` (its attributes only when recorded)."""
+
+    def wrap(method: _F) -> _F:
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not enabled:
+                return method(self, *args, **kwargs)
+            with tracer.start_as_current_span(f"personamem.{operation}") as span:
+                if not span.is_recording():
+                    return method(self, *args, **kwargs)
+                bound = signature.bind_partial(self, *args, **kwargs).arguments
+                span.set_attributes(_call_attributes(self.store, operation, bound))
+                result = method(self, *args, **kwargs)
+                span.set_attributes(_result_attributes(result))
+                return result
+
+        return cast("_F", run)
+
+    return wrap
+
+
+def staged(name: str) -> Callable[[_F], _F]:
+    """A step of an operation (a pipeline stage, encoding, a vector search) as its child span."""
+
+    def wrap(function: _F) -> _F:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if not enabled:
+                return function(*args, **kwargs)
+            with tracer.start_as_current_span(f"personamem.{name}"):
+                return function(*args, **kwargs)
+
+        return cast("_F", run)
+
+    return wrap
+
+
+def _call_attributes(store: Store, operation: str, bound: Mapping[str, Any]) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"personamem.operation": operation, "gen_ai.provider.name": "personamem"}
+    if operation in MEMORY_OPERATIONS:
+        attributes["gen_ai.operation.name"] = MEMORY_OPERATIONS[operation]
+    names = store.names
+    tenant = store.tenant or ""
+    if tenant:
+        attributes["personamem.tenant"] = names.telemetry("tenant", tenant)
+    user = bound.get("user_id")
+    if isinstance(user, str):
+        attributes["gen_ai.memory.store.id"] = names.telemetry("user", f"{tenant}\x00{user}")
+    method = bound.get("method")
+    if method is not None or operation in ("search", "context"):
+        attributes["personamem.method"] = method if isinstance(method, str) else "pipeline"
+    k = bound.get("k")
+    if isinstance(k, int):
+        attributes["gen_ai.retrieval.top_k"] = k
+    query = bound.get("query")
+    if isinstance(query, str) and settings().otel_content:
+        attributes["gen_ai.memory.query.text"] = query
+    return attributes
+
+
+def _result_attributes(result: Any) -> dict[str, Any]:
+    from personamem.contract import Context, Hits
+
+    attributes: dict[str, Any] = {}
+    if isinstance(result, Hits | Context):
+        attributes["gen_ai.memory.record.count"] = len(result.hits if isinstance(result, Context) else result)
+        if result.interaction_id is not None:
+            attributes["personamem.interaction_id"] = result.interaction_id
+    if isinstance(result, Context):
+        attributes["personamem.tokens"] = result.tokens
+    elif isinstance(result, list):
+        attributes["gen_ai.memory.record.count"] = len(result)
+    return attributes
