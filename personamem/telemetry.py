@@ -1,12 +1,14 @@
 """OpenTelemetry spans for every memory operation, through the API alone (library-style).
 
-personamem never installs a tracer provider: where the application has set one (its own SDK setup,
+personamem never installs a tracer or meter provider: where the application has set one (its own SDK setup,
 or ``opentelemetry-instrument``; ``serve`` sets one from the standard ``OTEL_*`` variables when the
 ``otel`` extra is installed), every operation of the facade is a span ``personamem.<operation>``,
 so the SDK, the REST routes, MCP's tools and the adapters all trace through the same place; the
 pipeline's stages are child spans (``personamem.personalize``, ``personamem.first_stage``,
 ``personamem.select``, ``personamem.memory``, ``personamem.fit``). Without one, the API hands out
-non-recording spans and nothing here computes an attribute.
+non-recording spans and nothing here computes an attribute. Each operation's latency is also the
+histogram ``personamem.operation.duration`` (seconds; by operation and outcome), beside the
+Prometheus metrics ``serve`` has always had.
 
 Attributes follow the GenAI memory conventions where they exist (``gen_ai.operation.name`` of
 ``search_memory``, ``create_memory``, ``update_memory``, ``delete_memory``; ``gen_ai.memory.store.id``,
@@ -19,11 +21,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Callable, Mapping
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 
 from personamem.settings import settings
 
@@ -34,6 +37,10 @@ __all__ = ["MEMORY_OPERATIONS", "staged", "traced"]
 
 tracer = trace.get_tracer("personamem", version("personamem"))
 """A proxy: it follows whatever provider the application sets, before or after this import."""
+duration = metrics.get_meter("personamem", version("personamem")).create_histogram(
+    "personamem.operation.duration", unit="s", description="Seconds per memory operation"
+)
+"""Beside Prometheus' ``/v1/metrics``: each operation's latency, by operation and outcome."""
 enabled = settings().otel is not False
 """False (``PERSONAMEM_OTEL=0``): the wrappers call straight through, no span at all."""
 
@@ -62,14 +69,21 @@ def traced(operation: str) -> Callable[[_F], _F]:
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             if not enabled:
                 return method(self, *args, **kwargs)
-            with tracer.start_as_current_span(f"personamem.{operation}") as span:
-                if not span.is_recording():
-                    return method(self, *args, **kwargs)
-                bound = signature.bind_partial(self, *args, **kwargs).arguments
-                span.set_attributes(_call_attributes(self.store, operation, bound))
-                result = method(self, *args, **kwargs)
-                span.set_attributes(_result_attributes(result))
+            start, outcome = time.perf_counter(), "error"
+            try:
+                with tracer.start_as_current_span(f"personamem.{operation}") as span:
+                    if not span.is_recording():
+                        result = method(self, *args, **kwargs)
+                    else:
+                        bound = signature.bind_partial(self, *args, **kwargs).arguments
+                        span.set_attributes(_call_attributes(self.store, operation, bound))
+                        result = method(self, *args, **kwargs)
+                        span.set_attributes(_result_attributes(result))
+                outcome = "ok"
                 return result
+            finally:
+                attributes = {"personamem.operation": operation, "personamem.outcome": outcome}
+                duration.record(time.perf_counter() - start, attributes)
 
         return cast("_F", run)
 

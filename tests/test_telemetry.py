@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -152,3 +154,19 @@ def _spans(bodies: list[bytes], name: str | None) -> list[Any]:
             for scope in resource.scope_spans:
                 found += [s for s in scope.spans if name is None or s.name == name]
     return found
+
+
+def test_each_operations_latency_is_a_histogram(mem: PersonaMem, monkeypatch: pytest.MonkeyPatch) -> None:
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    histogram = meters.get_meter("personamem").create_histogram("personamem.operation.duration", unit="s")
+    monkeypatch.setattr(personamem.telemetry, "duration", histogram)
+    mem.add("ana", "I play the cello.")
+    mem.search("ana", "cello", k=2)
+    data = reader.get_metrics_data()
+    assert data is not None
+    (metric,) = [m for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics]
+    points = [p for p in metric.data.data_points if isinstance(p, HistogramDataPoint)]
+    counted = {dict(p.attributes or {})["personamem.operation"]: p.count for p in points}
+    assert counted == {"add": 1, "search": 1} and metric.unit == "s"
+    meters.shutdown()

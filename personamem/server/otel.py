@@ -4,14 +4,14 @@ A request's W3C ``traceparent`` (and ``tracestate``) header is the parent of the
 makes (``personamem/telemetry.py``), so a caller's trace holds personamem's operations. ``serve``
 is an application, so it may install the SDK: where the standard ``OTEL_EXPORTER_OTLP_ENDPOINT``
 (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set and no provider is yet, each worker exports its
-spans in batches to that collector (the ``otel`` extra); ``OTEL_SERVICE_NAME`` names it (default
-``personamem``).
+spans in batches, and its metrics every minute (``OTEL_METRIC_EXPORT_INTERVAL``), to that collector
+(the ``otel`` extra); ``OTEL_SERVICE_NAME`` names it (default ``personamem``).
 """
 
 import os
 from collections.abc import Callable
 
-from opentelemetry import context, propagate, trace
+from opentelemetry import context, metrics, propagate, trace
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from personamem.errors import MissingExtraError
@@ -58,7 +58,10 @@ def export_from_env() -> Callable[[], None] | None:
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return None
     try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -66,8 +69,17 @@ def export_from_env() -> Callable[[], None] | None:
         raise MissingExtraError(
             ["opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"], "otel"
         ) from None
-    service = os.environ.get("OTEL_SERVICE_NAME") or "personamem"
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "personamem"})
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
-    return provider.shutdown
+    meters = MeterProvider(
+        resource=resource, metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]
+    )
+    metrics.set_meter_provider(meters)
+
+    def stop() -> None:
+        provider.shutdown()
+        meters.shutdown()
+
+    return stop
