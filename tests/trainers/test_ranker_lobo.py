@@ -54,6 +54,20 @@ def test_the_rule_reads_the_worst_fold_with_a_margin_and_a_paired_test() -> None
     assert {c["metric"] for c in failing} == set(RULED)
 
 
+def test_each_fold_is_broken_down_by_question_category() -> None:
+    served, reference = [1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0]
+    runs = [_fold(served, reference, seed=0), _fold(reference, reference, seed=1)]
+    report = verdict(runs, {"q0": "temporal", "q1": "temporal", "q2": "single-hop"})
+    rows = report["folds"]["f"]["by_category"]
+    counts = {c: r["questions"] for c, r in rows.items()}
+    assert counts == {"single-hop": 1, "temporal": 2, "uncategorized": 1}
+    # temporal: the served ranker's seed 0 gets q0 (1/2), seed 1 nothing: 0.25 over the seeds
+    assert rows["temporal"]["methods"]["ranker as served (gated)"]["recall@5"] == pytest.approx(0.25)
+    assert rows["temporal"]["methods"]["dense"]["recall@5"] == 0.0
+    assert "| f | temporal (2) |" in lobo.markdown(report)
+    assert "by_category" not in verdict(runs)["folds"]["f"]  # no categories given: none reported
+
+
 def test_trees_that_fail_a_fold_ship_with_a_gate_that_admits_no_one(tmp_path: Path) -> None:
     folder = tmp_path / "ranker"
     shipped = Path(RankerModel.load("mixed").folder)

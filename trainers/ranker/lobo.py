@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,11 +43,13 @@ from personamem.trainers.ranker.data import FeatureSet, benchmark_features, defa
 from personamem.trainers.ranker.trainer import served_start, train_ranker
 
 __all__ = [
+    "CATEGORY_METHODS",
     "FUSIONS",
     "MARGIN",
     "METRICS",
     "PLAIN",
     "RULED",
+    "by_category",
     "fusion_name",
     "leave_one_out",
     "method_scores",
@@ -65,6 +67,8 @@ ALPHA = 0.05
 """A paired t-test below this is a significant loss."""
 PLAIN = ("dense", "bm25", "hybrid")
 """Methods that learn nothing: the best of them per fold is a reference."""
+CATEGORY_METHODS = (*PLAIN, "default without ranker", "ranker as served (gated)")
+"""The methods each fold reports per question category."""
 FUSIONS = tuple(
     (side, weight, k)
     for side in ("base", "adapter")
@@ -192,7 +196,8 @@ def leave_one_out(
                 results.append(result)
             if progress is not None and task is not None:
                 progress.advance(task)
-    report = verdict(results)
+    categories = {q.id: q.category for fold in left_out for q in data.split(fold)[0].questions}
+    report = verdict(results, categories)
     (out_dir / "leave-one-out.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     (out_dir / "leave-one-out.md").write_text(markdown(report), encoding="utf-8")
     return report
@@ -269,8 +274,33 @@ def _paired_p(ours: np.ndarray, theirs: np.ndarray) -> float:
         return float(ttest_rel(ours, theirs).pvalue)
 
 
-def verdict(results: Sequence[FoldSeed]) -> dict[str, Any]:
-    """Per fold: each method's mean ± std over seeds, the margins the rule reads, and the worst fold."""
+def by_category(runs: Sequence[FoldSeed], categories: Mapping[str, str]) -> dict[str, Any]:
+    """One fold's :data:`CATEGORY_METHODS` per question category: each metric's mean over seeds."""
+    ids = sorted(runs[0].scores[CATEGORY_METHODS[0]][METRICS[0]])
+    groups: dict[str, list[str]] = {}
+    for qid in ids:
+        groups.setdefault(categories.get(qid) or "uncategorized", []).append(qid)
+    return {
+        category: {
+            "questions": len(members),
+            "methods": {
+                m: {
+                    metric: float(np.mean([np.mean([r.scores[m][metric][q] for q in members]) for r in runs]))
+                    for metric in METRICS
+                }
+                for m in CATEGORY_METHODS
+            },
+        }
+        for category, members in sorted(groups.items())
+    }
+
+
+def verdict(results: Sequence[FoldSeed], categories: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Per fold: each method's mean ± std over seeds, the margins the rule reads, and the worst fold.
+
+    With ``categories`` (question id to its benchmark's question type), each fold is also broken down
+    by category (:func:`by_category`), reported, not ruled on.
+    """
     folds: dict[str, Any] = {}
     for fold in dict.fromkeys(r.fold for r in results):
         runs = [r for r in results if r.fold == fold]
@@ -328,6 +358,8 @@ def verdict(results: Sequence[FoldSeed]) -> dict[str, Any]:
             "methods": table,
             "checks": checks,
         }
+        if categories is not None:
+            folds[fold]["by_category"] = by_category(runs, categories)
     every = [c | {"fold": f} for f, v in folds.items() for c in v["checks"]]
     worst = min(every, key=lambda c: c["difference"]) if every else None
     fusions = (
@@ -374,6 +406,16 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {fold} | {c['metric']} | {c['difference']:+.3f} vs {c['against']} ({c['role']}) | "
                 f"{c['p']:.2g} | {'yes' if c['fails'] else 'no'} |"
             )
+    if any("by_category" in v for v in report["folds"].values()):
+        lines += [
+            "",
+            "| left-out benchmark | category (questions) | R@5: " + " | ".join(CATEGORY_METHODS) + " |",
+        ]
+        lines.append("|---|---|" + "---|" * len(CATEGORY_METHODS))
+        for fold, v in report["folds"].items():
+            for category, row in v.get("by_category", {}).items():
+                cells = " | ".join(f"{row['methods'][m]['recall@5']:.3f}" for m in CATEGORY_METHODS)
+                lines.append(f"| {fold} | {category} ({row['questions']}) | {cells} |")
     lines += [
         "",
         "| fusion (query side, dense weight / RRF k) | worst fold: change against its best plain method |",
