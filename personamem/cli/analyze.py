@@ -444,10 +444,11 @@ def _improve_markdown(rows: list[dict[str, Any]]) -> str:
             "feedback": f"{row['reported_share']:.0%} of {row['calls']:.0f} "
             f"(gold reported {row['gold_reported']:.0%})",
             "answers": f"{row['reported_share']:.0%} of {row['calls']:.0f} (answers only)",
+            "llm-answers": f"{row['reported_share']:.0%} of {row['calls']:.0f} (the LLM's answers only)",
         }.get(str(row["signal"]), "none")
         used = row["learned_from"]
         signal = str(row["signal"])
-        if used != [signal] and not (signal == "answers" and used == ["feedback"]):
+        if used != [signal] and not (signal in ("answers", "llm-answers") and used == ["feedback"]):
             signal += f" (learned from {', '.join(map(str, used))})"
         lines.append(
             f"| {row['benchmark']} | {signal} | {row['live']}/{row['seeds']} | {feedback} | "
