@@ -6,11 +6,14 @@
 checked by ``tests/test_contract_api.py``). A server error comes back as the
 exception the SDK would have raised (its type travels in the JSON body); a server that cannot be
 reached or fails is a :class:`~personamem.errors.RemoteError`. Both clients drive the same calls
-(``personamem/remote.py``), so they answer alike.
+(``personamem/remote.py``), so they answer alike, and repeat the same ones while the server's
+database restarts (:class:`~personamem.remote.Retries`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,7 +26,7 @@ from personamem.errors import MissingExtraError, RemoteError
 from personamem.portability import Imported
 from personamem.preference import PreferenceMemory
 from personamem.records import Record, RecordEvent
-from personamem.remote import Call, Request, error_from
+from personamem.remote import RETRY_SECONDS, Call, Request, Retries, error_from
 from personamem.store.duplicates import DuplicatePolicy
 
 __all__ = ["AsyncClient", "Client"]
@@ -46,6 +49,15 @@ def _answer(response: Any, request: Request) -> Any:
     return response.text if request.raw else response.json()
 
 
+def _broken(httpx: Any) -> tuple[type[Exception], ...]:
+    """The errors of a connection that broke under a request (httpx's): a repeatable call retries them.
+
+    Not a refused connection: no server there is a wrong URL as often as a restart, and is reported
+    at once.
+    """
+    return (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+
+
 def _unreachable(base_url: object, exc: Exception) -> RemoteError:
     return RemoteError(f"cannot reach the personamem server at {base_url}: {exc}")
 
@@ -57,13 +69,21 @@ class Client(MemoryApi):
         base_url: the server, e.g. ``http://127.0.0.1:8080``.
         api_key: a key from ``personamem keys create --tenant T``; every call sees that tenant only.
         timeout: seconds per request (a search with an LLM stage may need more).
+        retry_seconds: how long a call that is safe to repeat (reads; ``add``, whose record carries its
+            id) is repeated while the server answers 503 with ``Retry-After`` (its database restarting)
+            or the connection breaks under it; then the error is raised
+            (:class:`~personamem.errors.ServiceUnavailableError`). 0 repeats nothing.
     """
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, api_key: str, *, timeout: float = 30.0, retry_seconds: float = RETRY_SECONDS
+    ) -> None:
         httpx = _httpx()
         headers = {"Authorization": f"Bearer {api_key}"}
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
         self._transport_error = httpx.TransportError
+        self._broken = _broken(httpx)
+        self._retry_seconds = retry_seconds
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -92,11 +112,19 @@ class Client(MemoryApi):
             return done.value  # type: ignore[no-any-return]
 
     def _send(self, request: Request) -> Any:
-        try:
-            response = self._http.request(request.method, request.path, **request.options)
-        except self._transport_error as exc:
-            raise _unreachable(self._http.base_url, exc) from exc
-        return _answer(response, request)
+        retries = Retries(request, self._retry_seconds)
+        while True:
+            try:
+                response = self._http.request(request.method, request.path, **request.options)
+            except self._transport_error as exc:
+                wait = retries.wait(None) if isinstance(exc, self._broken) else None
+                if wait is None:
+                    raise _unreachable(self._http.base_url, exc) from exc
+            else:
+                wait = retries.wait(response)
+                if wait is None:
+                    return _answer(response, request)
+            time.sleep(wait)
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -264,11 +292,15 @@ class AsyncClient:
     Calls from many tasks share one connection pool; use it as ``async with AsyncClient(...)``.
     """
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, api_key: str, *, timeout: float = 30.0, retry_seconds: float = RETRY_SECONDS
+    ) -> None:
         httpx = _httpx()
         headers = {"Authorization": f"Bearer {api_key}"}
         self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
         self._transport_error = httpx.TransportError
+        self._broken = _broken(httpx)
+        self._retry_seconds = retry_seconds
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -297,11 +329,20 @@ class AsyncClient:
             return done.value  # type: ignore[no-any-return]
 
     async def _send(self, request: Request) -> Any:
-        try:
-            response = await self._http.request(request.method, request.path, **request.options)
-        except self._transport_error as exc:
-            raise _unreachable(self._http.base_url, exc) from exc
-        return _answer(response, request)
+        """:meth:`Client._send`, awaiting the request and the waits."""
+        retries = Retries(request, self._retry_seconds)
+        while True:
+            try:
+                response = await self._http.request(request.method, request.path, **request.options)
+            except self._transport_error as exc:
+                wait = retries.wait(None) if isinstance(exc, self._broken) else None
+                if wait is None:
+                    raise _unreachable(self._http.base_url, exc) from exc
+            else:
+                wait = retries.wait(response)
+                if wait is None:
+                    return _answer(response, request)
+            await asyncio.sleep(wait)
 
     async def add(
         self,

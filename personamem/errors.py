@@ -20,6 +20,7 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "ConflictFallbackWarning",
+    "DiskFullError",
     "FallbackWarning",
     "IngestError",
     "InsufficientDataError",
@@ -40,7 +41,9 @@ __all__ = [
     "RateLimitedError",
     "RemoteError",
     "RewriteFallbackWarning",
+    "ServiceUnavailableError",
     "StoreError",
+    "StoreUnavailableError",
     "TruncationWarning",
     "UnreadableIndexError",
     "UserBeingForgottenError",
@@ -86,6 +89,22 @@ class UnreadableIndexError(StoreError):
     """
 
 
+class DiskFullError(StoreError):
+    """The filesystem under the store has no space left: a write failed (HTTP 507), nothing is lost.
+
+    Raised within seconds, never after a wait: records acknowledged before stay stored, reads keep
+    working, and writes work again once space is freed (the message names the folder, its
+    filesystem and the bytes free). Rows written but not yet in the vector index stay pending and
+    searchable; the background indexer retries them by itself. ``path`` is the store's file or
+    folder that failed, ``free`` the bytes free there when it did (None: unknown, e.g. PostgreSQL's).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, free: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.free = free
+
+
 class UserBeingForgottenError(StoreError):
     """A write met a user whose ``forget`` has not finished (in another process, or interrupted).
 
@@ -96,6 +115,16 @@ class UserBeingForgottenError(StoreError):
     def __init__(self, message: str, *, user_id: str) -> None:
         super().__init__(message)
         self.user_id = user_id
+
+
+class StoreUnavailableError(StoreError):
+    """The SQL database cannot be reached right now: refused, restarting, or it dropped the connection.
+
+    It heals by itself: the next call opens a fresh connection once the database is back. A call
+    that failed this way wrote nothing, unless the connection broke during its commit; repeating an
+    idempotent call (reads, ``add`` with its id) is safe either way. ``serve`` answers 503 with
+    ``Retry-After``, and the clients repeat the calls that are safe to repeat.
+    """
 
 
 class PartialWriteError(StoreError):
@@ -172,6 +201,19 @@ class RateLimitedError(RemoteError):
     """The API key is over its rate limit (HTTP 429); ``retry_after`` is how many seconds to wait."""
 
     def __init__(self, message: str, *, retry_after: float, status: int | None = 429) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
+class ServiceUnavailableError(RemoteError):
+    """The server's store is unavailable for now (HTTP 503 with ``Retry-After``: its database restarting).
+
+    The clients repeat idempotent calls for a while before raising it; a call they do not repeat
+    (``delete``, ``update``, ``forget``...) raises it at once. ``retry_after`` is the server's advice
+    in seconds.
+    """
+
+    def __init__(self, message: str, *, retry_after: float, status: int | None = 503) -> None:
         super().__init__(message, status=status)
         self.retry_after = retry_after
 

@@ -4,11 +4,14 @@ Each call is a generator: it validates its arguments as the SDK would, yields th
 is sent back each answer's JSON (or has the exception the SDK would have raised thrown into it), and
 returns the SDK's result, read with the answer's model from :mod:`personamem.contract` (the one the
 server dumped it with). ``Client`` drives them with ``httpx.Client``, ``AsyncClient`` with
-``httpx.AsyncClient``, so the two cannot drift apart.
+``httpx.AsyncClient``, so the two cannot drift apart. :class:`Retries` says when both send a
+request again.
 """
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,6 +47,7 @@ from personamem.errors import (
     PermissionDeniedError,
     RateLimitedError,
     RemoteError,
+    ServiceUnavailableError,
 )
 from personamem.interactions import FeedbackReport
 from personamem.portability import Imported, write_export
@@ -55,10 +59,22 @@ from personamem.store.expiry import check_ttl
 from personamem.store.filters import parse_filters
 from personamem.store.timeline import epoch
 
-__all__ = ["Call", "Request", "error_from"]
+__all__ = ["REPEATABLE", "RETRY_SECONDS", "Call", "Request", "Retries", "error_from"]
 
 T = TypeVar("T")
 _PAGE = 1000
+RETRY_SECONDS = 15.0
+"""How long the clients repeat an idempotent call, by default, while the server's store is unavailable."""
+
+REPEATABLE = frozenset(
+    {
+        "add", "add_many", "feedback", "set_ttl",
+        "get", "records", "history", "ttl", "export", "search", "context", "memory", "rerank",
+        "users", "count",
+    }
+)  # fmt: skip
+"""The operations a client may send twice: reads, writes of records that carry their ids (a record's
+id is its content's hash unless given, and adding it again is a no-op), and writes of a value."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,7 @@ class Request:
     params: Mapping[str, Any] | None = None
     content: bytes | None = None
     raw: bool = False
+    repeatable: bool = False  # safe to send again when no answer came, or the store was unavailable
 
     @property
     def options(self) -> dict[str, Any]:
@@ -277,7 +294,7 @@ def count(user_id: str | None) -> Call[int]:
 
 
 def health() -> Call[dict[str, Any]]:
-    return dict((yield Request("GET", "/v1/health")))
+    return dict((yield Request("GET", "/v1/health", repeatable=True)))
 
 
 def _read(
@@ -321,7 +338,8 @@ def _to(
         raise errors.InvalidInputError(f"record ids must be non-empty strings, got {record_id!r}")
     json = _dumped("body", route.body, body)
     params = _dumped("query", route.query, query)
-    return Request(route.verb, route.to(record_id), json, params, content, raw)
+    path = route.to(record_id)
+    return Request(route.verb, path, json, params, content, raw, repeatable=operation in REPEATABLE)
 
 
 def _dumped(part: str, model: type[BaseModel] | None, values: Mapping[str, Any] | None) -> Any:
@@ -351,8 +369,12 @@ def error_from(status: int, response: Any) -> Exception:
         return PermissionDeniedError(message, needed=error.get("needed"), scope=error.get("scope"))
     if status == 429:
         return RateLimitedError(message, retry_after=_retry_after(error, response))
+    if status == 503 and "retry-after" in getattr(response, "headers", {}):
+        return ServiceUnavailableError(message, retry_after=_retry_after(error, response))
     if kind == "PartialWriteError":
         return PartialWriteError(message, stored=error.get("stored", 0), total=error.get("total", 0))
+    if status == 507 and kind == "DiskFullError":  # the server's disk: the same error as in process
+        return errors.DiskFullError(message, path=error.get("path"), free=error.get("free"))
     known = getattr(errors, kind, None) if kind in errors.__all__ else None
     plain = known not in (errors.MissingExtraError, errors.RemoteError)  # these take other arguments
     if isinstance(known, type) and issubclass(known, errors.PersonaMemError) and status < 500 and plain:
@@ -362,8 +384,42 @@ def error_from(status: int, response: Any) -> Exception:
     return RemoteError(f"the server answered {status}: {message}", status=status)
 
 
+class Retries:
+    """When the clients send one request again, and after how long.
+
+    Only a repeatable request (:data:`REPEATABLE`) is sent again: on a 503 with
+    ``Retry-After`` (the server's database is restarting or unreachable), or when the connection
+    broke before an answer came. The wait is the server's ``Retry-After`` or a backoff from 0.1 s
+    doubling to 2 s, whichever is longer, stretched by up to 20 % at random so that clients turned
+    away together do not come back together; retrying stops once another wait would end more than
+    ``budget`` seconds after the first try, and the last answer stands.
+    """
+
+    def __init__(self, request: Request, budget: float) -> None:
+        self._repeat = request.repeatable and budget > 0
+        self._deadline = time.monotonic() + budget
+        self._backoff = 0.1
+
+    def wait(self, response: Any | None) -> float | None:
+        """Seconds to wait before sending the request again; None: ``response`` is the answer.
+
+        ``response`` None: the connection broke before an answer came.
+        """
+        if not self._repeat:
+            return None
+        if response is None:
+            advised = 0.0
+        elif response.status_code == 503 and "retry-after" in response.headers:
+            advised = _retry_after({}, response)
+        else:
+            return None
+        seconds = max(advised, self._backoff) * random.uniform(1.0, 1.2)
+        self._backoff = min(self._backoff * 2, 2.0)
+        return seconds if time.monotonic() + seconds <= self._deadline else None
+
+
 def _retry_after(error: Mapping[str, Any], response: Any) -> float:
-    """Seconds to wait from a 429: the body's ``retry_after``, else the ``Retry-After`` header, else 1."""
+    """Seconds to wait from a 429 or 503: the body's ``retry_after``, else ``Retry-After``, else 1."""
     for value in (error.get("retry_after"), getattr(response, "headers", {}).get("retry-after")):
         if value is None:
             continue

@@ -16,6 +16,7 @@ annotations at definition time.)
 """
 
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext
@@ -26,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from sqlalchemy.exc import DBAPIError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
@@ -34,6 +36,7 @@ from personamem.auto_improve import from_settings
 from personamem.errors import (
     CheckpointError,
     ConfigError,
+    DiskFullError,
     InvalidInputError,
     LLMError,
     MethodError,
@@ -43,6 +46,7 @@ from personamem.errors import (
     PersonaMemError,
     RateLimitedError,
     StoreError,
+    StoreUnavailableError,
 )
 from personamem.memory import PersonaMem, open_memory
 from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
@@ -52,17 +56,21 @@ from personamem.server.otel import TraceContext, export_from_env
 from personamem.server.routes import ROUTERS
 from personamem.server.ui import install_ui
 from personamem.settings import settings
+from personamem.store.engine import connection_lost
 from personamem.store.keys import ApiKey, KeyScope
 
 if TYPE_CHECKING:
     from personamem.mcp_server import HttpEndpoint
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "app_from_env", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "RETRY_AFTER_UNAVAILABLE", "app_from_env", "create_app"]
 
 log = logging.getLogger("personamem.server")
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+RETRY_AFTER_UNAVAILABLE = 1
+"""The ``Retry-After`` (seconds) of a 503 while the SQL database is unreachable: a restart takes a few."""
 _STATUS: list[tuple[type[PersonaMemError], int]] = [  # most specific first
+    (DiskFullError, 507),  # Insufficient Storage: the operator frees space, a retry does not help
     (PartialWriteError, 503),
     (InvalidInputError, 422),
     (MethodError, 400),
@@ -179,6 +187,7 @@ def create_app(
     app.state.memory = mem  # what the key dependencies (personamem.server.auth) open tenants of
     app.state.metrics = metrics = _Metrics()  # what /v1/metrics reads
     _install_error_handlers(app)
+    _install_unavailable_handlers(app)
     # MCP (streamable HTTP) over the same keys and tenants; 501 naming the extra when mcp is missing
     app.router.routes.append(Route("/mcp", mcp.app if mcp else _no_mcp, methods=["GET", "POST", "DELETE"]))
     app.middleware("http")(metrics.middleware)
@@ -205,14 +214,19 @@ def _no_mcp(_: Request) -> JSONResponse:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    """JSON errors: 4xx for the request's mistakes, 503 for a failing store or LLM, 500 otherwise."""
+    """JSON errors: 4xx for the request's mistakes, 5xx for the server's failures, 500 for unknown ones.
+
+    A failing store or LLM is 503; a full disk 507 (Insufficient Storage), which a retry does not fix.
+    """
 
     @app.exception_handler(PersonaMemError)
     async def _known(_: Request, exc: PersonaMemError) -> JSONResponse:
         status = next(code for kind, code in _STATUS if isinstance(exc, kind))
-        extra: dict[str, Any] = (
-            {"stored": exc.stored, "total": exc.total} if isinstance(exc, PartialWriteError) else {}
-        )
+        extra: dict[str, Any] = {}
+        if isinstance(exc, PartialWriteError):
+            extra = {"stored": exc.stored, "total": exc.total}
+        elif isinstance(exc, DiskFullError):
+            extra = {"path": exc.path, "free": exc.free}
         if status >= 500:
             log.error("%s: %s", type(exc).__name__, exc)
         return _error(status, type(exc).__name__, str(exc), **extra)
@@ -246,6 +260,35 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return _error(500, "InternalError", "the server failed on this request; its log has the details")
+
+
+def _install_unavailable_handlers(app: FastAPI) -> None:
+    """503 with ``Retry-After`` while the SQL database cannot be reached (restarting, refusing, dropped).
+
+    The store raises :class:`StoreUnavailableError`; a driver error that reached the app another way
+    (a statement run outside ``Database``'s transactions) is read the same way, so a database restart
+    is never a raw 500. Other driver errors are the server's failure (500), as before.
+    """
+
+    @app.exception_handler(StoreUnavailableError)
+    async def _unavailable(_: Request, exc: StoreUnavailableError) -> JSONResponse:
+        log.warning("StoreUnavailableError: %s", exc)
+        seconds = RETRY_AFTER_UNAVAILABLE
+        headers = {"Retry-After": str(seconds)}
+        return _error(503, "StoreUnavailableError", str(exc), headers, retry_after=seconds)
+
+    async def _driver(request: Request, exc: Exception) -> JSONResponse:
+        if connection_lost(exc):
+            reason = exc.orig if isinstance(exc, DBAPIError) else exc  # not the statement and its values
+            lost = StoreUnavailableError(f"the SQL database is unavailable: {reason}")
+            return await _unavailable(request, lost)
+        log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return _error(500, "InternalError", "the server failed on this request; its log has the details")
+
+    app.add_exception_handler(DBAPIError, _driver)
+    psycopg = sys.modules.get("psycopg")  # loaded once the store connected to PostgreSQL
+    if psycopg is not None:
+        app.add_exception_handler(psycopg.Error, _driver)
 
 
 def app_from_env() -> FastAPI:

@@ -8,6 +8,7 @@ Only active users get entries, so a forget in progress cannot be refilled behind
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from personamem.errors import DiskFullError
 from personamem.store.engine import Database
 from personamem.store.tables import DerivedRow, UserRow, UserStatus
 
@@ -80,14 +82,16 @@ def derive(
     """The values of (store key, key) pairs in ``namespace``, computing and keeping the uncached ones.
 
     ``compute(missing)`` gets the positions of the uncached pairs and returns their values in that
-    order, so one batched LLM call fills them.
+    order, so one batched LLM call fills them. On a full disk they are returned but not kept: the
+    read that asked still answers.
     """
     found = [values.get_derived(user_id, namespace, key) for user_id, key in requests]
     missing = [i for i, value in enumerate(found) if value is None]
     if missing:
         for i, value in zip(missing, compute(missing), strict=True):
             user_id, key = requests[i]
-            values.put_derived(user_id, namespace, key, value)
+            with contextlib.suppress(DiskFullError):
+                values.put_derived(user_id, namespace, key, value)
             found[i] = value
     return found
 

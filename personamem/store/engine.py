@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -18,13 +19,14 @@ from typing import Any
 from filelock import FileLock
 from sqlalchemy import Connection, Engine, event, inspect, text
 from sqlalchemy.engine.url import make_url
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from sqlmodel import Session, SQLModel, create_engine
 
-from personamem.errors import StoreError
+from personamem.errors import StoreError, StoreUnavailableError
+from personamem.store.disk import disk_full, low_on_space, says_full, sqlite_io_error
 from personamem.store.tables import ADDED_COLUMNS
 
-__all__ = ["IN_CHUNK", "Database", "chunks", "vacuum_sqlite"]
+__all__ = ["IN_CHUNK", "Database", "chunks", "connection_lost", "vacuum_sqlite"]
 
 IN_CHUNK = 500
 """Most values one ``IN (...)`` binds: stays under SQLite's bound-parameter limit."""
@@ -61,6 +63,31 @@ def _begin_immediate(connection: Any) -> None:
     record hit exactly that.
     """
     connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+# PostgreSQL's SQLSTATEs that refuse or end a connection rather than fail a statement: shut down
+# (57P01 admin, 57P02 crash), starting up (57P03), idle timeout (57P05), too many connections (53300)
+_LOST_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "53300"})
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether ``error`` says the database server cannot be reached now, rather than that a statement failed.
+
+    Refused, restarting or dropped connections heal by themselves (a new connection once the server
+    is back), so they become :class:`StoreUnavailableError`; a constraint, bad SQL or a full disk
+    would fail again. Read from psycopg's errors, raw or wrapped by SQLAlchemy: psycopg reports a
+    failure of the connection itself with no SQLSTATE, the server with class 08 or one above.
+    """
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return True
+    driver_error = error.orig if isinstance(error, DBAPIError) else error
+    psycopg = sys.modules.get("psycopg")  # loaded whenever one of its errors exists
+    if psycopg is None or not isinstance(driver_error, psycopg.Error):
+        return False
+    state = driver_error.sqlstate
+    if state is None:
+        return isinstance(driver_error, psycopg.OperationalError | psycopg.InterfaceError)
+    return bool(state.startswith("08") or state in _LOST_STATES)
 
 
 def _is_already_exists(error: Exception) -> bool:
@@ -105,13 +132,20 @@ class Database:
                 event.listen(engine, "connect", _sqlite_pragmas)
                 event.listen(engine, "begin", begin)
         else:
-            self.engine = self._writer = create_engine(url)
+            # a pooled connection is checked before use, so one left dead by a database restart is
+            # replaced rather than failing the call that drew it
+            self.engine = self._writer = create_engine(url, pool_pre_ping=True)
         # PostgreSQL's fixed reads skip the transaction a pooled connection wraps each read in
         # (BEGIN, SELECT, ROLLBACK); see fixed_rows
         self._autocommit: Engine | None = None
         if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
             self._autocommit = create_engine(url, isolation_level="AUTOCOMMIT")
-        self._create_schema()
+        try:
+            self._create_schema()
+        except OperationalError as error:  # a new SQLite file cannot even take its header
+            if not says_full(error):
+                raise
+            raise disk_full(self._sqlite_file or self._where(), "creating the SQL schema", error) from error
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
 
@@ -153,8 +187,11 @@ class Database:
         try:
             with self._writer.begin() as connection:
                 yield connection
-        except OperationalError as error:
-            raise StoreError(f"the SQL database {self._where()} failed: {error.orig}") from error
+        except Exception as error:
+            failure = self._failure(error)
+            if failure is None:
+                raise
+            raise failure from error
 
     @contextmanager
     def session(self, *, write: bool = False) -> Iterator[Session]:
@@ -162,21 +199,49 @@ class Database:
 
         ``write=True`` on SQLite takes the database's write lock up front (see ``_begin_immediate``).
         A database that stays locked past the busy timeout, or fails at the driver, raises
-        :class:`StoreError`; integrity errors pass through for the callers that expect them.
+        :class:`StoreError` (:class:`StoreUnavailableError` for a lost or refused connection);
+        integrity errors pass through for the callers that expect them.
         """
-        with Session(self._writer if write else self.engine, expire_on_commit=False) as session:
-            try:
-                yield session
-                session.commit()
-            except OperationalError as error:
-                session.rollback()
-                raise StoreError(f"the SQL database {self._where()} failed: {error.orig}") from error
-            except BaseException:
-                session.rollback()
+        try:
+            with Session(self._writer if write else self.engine, expire_on_commit=False) as session:
+                try:
+                    yield session
+                    session.commit()
+                except BaseException:
+                    session.rollback()  # on a lost connection this fails too, as lost
+                    raise
+        except Exception as error:
+            failure = self._failure(error)
+            if failure is None:
                 raise
+            raise failure from error
 
     def _where(self) -> str:
         return str(self._sqlite_file) if self._sqlite_file else make_url(self.url).render_as_string()
+
+    def _failure(self, error: Exception) -> StoreError | None:
+        """The :class:`StoreError` a failed transaction raises instead of ``error``; None: ``error`` itself.
+
+        A lost or refused connection is :class:`StoreUnavailableError` (retry later), raw psycopg
+        errors included (pgvector's statements run on the driver's connection); a full disk is
+        :class:`~personamem.errors.DiskFullError`; integrity and other errors pass through for the
+        callers that expect them.
+        """
+        if connection_lost(error):
+            return self._unavailable(error)
+        if says_full(error) or self._io_error_for_want_of_space(error):
+            return disk_full(self._sqlite_file or self._where(), "a write to the SQL database", error)
+        if isinstance(error, OperationalError):
+            return StoreError(f"the SQL database {self._where()} failed: {error.orig}")
+        return None
+
+    def _io_error_for_want_of_space(self, error: Exception) -> bool:
+        """SQLite's "disk I/O error" on a nearly full filesystem: a full disk, named as such."""
+        return self._sqlite_file is not None and sqlite_io_error(error) and low_on_space(self._sqlite_file)
+
+    def _unavailable(self, error: Exception) -> StoreUnavailableError:
+        reason = error.orig if isinstance(error, DBAPIError) else error
+        return StoreUnavailableError(f"the SQL database {self._where()} is unavailable: {reason}")
 
     def _revision_reader(self) -> sqlite3.Connection | None:
         """This thread's raw read-only connection to the SQLite file; None for other databases.
@@ -210,10 +275,37 @@ class Database:
             return reader.execute(statement, params).fetchall()
         if self._autocommit is None:
             return None
-        with self._autocommit.connect() as connection:
-            raw = connection.connection.driver_connection
-            assert raw is not None
-            return list(raw.execute(statement.replace("?", "%s"), params).fetchall())
+        return self._autocommit_rows(statement, params)
+
+    def _autocommit_rows(self, statement: str, params: Sequence[Any], *, retry: bool = True) -> list[Any]:
+        """:meth:`fixed_rows` on a pooled autocommit connection.
+
+        A pooled connection found dead (the server restarted since it was made) is dropped with the
+        pool's others, and the read runs once more on a fresh one: cheaper than pinging before every
+        read, which would add a round trip to each search.
+
+        Raises:
+            StoreUnavailableError: no connection could be made, or the fresh one was lost too.
+        """
+        engine = self._autocommit
+        assert engine is not None
+        try:
+            with engine.connect() as connection:
+                raw = connection.connection.driver_connection
+                assert raw is not None
+                try:
+                    return list(raw.execute(statement.replace("?", "%s"), params).fetchall())
+                except Exception as error:
+                    if connection_lost(error):
+                        connection.invalidate()  # not back into the pool
+                    raise
+        except Exception as error:
+            if not connection_lost(error):
+                raise
+            if not retry or isinstance(error, DBAPIError):  # a DBAPIError here: connecting failed
+                raise self._unavailable(error) from error
+        engine.dispose()
+        return self._autocommit_rows(statement, params, retry=False)
 
     def _vacuum(self) -> None:
         """On SQLite, rewrite the file and empty the WAL, so deleted bytes leave the disk."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from personamem.encoder import Encoder
-from personamem.errors import PartialWriteError, StoreError
+from personamem.errors import DiskFullError, PartialWriteError, StoreError
 from personamem.records import EventKind, Record
 from personamem.store.indexer import BackgroundIndexer
 from personamem.store.pgvectors import PgVectorIndex
@@ -38,6 +38,7 @@ class Indexing:
         names: Pseudonyms,
         views: VectorViews,
         encoder: Callable[[], Encoder],
+        index_pending_rows: Callable[[], object],
     ) -> None:
         self.catalog = catalog
         self.index = index
@@ -45,7 +46,8 @@ class Indexing:
         self.views = views
         self._encoder = encoder  # called when needed: the default encoder loads on first use
         self.lock = threading.RLock()
-        self._background = BackgroundIndexer(self.index_records)
+        # after a failed write, the background retries by indexing what SQL holds pending
+        self._background = BackgroundIndexer(self.index_records, index_pending_rows)
 
     def stage(
         self,
@@ -84,7 +86,9 @@ class Indexing:
         """Steps 2–4 in batches, in the caller's thread; return how many records were new or changed.
 
         Raises:
-            PartialWriteError: a batch failed at the write; it says how many records before it are durable.
+            DiskFullError: the first batch failed for want of space.
+            PartialWriteError: a batch failed at the write; it says how many records before it are
+                durable (raised from the :class:`DiskFullError` when the disk is full).
         """
         written = 0
         for start in range(0, len(records), batch_size):
@@ -93,6 +97,8 @@ class Indexing:
             try:
                 written += self._write_batch(batch, batch_vectors)
             except Exception as error:
+                if start == 0 and isinstance(error, DiskFullError):
+                    raise
                 raise PartialWriteError(
                     f"stored {start} of {len(records)} record(s), then the write failed: {error}; adding "
                     "the same records again skips the stored ones and finishes the job",
@@ -114,7 +120,11 @@ class Indexing:
                 changed_vectors = self._encoder().encode([r.text for r in changed])
             else:
                 changed_vectors = vectors[[position[(r.user_id, r.id)] for r in changed]]
-            self.index_records(changed, changed_vectors)
+            try:
+                self.index_records(changed, changed_vectors)
+            except Exception:
+                self._background.retry_later()  # staged: their rows stay pending until then
+                raise
         return len(changed)
 
     def index_records(self, records: Sequence[Record], vectors: np.ndarray) -> None:
@@ -143,11 +153,12 @@ class Indexing:
                 else:
                     try:
                         self.index.upsert(collection, vector_ids, vectors[rows])
+                    except DiskFullError:
+                        raise
                     except Exception as exc:
                         raise StoreError(
                             f"vector index failed while writing {len(batch)} record(s) of user {user_id!r} "
-                            f"({exc}); they are kept as pending in SQL and will be indexed when the store "
-                            "is next opened"
+                            f"({exc}); they are kept as pending in SQL, searchable, and indexed by a retry"
                         ) from exc
                     tokens = self.catalog.mark_indexed(user_id, batch)
                 if tokens is None:

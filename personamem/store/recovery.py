@@ -7,7 +7,8 @@ the collection, so a search from any process scores that user from SQL while the
 and a crash midway leaves pending rows that opening the store indexes. :func:`scan` is the full
 scan an operator runs (``personamem check``): it also reads every vector back, since an index can
 list ids whose vectors it lost (see ``store/vectors.py``) while counts and ids agree. :func:`repair`
-runs on every open: it finishes interrupted forgets and indexes the rows a crash left pending.
+runs on every open: it finishes interrupted forgets and indexes the rows a crash left pending
+(:func:`index_pending_rows`, which the background indexer also runs to retry after a failed write).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from personamem.store.store import Store
     from personamem.store.vector_home import VectorHome
 
-__all__ = ["ConsistencyReport", "heal", "readable", "rebuild", "repair", "scan"]
+__all__ = ["ConsistencyReport", "heal", "index_pending_rows", "readable", "rebuild", "repair", "scan"]
 
 log = logging.getLogger("personamem.store")
 
@@ -134,6 +135,16 @@ def repair(store: Store) -> int:
     with store.write_lock:
         for user in store.catalog.users_being_forgotten():
             store.erasure.finish_forget(user)
+        return index_pending_rows(store)
+
+
+def index_pending_rows(store: Store) -> int:
+    """Index every pending row, as SQL has it now; return how many.
+
+    Under the write lock, so a row this process deletes or changes is never indexed in an older
+    form: the background indexer's retry after a failed write (``store/indexer.py``) runs this.
+    """
+    with store.write_lock:
         repaired = 0
         for user, pending in store.catalog.pending().items():
             if store.index.ids(store.names.collection(user)) - store.catalog.vector_ids(user):

@@ -54,7 +54,7 @@ from personamem.store.interaction_log import InteractionLog, retention_cutoff
 from personamem.store.interaction_writer import InteractionWriter
 from personamem.store.keys import KeyRing
 from personamem.store.live_pipeline import LivePipeline
-from personamem.store.recovery import ConsistencyReport, heal, rebuild, repair, scan
+from personamem.store.recovery import ConsistencyReport, heal, index_pending_rows, rebuild, repair, scan
 from personamem.store.sql import SqlCatalog
 from personamem.store.tenants import Scope
 from personamem.store.timeline import supersession
@@ -101,7 +101,8 @@ class Store:
         self.expiry = Expiry(catalog)
         self.live = LivePipeline(catalog)
         self.names = claim_names(catalog, index)
-        self.indexing = Indexing(catalog, index, self.names, self.views, lambda: self.encoder)
+        retry = functools.partial(index_pending_rows, self)  # the indexer's, after a failed write
+        self.indexing = Indexing(catalog, index, self.names, self.views, lambda: self.encoder, retry)
         rebuild_user = functools.partial(rebuild, self)
         self.reads = VectorReads(catalog, index, self.names, self.views, self.visibility, rebuild_user)
         self.duplicates = Duplicates(self.reads, self.indexing)

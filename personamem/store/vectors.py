@@ -47,7 +47,7 @@ import shutil
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
@@ -55,7 +55,8 @@ from urllib.parse import urlparse
 import numpy as np
 from filelock import FileLock
 
-from personamem.errors import UnreadableIndexError
+from personamem.errors import DiskFullError, UnreadableIndexError
+from personamem.store.disk import disk_full, low_on_space, says_full
 from personamem.store.engine import vacuum_sqlite
 from personamem.store.pseudonyms import COLLECTION_PREFIX
 
@@ -138,6 +139,7 @@ class VectorIndex:
         self._log_lock = threading.Lock()
         # one writer at a time across the processes sharing an embedded folder
         self._writing = writing_lock(folder) if folder is not None else None
+        self._broken = False  # a write failed and the client could not be replaced yet (see _write)
 
     @property
     def embedded(self) -> bool:
@@ -147,12 +149,62 @@ class VectorIndex:
     def _exclusive(self) -> contextlib.AbstractContextManager[object]:
         return self._writing if self._writing is not None else contextlib.nullcontext()
 
+    @contextlib.contextmanager
+    def _write(self, doing: str) -> Iterator[None]:
+        """One write to the index, under the folder's lock; a failed one replaces an embedded client.
+
+        A failure for want of space raises :class:`DiskFullError`.
+        """
+        from chromadb.errors import NotFoundError
+
+        with self._exclusive():
+            try:
+                self._usable()
+                yield
+            except NotFoundError:  # a collection another process dropped: the client is fine
+                raise
+            except Exception as error:
+                self._discard()
+                full = self._full(doing, error)
+                if full is not None:
+                    raise full from error
+                raise
+
+    def _discard(self) -> None:
+        """After a failed call, replace an embedded client now, or before its next call if that fails.
+
+        Chroma 1.5.9's embedded client, once a compaction failed (a full disk, in a write or in the
+        log a read applies first), hangs for good in a later call, inside Rust and holding the GIL,
+        so every thread of the process stops (measured on a full tmpfs); a new client over the same
+        folder does not.
+        """
+        if self.embedded:
+            self._broken = True
+            with contextlib.suppress(Exception):
+                self._usable()
+
+    def _usable(self) -> None:
+        """Replace the client a failed call left (see :meth:`_discard`) before anything uses it."""
+        if self._broken:
+            with self._exclusive():  # no write of this process is in flight on the old client
+                if self._broken:
+                    self._reopen()
+
+    def _full(self, doing: str, error: Exception) -> DiskFullError | None:
+        """The :class:`DiskFullError` for a failed write that ran out of space; None for any other failure."""
+        if self._folder is not None and (says_full(error) or low_on_space(self._folder)):
+            return disk_full(self._folder, doing, error)
+        return disk_full(self.location, doing, error) if says_full(error) else None
+
     @classmethod
     def persistent(cls, path: str | Path) -> VectorIndex:
         """An embedded, on-disk Chroma in ``path``.
 
         Chroma creates its schema on first open without a lock between processes, so opening is
         serialized by a lock file beside the folder.
+
+        Raises:
+            DiskFullError: Chroma cannot start without space to write (its error then names no cause).
         """
         import chromadb
 
@@ -160,7 +212,12 @@ class VectorIndex:
         folder.mkdir(parents=True, exist_ok=True)
         _perturb_freed_memory()
         with opening_lock(folder):
-            client = chromadb.PersistentClient(path=str(folder), settings=_settings())
+            try:
+                client = chromadb.PersistentClient(path=str(folder), settings=_settings())
+            except Exception as error:
+                if says_full(error) or low_on_space(folder):
+                    raise disk_full(folder, "opening the vector index", error) from error
+                raise
         return cls(client, location=str(folder), folder=folder)
 
     @classmethod
@@ -182,6 +239,7 @@ class VectorIndex:
     def _collection(self, name: str, *, create: bool) -> Collection | None:
         from chromadb.errors import NotFoundError
 
+        self._usable()
         self._keep_current(name)
         with self._lock:
             cached = self._collections.get(name)
@@ -213,7 +271,7 @@ class VectorIndex:
         from chromadb.errors import NotFoundError
 
         batch = self._client.get_max_batch_size()
-        with self._exclusive():
+        with self._write(f"writing {len(ids)} vector(s) to the vector index"):
             for attempt in (1, 2):
                 collection = self._collection(name, create=True)
                 assert collection is not None
@@ -246,7 +304,7 @@ class VectorIndex:
     def _delete(self, name: str, ids: list[str]) -> None:
         from chromadb.errors import NotFoundError
 
-        with self._exclusive():
+        with self._write(f"deleting {len(ids)} vector(s) from the vector index"):
             self.evict(name)  # the handle may name a collection another process dropped
             collection = self._collection(name, create=False)
             if collection is not None:
@@ -258,7 +316,9 @@ class VectorIndex:
         """``read(collection)``, or ``absent`` when there is no such collection.
 
         A handle whose collection another process dropped (and maybe made again) fails with
-        NotFoundError; the read is tried once more with a new handle.
+        NotFoundError; the read is tried once more with a new handle. An embedded read first applies
+        Chroma's log, which needs space to write: on a nearly full disk its failure is
+        :class:`DiskFullError`, not a damaged collection to rebuild (which could not be written).
         """
         from chromadb.errors import InternalError, NotFoundError
 
@@ -271,6 +331,9 @@ class VectorIndex:
             except NotFoundError:
                 self.evict(name)
             except InternalError as exc:  # e.g. "Error finding id": the HNSW lacks ids the metadata lists
+                self._discard()
+                if self._folder is not None and (says_full(exc) or low_on_space(self._folder)):
+                    raise disk_full(self._folder, "reading the vector index", exc) from exc
                 raise UnreadableIndexError(f"vector collection {name} cannot be read: {exc}") from exc
         return absent
 
@@ -343,7 +406,7 @@ class VectorIndex:
         """Delete these collections (absent ones are skipped) and, when embedded, erase their bytes."""
         from chromadb.errors import NotFoundError
 
-        with self._exclusive():
+        with self._write("dropping vector collections"):
             for name in names:
                 self.evict(name)
                 self._applied.pop(name, None)  # a collection made again later starts afresh
@@ -417,9 +480,11 @@ class VectorIndex:
                 self._client = chromadb.PersistentClient(path=str(self._folder), settings=_settings())
             self._collections.clear()
             self._applied.clear()  # each collection's next first load records its watermark again
+            self._broken = False
 
     def names(self) -> set[str]:
         """Names of all per-user collections (for consistency checks)."""
+        self._usable()
         return {c.name for c in self._client.list_collections() if c.name.startswith(COLLECTION_PREFIX)}
 
     def close(self) -> None:

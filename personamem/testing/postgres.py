@@ -73,10 +73,13 @@ def find_postgres(extension: str | None = None) -> PostgresBinaries | None:
 
 @dataclass(frozen=True)
 class PostgresCluster:
-    """A running cluster: its socket folder, and how to reach or add a database."""
+    """A running cluster: its socket folder, how to reach or add a database, and how to restart it."""
 
     socket_dir: str
     binaries: PostgresBinaries
+    control: tuple[str, ...] = ()  # pg_ctl on the data folder, as the cluster's user
+    options: str = ""  # the server options it starts with
+    log: Path | None = None
 
     def url(self, database: str = "postgres") -> str:
         """A SQLAlchemy URL (psycopg 3) for ``database`` over the Unix socket."""
@@ -92,6 +95,15 @@ class PostgresCluster:
         ) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
+
+    def stop(self) -> None:
+        """Stop the server as an operator's restart does: ``pg_ctl stop -m fast`` ends every session."""
+        _run([*self.control, "-m", "fast", "-w", "stop"], "pg_ctl stop", self.log)
+
+    def start(self) -> None:
+        """Start the (stopped) server on its socket and data; return once it accepts connections."""
+        start = [*self.control, "-o", self.options, "-l", str(self.log), "-w", "start"]
+        _run(start, "pg_ctl start", self.log)
 
 
 def _run(command: Sequence[str], what: str, log: Path | None = None) -> None:
@@ -146,9 +158,10 @@ def postgres_cluster(binaries: PostgresBinaries | None = None) -> Iterator[Postg
             shutil.chown(base, _RUN_AS)
         _run([*initdb, "-A", "trust", "-U", "postgres", "--no-sync"], "initdb")
         options = f"-k {base} -c listen_addresses='' -c fsync=off"
+        cluster = PostgresCluster(str(base), binaries, tuple(pg_ctl), options, log)
         started = True  # a failed start may still leave a server behind: stop it below either way
-        _run([*pg_ctl, "-o", options, "-l", str(log), "-w", "start"], "pg_ctl start", log)
-        yield PostgresCluster(str(base), binaries)
+        cluster.start()
+        yield cluster
     finally:
         if started:
             subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True, timeout=60)
