@@ -139,7 +139,7 @@ class VectorIndex:
         self._log_lock = threading.Lock()
         # one writer at a time across the processes sharing an embedded folder
         self._writing = writing_lock(folder) if folder is not None else None
-        self._broken = False  # a write failed and the client could not be replaced yet (see _write)
+        self._broken = False  # a call failed and its client is not replaced yet (see _discard)
 
     @property
     def embedded(self) -> bool:

@@ -14,7 +14,11 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["ballast", "tmpfs"]
+__all__ = ["MAX_FILLED", "ballast", "tmpfs"]
+
+MAX_FILLED = 1 << 30
+"""The largest filesystem :func:`ballast` fills: a tmpfs unmounted under a running test once made it
+fill the disk beneath (62 GB)."""
 
 
 @contextlib.contextmanager
@@ -44,8 +48,16 @@ def tmpfs(where: Path, size: int) -> Iterator[Path]:
 
 
 def ballast(path: Path, *, leave: int) -> int:
-    """Write a file at ``path`` that leaves ``leave`` bytes free on its filesystem; return its size."""
-    size = max(0, shutil.disk_usage(path.parent).free - leave)
+    """Write a file at ``path`` that leaves ``leave`` bytes free on its filesystem; return its size.
+
+    Raises:
+        RuntimeError: ``path``'s folder is not the root of a mounted filesystem of at most
+            :data:`MAX_FILLED` bytes (a :func:`tmpfs`): nothing else is ever filled.
+    """
+    usage = shutil.disk_usage(path.parent)
+    if not os.path.ismount(path.parent) or usage.total > MAX_FILLED:
+        raise RuntimeError(f"{path.parent} is not a small mounted filesystem; it is not filled")
+    size = max(0, usage.free - leave)
     with path.open("wb") as file:
         file.truncate(0)
         for start in range(0, size, 1 << 20):

@@ -5,6 +5,7 @@ A real server over a store on a real tmpfs (mounted when the test runs as root; 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,17 +21,20 @@ from personamem.testing.servers import personamem_server
 pytestmark = [pytest.mark.server, pytest.mark.enable_socket]
 
 
-def test_a_full_disk_answers_507_and_the_client_raises_the_same_error(tmp_path: Path) -> None:
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
     try:
         with tmpfs(tmp_path / "disk", 16 << 20) as disk:
-            _full_disk_over_http(tmp_path / "server", disk)
-    except OSError as reason:
+            yield disk
+    except OSError as reason:  # at the mount only: a test's own errors are not thrown in here
         pytest.skip(f"needs a real small filesystem: {reason}")
 
 
-def _full_disk_over_http(folder: Path, disk: Path) -> None:
-    store = disk / "store"
-    with personamem_server(folder, "--store", str(store)) as url:
+def test_a_full_disk_answers_507_and_the_client_raises_the_same_error(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    disk, store = small_disk, small_disk / "store"
+    with personamem_server(tmp_path / "server", "--store", str(store)) as url:
         catalog = SqlCatalog(f"sqlite:///{store / 'personamem.sqlite'}")
         key = KeyRing(catalog).create("t")[0]
         catalog.close()
