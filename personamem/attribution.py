@@ -135,6 +135,20 @@ class Attribution:
         chosen = self.probability(signals) >= self.threshold
         return [record.id for record, keep in zip(records, chosen, strict=True) if keep]
 
+    def used_of(
+        self,
+        store: Store,
+        user_id: str,
+        query: str,
+        answer: str,
+        served: Sequence[str],
+        held: dict[str, Record],
+    ) -> list[str]:
+        """:meth:`used` for the served record ids of a stored user (``held``: their records by id)."""
+        records = [held[record_id] for record_id in served if record_id in held]
+        vectors = store.record_vectors(user_id, [r.id for r in records])
+        return self.used(query, answer, records, vectors, store.encoder)
+
     def to_json(self) -> dict[str, Any]:
         """The file :meth:`load` reads."""
         return {
@@ -183,9 +197,8 @@ def labelled(
         user = interaction.user_id
         if user not in held:
             held[user] = {r.id: r for r in store.records(user)}
-        records = [held[user][r.record_id] for r in interaction.results if r.record_id in held[user]]
-        vectors = store.record_vectors(user, [r.id for r in records])
-        used = attribution.used(interaction.query, answer, records, vectors, store.encoder)
+        served = [r.record_id for r in interaction.results]
+        used = attribution.used_of(store, user, interaction.query, answer, served, held[user])
         if used:
             attributed = feedback.model_copy(update={"used_record_ids": used})
             found.append(interaction.model_copy(update={"feedback": attributed}))

@@ -128,9 +128,7 @@ class Trials:
         user = self.store.scope.user(user_id)
         assert user is not None
         held = {r.id: r for r in self.store.records(user)}
-        records = [held[rid] for rid in served if rid in held]
-        vectors = self.store.record_vectors(user, [r.id for r in records])
-        return self._attribution.used(query, answer, records, vectors, self.store.encoder)
+        return self._attribution.used_of(self.store, user, query, answer, served, held)
 
 
 def _summary(trial: Trial, verdict: Verdict) -> dict[str, Any]:

@@ -119,12 +119,11 @@ class _Used:
         assert self._attribution is not None
         if not question.answer or not question.answer.strip():
             return []
-        user, store = question.user_id, self.mem.store
+        user = question.user_id
         if user not in self._records:
             self._records[user] = {r.id: r for r in self.mem.records(user)}
-        records = [self._records[user][r] for r in served if r in self._records[user]]
-        vectors = store.record_vectors(user, [r.id for r in records])
-        return self._attribution.used(question.text, question.answer, records, vectors, store.encoder)
+        held = self._records[user]
+        return self._attribution.used_of(self.mem.store, user, question.text, question.answer, served, held)
 
 
 def simulated_trial(
