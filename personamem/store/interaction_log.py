@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from personamem.errors import InvalidInputError
 from personamem.interactions import Call, Feedback, FeedbackReport, Interaction, LoggedResult
@@ -28,6 +28,17 @@ for ``improve`` to learn from a month of traffic, short enough that old queries 
 # another process (a server's other worker) may still be writing the row a report names: look again
 # a few times before saying there is no such interaction (0.75 s in all, on that error path only)
 _STRAGGLER_WAITS = (0.0, 0.05, 0.1, 0.2, 0.4)
+_T = TypeVar("_T")
+
+
+def _written(look: Callable[[], _T | None]) -> _T | None:
+    """What ``look`` finds, looking again through :data:`_STRAGGLER_WAITS` while it finds nothing."""
+    for wait in _STRAGGLER_WAITS:
+        time.sleep(wait)
+        found = look()
+        if found is not None:
+            return found
+    return None
 
 
 def retention_cutoff() -> str:
@@ -108,13 +119,10 @@ class InteractionLog:
             changes["rating"] = report.rating
         if report.used_record_ids is not None:
             changes["used"] = report.used_record_ids
-        for wait in _STRAGGLER_WAITS:
-            time.sleep(wait)
-            if self._catalog.feedback(report.interaction_id, self._owns, changes):
-                return
-        raise InvalidInputError(
-            f"no interaction {report.interaction_id!r} (logging off, or the user was forgotten?)"
-        )
+        if not _written(lambda: self._catalog.feedback(report.interaction_id, self._owns, changes) or None):
+            raise InvalidInputError(
+                f"no interaction {report.interaction_id!r} (logging off, or the user was forgotten?)"
+            )
 
     def owner(self, interaction_id: str) -> str | None:
         """The user of a logged call this view sees (None: no such call here).
@@ -122,12 +130,8 @@ class InteractionLog:
         Waits for a row another process may still be writing, as :meth:`feedback` does.
         """
         self._writer.flush()
-        for wait in _STRAGGLER_WAITS:
-            time.sleep(wait)
-            key = self._catalog.interaction_user(interaction_id)
-            if key is not None:
-                return self._scope.user(key)
-        return None
+        key = _written(lambda: self._catalog.interaction_user(interaction_id))
+        return None if key is None else self._scope.user(key)
 
     def export(self, user_ids: Sequence[str] | None = None) -> list[Interaction]:
         """The interactions of these users (None: every user this view sees), oldest first."""
