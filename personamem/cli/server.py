@@ -110,6 +110,14 @@ def serve(
     workers: Annotated[int, typer.Option(min=1, help="Worker processes over the same store.")] = 1,
     max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body, MiB.")] = 16.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    drain_seconds: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="On SIGTERM or Ctrl-C, how long to let requests in flight finish (new connections are "
+            "refused at once) before closing what is left; then the store is closed cleanly.",
+        ),
+    ] = 30,
     reports: Annotated[
         Path | None, typer.Option(help="A folder of eval/train reports the inspector (/ui) lists.")
     ] = None,
@@ -126,9 +134,11 @@ def serve(
     """Serve the memory over HTTP (JSON routes under /v1, OpenAPI docs at /docs, the inspector at /ui).
 
     Needs API keys (`personamem keys create --tenant NAME`). The store options (--store, --sql-url,
-    --chroma-url, --config) say what every worker opens. Several workers may share an embedded
-    store on a local disk (each checks the others' writes on every search); on a network
-    filesystem they are refused: use --sql-url and --chroma-url (PostgreSQL and a Chroma server).
+    --chroma-url, --config) say what every worker opens. SIGTERM drains: requests in flight are
+    answered (within --drain-seconds), then each worker closes its store. Several workers may share
+    an embedded store on a local disk (each checks the others' writes on every search); on a
+    network filesystem they are refused: use --sql-url and --chroma-url (PostgreSQL and a Chroma
+    server).
     """
     try:
         import uvicorn
@@ -180,4 +190,5 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
+        timeout_graceful_shutdown=drain_seconds,
     )

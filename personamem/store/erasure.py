@@ -70,12 +70,15 @@ class Erasure:
                 if deleted:
                     indexing.views.evict(key)
                 return deleted
-            indexing.index.refresh(collection)  # another process may have indexed vectors we must keep
-            kept = readable(indexing.index, collection)
-            deleted = indexing.catalog.delete_records(key, record_ids, kept, indexing.names, event)
-            if deleted:
-                indexing.views.evict(key)
-                indexing.index.drop([collection])
-                for pending in indexing.catalog.pending(key).values():
-                    indexing.index_pending(pending)
+            # the SQL delete and the rebuild as one step for other processes: a backup never copies
+            # the vectors of records whose rows it does not copy
+            with indexing.index.exclusive():
+                indexing.index.refresh(collection)  # another process may have indexed vectors to keep
+                kept = readable(indexing.index, collection)
+                deleted = indexing.catalog.delete_records(key, record_ids, kept, indexing.names, event)
+                if deleted:
+                    indexing.views.evict(key)
+                    indexing.index.drop([collection])
+                    for pending in indexing.catalog.pending(key).values():
+                        indexing.index_pending(pending)
             return deleted

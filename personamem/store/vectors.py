@@ -146,7 +146,12 @@ class VectorIndex:
         """True for an in-process index over a folder, whose view other processes do not update."""
         return self._folder is not None
 
-    def _exclusive(self) -> contextlib.AbstractContextManager[object]:
+    def exclusive(self) -> contextlib.AbstractContextManager[object]:
+        """No other process writes the embedded folder (or copies it: a backup) inside this block.
+
+        Reentrant in the thread holding it, so writes made inside it take it again at no cost; a
+        no-op for a Chroma server, which serializes its own writes.
+        """
         return self._writing if self._writing is not None else contextlib.nullcontext()
 
     @contextlib.contextmanager
@@ -157,7 +162,7 @@ class VectorIndex:
         """
         from chromadb.errors import NotFoundError
 
-        with self._exclusive():
+        with self.exclusive():
             try:
                 self._usable()
                 yield
@@ -186,7 +191,7 @@ class VectorIndex:
     def _usable(self) -> None:
         """Replace the client a failed call left (see :meth:`_discard`) before anything uses it."""
         if self._broken:
-            with self._exclusive():  # no write of this process is in flight on the old client
+            with self.exclusive():  # no write of this process is in flight on the old client
                 if self._broken:
                     self._reopen()
 
@@ -457,7 +462,7 @@ class VectorIndex:
         applied = self._applied.get(name)
         if applied is None or self._position(name)[0] <= applied:
             return
-        with self._exclusive():  # no write of this process is in flight on the old, lagging client
+        with self.exclusive():  # no write of this process is in flight on the old, lagging client
             applied = self._applied.get(name)
             if applied is not None and self._position(name)[0] > applied:
                 self._reopen()

@@ -15,10 +15,11 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["chroma_server", "free_port", "mcp_client", "personamem_server"]
+__all__ = ["Served", "chroma_server", "free_port", "mcp_client", "personamem_serve", "personamem_server"]
 
 
 def free_port() -> int:
@@ -31,8 +32,11 @@ def free_port() -> int:
 @contextlib.contextmanager
 def _serving(
     command: Sequence[str], ready_url: str, log_file: Path, env: dict[str, str] | None
-) -> Iterator[None]:
-    """Run ``command`` until the block ends, once ``ready_url`` answers; its output goes to ``log_file``."""
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``command`` until the block ends, once ``ready_url`` answers; its output goes to ``log_file``.
+
+    Yields the process, which the block may signal or wait for itself (then nothing is left to stop).
+    """
     with log_file.open("wb") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
@@ -47,7 +51,7 @@ def _serving(
                             f"{command[0]} did not start: {log_file.read_text(errors='replace')[-3000:]}"
                         ) from None
                     time.sleep(0.2)
-            yield
+            yield proc
         finally:
             proc.terminate()
             try:
@@ -71,14 +75,24 @@ def chroma_server(folder: Path) -> Iterator[str]:
         yield url
 
 
+@dataclass(frozen=True)
+class Served:
+    """A running ``personamem serve``: its URL, its process (the uvicorn supervisor) and its log."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
 @contextlib.contextmanager
-def personamem_server(
+def personamem_serve(
     folder: Path, *options: str, workers: int = 1, serve_options: Sequence[str] = ()
-) -> Iterator[str]:
+) -> Iterator[Served]:
     """``personamem [options] serve [serve_options]`` on a free port; ``options`` are the store options.
 
     ``folder`` holds the log (and is the ``--store`` unless ``options`` name another);
-    ``serve_options`` are the command's own (``--allow-method fast=pipeline:fast.toml``).
+    ``serve_options`` are the command's own (``--allow-method fast=pipeline:fast.toml``). For a test
+    that signals the server; :func:`personamem_server` is the same, yielding only the URL.
     """
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -88,8 +102,17 @@ def personamem_server(
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     folder.mkdir(parents=True, exist_ok=True)
-    with _serving(command, f"{url}/v1/health", folder / "server.log", env):
-        yield url
+    with _serving(command, f"{url}/v1/health", folder / "server.log", env) as process:
+        yield Served(url, process, folder / "server.log")
+
+
+@contextlib.contextmanager
+def personamem_server(
+    folder: Path, *options: str, workers: int = 1, serve_options: Sequence[str] = ()
+) -> Iterator[str]:
+    """:func:`personamem_serve`, yielding only the URL."""
+    with personamem_serve(folder, *options, workers=workers, serve_options=serve_options) as served:
+        yield served.url
 
 
 @contextlib.asynccontextmanager

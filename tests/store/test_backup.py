@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import Timeout
 
 from personamem import PersonaMem, SentenceEncoder
 from personamem.cli import main
 from personamem.errors import InvalidInputError
 from personamem.store.backup import BACKUP_INFO, backup, restore
+from personamem.store.store import VECTOR_DIR
+from personamem.store.vectors import writing_lock
 
 TOPICS = [
     "I keep three beehives in the orchard",
@@ -186,3 +189,28 @@ def test_the_commands(tmp_path: Path, mem: PersonaMem, capsys: pytest.CaptureFix
     assert main(["--sql-url", "postgresql+psycopg://db/personamem", "backup", str(tmp_path / "pg")]) == 2
     said = " ".join(capsys.readouterr().err.split())
     assert "pg_dump" in said and "docs/DEPLOY.md, section 'Backups'" in said
+
+
+def test_a_delete_holds_the_vector_folder_from_its_sql_step_to_the_rebuild(
+    tmp_path: Path, encoder: SentenceEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backup between the two would copy vectors of rows it does not copy: a copy that checks unclean."""
+    held: list[bool] = []
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.add("ana", "I keep three beehives in the orchard")
+        gone = mem.add("ana", "I sold the old car last week")
+        mem.store.flush()
+        catalog = mem.store.catalog
+        real_delete = catalog.delete_records
+
+        def delete_records(*args: Any, **kwargs: Any) -> list[str]:
+            try:  # another lock object on the same file, as the backup's process takes it
+                writing_lock(tmp_path / VECTOR_DIR).acquire(timeout=0).lock.release()
+                held.append(False)
+            except Timeout:
+                held.append(True)
+            return real_delete(*args, **kwargs)
+
+        monkeypatch.setattr(catalog, "delete_records", delete_records)
+        assert mem.delete("ana", [gone.id]) == [gone.id]
+        assert held == [True] and mem.store.check().ok
