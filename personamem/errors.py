@@ -47,6 +47,7 @@ __all__ = [
     "TruncationWarning",
     "UnreadableIndexError",
     "UserBeingForgottenError",
+    "WebhookSignatureError",
     "collect_fallbacks",
     "warn_fallback",
 ]
@@ -138,6 +139,13 @@ class PartialWriteError(StoreError):
         super().__init__(message)
         self.stored = stored
         self.total = total
+
+
+class WebhookSignatureError(PersonaMemError, ValueError):
+    """A webhook delivery that does not verify: no or a wrong signature, or a timestamp too old or new.
+
+    Raised by :func:`personamem.webhooks.verify`; the receiver answers it with a 4xx and drops the body.
+    """
 
 
 class LLMError(PersonaMemError):

@@ -36,6 +36,7 @@ from personamem.retrieval import BM25Retriever
 from personamem.store import Store
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy
 from personamem.trials import Trials
+from personamem.webhooks import Webhooks
 
 __all__ = ["Serving", "stored_pipeline"]
 
@@ -67,6 +68,7 @@ class Serving:
         self.duplicate_threshold = DUPLICATE_THRESHOLD
         self._served: ServedMethods | None = None
         self.trials = Trials(store)  # a candidate on trial against the live pipeline (interleaving)
+        self.webhooks = Webhooks(store)  # this view's tenant's webhooks and dead letters
 
     @classmethod
     def open(

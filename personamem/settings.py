@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     """Reports on logged calls that make ``serve`` run improve in the background (0: never; default 50)."""
     improve_s: float | None = Field(default=None, gt=0)
     """Seconds between ``serve``'s counts of new reports (default 300)."""
+    webhook_attempts: int | None = Field(default=None, ge=1)
+    """Attempts at delivering a webhook event before it is a dead letter (default 16: about an hour)."""
+    webhook_backoff_s: float | None = Field(default=None, gt=0)
+    """Seconds before a failed webhook delivery's first retry, doubling up to 600 (default 1)."""
+    webhook_timeout_s: float | None = Field(default=None, gt=0)
+    """Seconds a webhook receiver has to answer one delivery (default 5)."""
     otel: bool | None = None
     """OpenTelemetry spans (default on; they cost nothing until the application sets a tracer provider).
     ``0`` takes them off the call path altogether."""

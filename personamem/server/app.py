@@ -58,6 +58,7 @@ from personamem.server.ui import install_ui
 from personamem.settings import settings
 from personamem.store.engine import connection_lost
 from personamem.store.keys import ApiKey, KeyScope
+from personamem.webhook_delivery import from_settings as webhook_deliverer
 
 if TYPE_CHECKING:
     from personamem.mcp_server import HttpEndpoint
@@ -168,8 +169,11 @@ def create_app(
         improving = from_settings(mem)  # improve on its own once enough feedback came in
         if improving is not None:
             improving.start()
+        delivering = webhook_deliverer(mem)  # every process sends the outbox's due events
+        delivering.start()
         async with mcp.running() if mcp is not None else nullcontext():
             yield
+        delivering.close()
         if improving is not None:
             improving.close()
         mem.close()

@@ -61,6 +61,7 @@ from personamem.request_models import (
 )
 from personamem.server.auth import TENANT_OF, Admin, Reader, Writer
 from personamem.server.schemas import KeyIn, KeyOut, KeysOut, NewKeyOut
+from personamem.server.webhook_routes import webhooks_router
 from personamem.store.keys import KeyScope
 
 __all__ = ["ROUTERS", "row_handler", "serves"]
@@ -370,8 +371,16 @@ def revoke_key(key_id: str, tenant: Admin) -> Response:
     return _answer(KeyOut.of(revoked))
 
 
-ROUTERS = (operations_router, records_router, retrieval_router, memory_router, users_router, keys_router)
-"""Every REST router, in the order ``create_app`` includes them."""
+ROUTERS = (
+    operations_router,
+    records_router,
+    retrieval_router,
+    memory_router,
+    users_router,
+    keys_router,
+    webhooks_router,
+)
+"""Every REST router, in the order ``create_app`` includes them (the webhooks' are in ``webhook_routes``)."""
 
 
 def _serve_the_rows_without_handlers() -> None:

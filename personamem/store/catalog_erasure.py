@@ -22,6 +22,7 @@ from personamem.store.derived import DerivedValues
 from personamem.store.engine import Database, chunks
 from personamem.store.history import EventTable
 from personamem.store.interaction_table import InteractionTable
+from personamem.store.outbox import emit_forgotten, emit_records
 from personamem.store.pseudonyms import Pseudonyms
 from personamem.store.tables import RecordRow, RecordStatus, UserRow, UserStatus, vector_blob
 
@@ -46,11 +47,11 @@ class SqlErasure:
         """Delete the user's records with these ids in one transaction; return the ids deleted.
 
         Their events lose their text and gain ``event`` (``deleted``, or ``expired`` for the sweep),
-        content free, in the same transaction. The user's other records go back to ``pending`` with
-        their vectors (``kept``: vector ids and vectors as read from the index), because the caller
-        rebuilds the user's collection to erase the deleted vectors; a crash during the rebuild
-        leaves pending rows that repair indexes. The user's derived values are dropped too: an LLM's
-        output may quote a deleted record.
+        content free, in the same transaction, as do their webhook events (ids only). The user's other
+        records go back to ``pending`` with their vectors (``kept``: vector ids and vectors as read
+        from the index), because the caller rebuilds the user's collection to erase the deleted
+        vectors; a crash during the rebuild leaves pending rows that repair indexes. The user's derived
+        values are dropped too: an LLM's output may quote a deleted record.
 
         ``index``, a vector index in this database, loses the deleted records' vectors in the same
         transaction instead: the other rows stay indexed and nothing is rebuilt.
@@ -72,6 +73,7 @@ class SqlErasure:
                     )
                 )
             EventTable._erase_history(s, names, user_id, found, event)
+            emit_records(s, user_id, [(rid, event) for rid in found])
             DerivedValues._drop_derived(s, user_id)
             InteractionTable._scrub_interactions(s, user_id, set(found))
             if index is None:
@@ -106,7 +108,8 @@ class SqlErasure:
         """Delete every row of the user in every table that has a ``user_id`` column.
 
         The events of the user's records (a table without one) lose their text and gain a content
-        free ``forgotten`` event, in the same transaction.
+        free ``forgotten`` event, in the same transaction; the user's undelivered webhook events go
+        with the user's rows, and one ``user.forgotten`` (the user's id alone) is written after them.
 
         On SQLite the database is then vacuumed: secure-delete zeroes deleted cells, but a b-tree
         page rebuilt while rows move keeps stale bytes in its unused space (an index entry with a
@@ -116,8 +119,9 @@ class SqlErasure:
             record_ids = list(s.exec(select(RecordRow.record_id).where(RecordRow.user_id == user_id)))
             EventTable._erase_history(s, names, user_id, record_ids, "forgotten")
             for table in reversed(SQLModel.metadata.sorted_tables):
-                if "user_id" in table.c:
+                if "user_id" in table.c:  # the user's undelivered webhook events too
                     s.execute(table.delete().where(table.c.user_id == user_id))
+            emit_forgotten(s, user_id)
         self._db._vacuum()
 
 

@@ -1,7 +1,8 @@
 """The write protocol's SQL ends (``store.py`` numbers the steps): staging rows, then marking them indexed.
 
 Staging commits a batch's rows ``pending``, with their vectors kept in the row, together with the
-records' events and the users' fresh revisions, in one transaction; once the vectors are in the
+records' events, their webhook deliveries (``outbox.py``) and the users' fresh revisions, in one
+transaction; once the vectors are in the
 index, :meth:`Staging.mark_indexed` closes the protocol. With a vector index in the same database
 (:class:`InDatabaseIndex`) the vectors are written in the staging transaction and nothing is left
 pending. Waiting out a concurrent forget is the catalog's (``SqlCatalog.stage``).
@@ -22,6 +23,7 @@ from personamem.records import EventKind, Record
 from personamem.store.catalog_users import bump_revision, ensure_user
 from personamem.store.engine import Database, chunks
 from personamem.store.history import EventTable
+from personamem.store.outbox import emit_records
 from personamem.store.pseudonyms import Pseudonyms
 from personamem.store.tables import (
     TIMES,
@@ -136,6 +138,8 @@ class Staging:
                     continue
                 events += [(r.id, relabel_event, r.text) for r in relabelled]
                 EventTable._log_events(s, names, user_id, events)
+                replaced_by = {r.supersedes: r.id for r in written if r.supersedes}
+                emit_records(s, user_id, [(rid, event) for rid, event, _ in events], replaced_by)
                 bounded = any(is_bounded(r) for r in (*batch.values(), *relabelled))
                 bump = {"key": user_id, "fresh": uuid.uuid4().hex, "bounded": bounded}
                 if index is not None and written:

@@ -4,6 +4,8 @@
 (within :data:`~personamem.store.settings.FRESH_S` seconds of the change); the table it replaced is
 kept beside it, so one rollback undoes a bad choice. A tenant without its own follows the store's.
 A candidate on trial (``personamem/interleaving.py``) is kept here too, with the trials decided so far.
+Putting a table live (or rolling back) writes a ``pipeline.live`` webhook event in the same
+transaction (``outbox.py``).
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from sqlmodel import Session
+
+from personamem.store.outbox import emit_pipeline
 from personamem.store.settings import TenantSetting
 from personamem.store.sql import SqlCatalog
+from personamem.store.tables import StoreInfo
 
 __all__ = ["PIPELINE_KEY", "LivePipeline"]
 
@@ -39,16 +45,28 @@ class LivePipeline:
         """Serve ``table`` to the tenant's users; the one it replaces is kept for :meth:`rollback`."""
         previous = self._live.own(tenant)
         self._replaced.set(tenant, _NO_PIPELINE if previous is None else previous)
-        self._live.set(tenant, json.dumps(dict(table), sort_keys=True))
+        self._put_live(tenant, json.dumps(dict(table), sort_keys=True), rolled_back=False)
 
     def rollback(self, tenant: str | None) -> bool:
         """Put back the table that the last :meth:`serve` replaced; False if none."""
         previous = self._replaced.own(tenant)
         if previous is None:
             return False
-        self._live.set(tenant, None if previous == _NO_PIPELINE else previous)
+        self._put_live(tenant, None if previous == _NO_PIPELINE else previous, rolled_back=True)
         self._replaced.set(tenant, None)
         return True
+
+    def _put_live(self, tenant: str | None, table: str | None, *, rolled_back: bool) -> None:
+        """Set the tenant's own live table, announcing the table now served in the same transaction."""
+
+        def announce(s: Session) -> None:
+            served = table
+            if served is None and tenant is not None:  # the tenant follows the store's table again
+                stored = s.get(StoreInfo, PIPELINE_KEY)
+                served = None if stored is None else stored.value
+            emit_pipeline(s, PIPELINE_KEY, tenant, served, rolled_back=rolled_back)
+
+        self._live.set(tenant, table, also=announce)
 
     def trial(self, tenant: str | None) -> str | None:
         """The trial over the tenant's users (JSON of :class:`~personamem.interleaving.Trial`; None: none).

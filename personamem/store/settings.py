@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+
+from sqlmodel import Session
 
 from personamem.store.sql import SqlCatalog
 
@@ -45,8 +48,13 @@ class TenantSetting:
         """What this tenant (None: the store) set itself, read now; None where it follows the store's."""
         return self._catalog.info(self._keys(tenant)[0])
 
-    def set(self, tenant: str | None, value: str | None) -> None:
-        """Set the tenant's own value (None: the store's), or remove it with None."""
-        self._catalog.set_info(self._keys(tenant)[0], value)
+    def set(
+        self, tenant: str | None, value: str | None, also: Callable[[Session], None] | None = None
+    ) -> None:
+        """Set the tenant's own value (None: the store's), or remove it with None.
+
+        ``also`` runs in the same transaction (a webhook event announcing the change).
+        """
+        self._catalog.set_info(self._keys(tenant)[0], value, also)
         with self._lock:
             self._read.clear()  # a tenant without its own value follows the store's

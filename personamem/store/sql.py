@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 from sqlalchemy import Connection, delete, update
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from personamem.errors import UserBeingForgottenError
 from personamem.records import EventKind, Record
@@ -92,12 +92,18 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
         assert stored is not None
         return stored
 
-    def set_info(self, key: str, value: str | None) -> None:
-        """Store a fact, replacing any stored value; None removes it."""
+    def set_info(self, key: str, value: str | None, also: Callable[[Session], None] | None = None) -> None:
+        """Store a fact, replacing any stored value; None removes it.
+
+        ``also`` writes what the change entails in its transaction (a webhook event: ``outbox.py``).
+        """
         with self.session(write=True) as s:
             s.execute(delete(StoreInfo).where(col(StoreInfo.key) == key))
             if value is not None:
                 s.add(StoreInfo(key=key, value=value))
+            if also is not None:
+                s.flush()
+                also(s)
 
     def info(self, key: str) -> str | None:
         """A stored fact, or None."""

@@ -29,12 +29,15 @@ __all__ = [
     "USER_STATUS",
     "DerivedRow",
     "InteractionRow",
+    "OutboxRow",
+    "OutboxState",
     "RecordEventRow",
     "RecordRow",
     "RecordStatus",
     "StoreInfo",
     "UserRow",
     "UserStatus",
+    "WebhookRow",
     "content_hash",
     "is_bounded",
     "record_from_columns",
@@ -190,6 +193,62 @@ class RecordEventRow(SQLModel, table=True):
     at: float  # epoch seconds, UTC
     actor: str
     text: str | None = None
+
+
+class WebhookRow(SQLModel, table=True):
+    """A tenant's webhook: where its events go, which ones, and the secret that signs them.
+
+    The secret is kept as given (not hashed, unlike an API key's): every delivery is signed with it
+    (HMAC-SHA256), so the server must be able to read it back. It never leaves the server again.
+    """
+
+    __tablename__ = "webhooks"
+
+    webhook_id: str = Field(primary_key=True)
+    tenant: str = Field(index=True)  # "" for the store's own users (no tenant)
+    url: str
+    events: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    secret: str
+    created_at: str  # ISO 8601, UTC
+
+
+class OutboxState(StrEnum):
+    """A delivery waits (``pending``) until a 2xx deletes it, or gives up (``dead``) after its attempts."""
+
+    PENDING = "pending"
+    DEAD = "dead"
+
+
+class OutboxRow(SQLModel, table=True):
+    """One event to deliver to one webhook, written in the transaction of the change it describes.
+
+    ``user_id`` is the store key of the user the event is about (NULL for ``user.forgotten`` and
+    ``pipeline.live``): the column makes ``forget`` erase the user's undelivered events with the rest
+    of the user's rows, while the ``user.forgotten`` event written after them stays. ``data`` holds
+    ids only, never record or query text (``store/outbox.py``).
+    """
+
+    __tablename__ = "webhook_outbox"
+    __table_args__ = (
+        UniqueConstraint("event_id", "webhook_id"),
+        Index("ix_webhook_outbox_due", "state", "next_attempt_at"),  # the deliverer's claim
+    )
+
+    pk: int | None = Field(default=None, primary_key=True)  # the order events are delivered in
+    event_id: str  # shared by the event's deliveries to each of the tenant's webhooks
+    webhook_id: str = Field(index=True)
+    tenant: str = Field(index=True)
+    user_id: str | None = Field(default=None, index=True)
+    type: str
+    data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    occurred_at: float  # epoch seconds, UTC
+    queued_at: float  # when its attempts started (an admin's retry starts them again)
+    state: str = OutboxState.PENDING.value
+    attempts: int = 0
+    next_attempt_at: float = 0.0
+    claimed_until: float = 0.0  # a deliverer's lease: nobody else claims the row before then
+    claim: str | None = None
+    last_error: str | None = None
 
 
 TIMES = ("valid_from", "valid_until", "supersedes", "expires_at")

@@ -179,10 +179,22 @@ ROUTES: dict[tuple[str, str], tuple[KeyScope | None, int, Build]] = {
     ("GET", "/v1/ui/pipeline"): (KeyScope.READ, 200, lambda c: {}),
     ("GET", "/v1/ui/reports"): (KeyScope.READ, 200, lambda c: {}),
     ("GET", "/v1/ui/report"): (KeyScope.READ, 200, lambda c: {"params": {"path": "report.md"}}),
+    ("POST", "/v1/webhooks"): (
+        KeyScope.ADMIN,
+        201,
+        lambda c: {"json": {"url": "http://127.0.0.1:9/hook", "events": ["pipeline.live"]}},
+    ),
+    ("GET", "/v1/webhooks"): (KeyScope.ADMIN, 200, lambda c: {}),
+    ("GET", "/v1/webhooks/dead"): (KeyScope.ADMIN, 200, lambda c: {}),
+    # no such webhook or dead letter: 404 once past the key check
+    ("DELETE", "/v1/webhooks/{webhook_id}"): (KeyScope.ADMIN, 404, lambda c: {}),
+    ("POST", "/v1/webhooks/dead/{event_id}/retry"): (KeyScope.ADMIN, 404, lambda c: {}),
+    ("DELETE", "/v1/webhooks/dead/{event_id}"): (KeyScope.ADMIN, 404, lambda c: {}),
 }
 
 
 def _path(path: str, case: Case) -> str:
+    path = path.replace("{webhook_id}", "wh_none").replace("{event_id}", "no-such-event")
     return path.replace("{record_id}", "r1").replace("{key_id}", case.throwaway_key_id)
 
 

@@ -146,6 +146,7 @@ const loaders = {
   async reports() {
     const [pipeline, reports] = await Promise.all([api("GET", "/v1/ui/pipeline"), api("GET", "/v1/ui/reports")]);
     $("pipeline").textContent = JSON.stringify({ first_stage: pipeline.first_stage, trials: pipeline.trials, checkpoints: pipeline.checkpoints, config: pipeline.config }, null, 2);
+    await deadLetters();
     if (!reports.folder) {
       $("report-list").replaceChildren(el("li", "No reports folder (serve --reports DIR).", { class: "muted" }));
       return;
@@ -159,6 +160,27 @@ const loaders = {
     }));
   },
 };
+
+// deliveries that ran out of attempts (ids only); listing and retrying them takes an admin key
+async function deadLetters() {
+  let data;
+  try {
+    data = await api("GET", "/v1/webhooks/dead");
+  } catch (error) {
+    $("dead-note").textContent = error.message === "unauthorized" ? "" : `Not shown: ${error.message}`;
+    $("dead-rows").replaceChildren();
+    return;
+  }
+  $("dead-note").textContent = data.dead.length ? `${data.dead.length} dead letter(s), newest first` : "None: every webhook event was delivered or is still being retried.";
+  $("dead-rows").replaceChildren(...data.dead.map((d) => {
+    const retry = el("button", "retry");
+    retry.addEventListener("click", async () => {
+      await api("POST", `/v1/webhooks/dead/${encodeURIComponent(d.event_id)}/retry`);
+      await deadLetters();
+    });
+    return row([d.event_id, d.type, JSON.stringify(d.data), d.attempts, d.last_error ?? "–", retry]);
+  }));
+}
 
 async function showReport(path) {
   const data = await api("GET", "/v1/ui/report", { path });
