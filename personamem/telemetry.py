@@ -5,7 +5,9 @@ or ``opentelemetry-instrument``; ``serve`` sets one from the standard ``OTEL_*``
 ``otel`` extra is installed), every operation of the facade is a span ``personamem.<operation>``,
 so the SDK, the REST routes, MCP's tools and the adapters all trace through the same place; the
 pipeline's stages are child spans (``personamem.personalize``, ``personamem.first_stage``,
-``personamem.select``, ``personamem.memory``, ``personamem.fit``). Without one, the API hands out
+``personamem.select``, ``personamem.memory``, ``personamem.fit``), as are encoding, vector search
+and each SQL transaction or fast read (``personamem.sql``, with ``db.system.name`` and whether it
+writes; never a statement's values). Without one, the API hands out
 non-recording spans and nothing here computes an attribute. Each operation's latency is also the
 histogram ``personamem.operation.duration`` (seconds; by operation and outcome), beside the
 Prometheus metrics ``serve`` has always had.
@@ -19,10 +21,11 @@ only with ``PERSONAMEM_OTEL_CONTENT=1`` (``gen_ai.memory.query.text``), record t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -33,7 +36,7 @@ from personamem.settings import settings
 if TYPE_CHECKING:
     from personamem.store import Store
 
-__all__ = ["MEMORY_OPERATIONS", "staged", "traced"]
+__all__ = ["MEMORY_OPERATIONS", "staged", "step", "traced"]
 
 tracer = trace.get_tracer("personamem", version("personamem"))
 """A proxy: it follows whatever provider the application sets, before or after this import."""
@@ -104,6 +107,16 @@ def staged(name: str) -> Callable[[_F], _F]:
         return cast("_F", run)
 
     return wrap
+
+
+@contextlib.contextmanager
+def step(name: str, attributes: Mapping[str, Any]) -> Iterator[None]:
+    """A step that is no function of its own (a SQL transaction) as a child span with ``attributes``."""
+    if not enabled:
+        yield
+        return
+    with tracer.start_as_current_span(f"personamem.{name}", attributes=attributes):
+        yield
 
 
 def _call_attributes(store: Store, operation: str, bound: Mapping[str, Any]) -> dict[str, Any]:

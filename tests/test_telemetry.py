@@ -59,6 +59,13 @@ def test_every_operation_is_a_span(mem: PersonaMem, spans: InMemorySpanExporter)
     assert {"personamem.memory", "personamem.first_stage", "personamem.fit"} <= set(_children(found, root))
     (first,) = [s for s in found if s.name == "personamem.first_stage"]
     assert "personamem.ranker" in _children(found, first)  # the default's learned ranker, under it
+    assert "personamem.sql" in _children(found, add)  # the add's transaction
+    sql = [s for s in found if s.name == "personamem.sql"]
+    assert {(s.attributes or {}).get("db.system.name") for s in sql} == {"sqlite"}
+    assert any((s.attributes or {}).get("personamem.sql.write") for s in sql)
+    # the context's reads are in its trace (its log row is written behind it, in a trace of its own)
+    in_trace = [s for s in sql if s.context and root.context and s.context.trace_id == root.context.trace_id]
+    assert in_trace
     attributes = dict(root.attributes)
     assert attributes["gen_ai.operation.name"] == "search_memory"
     assert attributes["personamem.interaction_id"] == context.interaction_id

@@ -23,8 +23,15 @@ from personamem.datasets.source import held_out_questions
 from personamem.datasets.table import nest_options
 from personamem.encoder import Encoder, default_encoder
 from personamem.errors import MissingExtraError
+from personamem.eval.answer_judge import AnswerJudge
 from personamem.eval.report import Report
-from personamem.eval.runner import build_store, evaluate_method, warm_up_metrics
+from personamem.eval.runner import (
+    ANSWER_BASELINES,
+    build_store,
+    evaluate_answer_baseline,
+    evaluate_method,
+    warm_up_metrics,
+)
 from personamem.llm import FrozenLLM
 from personamem.llm.load import REFERENCE_RUNTIME, Runtime, load_llm
 from personamem.methods import is_method, method_config, method_help, method_named, method_names
@@ -58,10 +65,23 @@ class EvalConfig(BaseModel):
     depth: int = Field(default=100, ge=1)
     """Records ranked per question (the deepest recall cutoff)."""
     answers: bool = False
-    """Also score answers with the local LLM given the top profile_k records: the gold answer's
-    log-likelihood and a generated answer's overlap (slow on a CPU)."""
+    """Also have the LLM (the reader) answer from each method's top profile_k records, from no
+    memory and from the full history: the gold answer's log-likelihood, a generated answer's overlap
+    and, with --judge, its judged accuracy (slow on a CPU; answers are kept, so a rerun resumes)."""
     profile_k: int = Field(default=5, ge=1)
     """Records the LLM sees with answers."""
+    judge: str | None = None
+    """With --answers: the LLM that judges each generated answer right or wrong against the gold
+    (a packaged model, a transformers folder, or the model --judge-url serves)."""
+    judge_runtime: Runtime = REFERENCE_RUNTIME
+    """The judge's local engine (ctranslate2 or transformers)."""
+    judge_url: str | None = None
+    """An OpenAI-compatible server (.../v1: vLLM, a hosted API) that serves --judge."""
+    llm_url: str | None = None
+    """An OpenAI-compatible server (.../v1) that serves --llm, instead of running it here."""
+    history_tokens: int = Field(default=4096, ge=1)
+    """With --answers: the full-history baseline's size, the user's latest records up to this many
+    tokens (the reader's window permitting)."""
     max_questions: int | None = Field(default=None, ge=1)
     """Evaluate an evenly spaced subset of this many questions."""
     llm: str = "smollm2-135m"
@@ -116,6 +136,7 @@ def run_eval(
     *,
     encoder: Encoder | None = None,
     llm: FrozenLLM | None = None,
+    judge: AnswerJudge | None = None,
     cache_dir: Path | None = None,
     store_dir: Path | None = None,
     progress: Progress | None = None,
@@ -127,8 +148,11 @@ def run_eval(
     does not re-embed it. The store lives under ``store_dir`` in a folder named by the exact corpus
     and encoder, so LLM outputs cached in it (PBR's pseudo feedback, expansions) are reused by later
     runs; with None it is a temporary folder removed afterwards. ``llm`` is the frozen LLM for
-    LLM-based methods and ``config.answers`` (default: the local default LLM, loaded only if needed).
-    ``command`` is the command line the report names as reproducing it (the CLI passes its own).
+    LLM-based methods and ``config.answers`` (default: the local default LLM, loaded only if needed);
+    ``judge`` judges the answers (default: ``config.judge``'s, if named). With answers, the reader
+    also answers from no memory and from the full history
+    (:data:`~personamem.eval.runner.ANSWER_BASELINES`). ``command`` is the command line the report
+    names as reproducing it (the CLI passes its own).
     """
     missing = [name for name in ("ranx", "scipy", "matplotlib") if importlib.util.find_spec(name) is None]
     if missing:
@@ -147,7 +171,10 @@ def run_eval(
         raise ValueError(f"{benchmark.name}: no question can be scored (skipped: {reasons})")
     timings["metric_compile"] = warm_up_metrics()
     needs_llm = config.answers or any(method_config(name).needs_llm for name in config.run_methods)
-    llm = llm or (load_llm(config.llm, runtime=config.llm_runtime) if needs_llm else None)
+    if llm is None and needs_llm:
+        llm = load_llm(config.llm, runtime=config.llm_runtime, url=config.llm_url)
+    if judge is None and config.answers and config.judge is not None:
+        judge = AnswerJudge(load_llm(config.judge, runtime=config.judge_runtime, url=config.judge_url))
     methods = [method_named(name, llm) for name in config.run_methods]
     encoder = encoder or default_encoder()
     with contextlib.ExitStack() as stack:
@@ -168,11 +195,27 @@ def run_eval(
                         seeds=range(config.seeds),
                         depth=config.depth,
                         llm=llm if config.answers else None,
+                        judge=judge,
                         profile_k=config.profile_k,
                         progress=progress,
                     )
                 )
                 timings[method.name] = time.perf_counter() - start
+            if config.answers and llm is not None:
+                for baseline in ANSWER_BASELINES:
+                    start = time.perf_counter()
+                    runs.append(
+                        evaluate_answer_baseline(
+                            baseline,
+                            benchmark,
+                            store,
+                            llm,
+                            judge=judge,
+                            history_tokens=config.history_tokens,
+                            progress=progress,
+                        )
+                    )
+                    timings[baseline] = time.perf_counter() - start
         finally:
             store.close()
     return Report(benchmark, runs, baseline=config.baseline, command=command, timings=timings)

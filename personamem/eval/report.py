@@ -61,7 +61,13 @@ class Report:
         base = next((run for run in self.runs if run.method == self.baseline), None)
         if base is None:
             raise ValueError(f"baseline {self.baseline!r} is not among the methods run")
-        return [compare(run, base, metric) for run in self.runs if run is not base for metric in run.scores]
+        return [
+            compare(run, base, metric)
+            for run in self.runs
+            if run is not base
+            for metric in run.scores
+            if metric in base.scores
+        ]
 
     def categories(self) -> dict[str, list[str]]:
         """Question category -> question ids, in first-seen order."""
@@ -140,8 +146,9 @@ class Report:
                 pb,
             ),
             (
-                "Answers from the frozen LLM given the top records (log-likelihood in nats; overlap of a "
-                "greedy answer)",
+                "Answers from the frozen LLM given the top records, no memory (no-memory) or the latest "
+                "history that fits (full-history): the gold answer's log-likelihood in nats, a greedy "
+                "answer's overlap, its judged accuracy (judged) and the tokens the LLM read (prompt_tokens)",
                 answers,
             ),
         ):
@@ -198,13 +205,17 @@ class Report:
     def _table(self, metrics: Sequence[str], question_ids: list[str] | None = None) -> list[str]:
         header = "| method | seeds | questions | " + " | ".join(metric_label(m) for m in metrics) + " |"
         rows = [header, "|" + "---|" * (len(metrics) + 3)]
-        for run in self.runs:
+        for run in self._scoring(metrics):
             summaries = [summarize(run, m, question_ids) for m in metrics]
             n = summaries[0].questions if summaries else 0
             rows.append(
                 f"| {run.method} | {len(run.seeds)} | {n} | " + " | ".join(map(_cell, summaries)) + " |"
             )
         return rows
+
+    def _scoring(self, metrics: Sequence[str]) -> list[MethodRun]:
+        """The runs that scored any of ``metrics`` (the answer baselines rank nothing)."""
+        return [run for run in self.runs if any(m in run.scores for m in metrics)]
 
     def _category_tables(self) -> list[str]:
         lines: list[str] = []
@@ -252,7 +263,7 @@ class Report:
         _bar_chart(
             Figure(figsize=(max(6.0, 1.2 * len(metrics)), 4)),
             [metric_label(m) for m in metrics],
-            {run.method: [summarize(run, m) for m in metrics] for run in self.runs},
+            {run.method: [summarize(run, m) for m in metrics] for run in self._scoring(metrics)},
             f"{self.benchmark.name}: mean ± std over seeds",
         ).savefig(overall, dpi=120, bbox_inches="tight")
         categories = self.categories()
@@ -262,7 +273,7 @@ class Report:
             list(categories),
             {
                 run.method: [summarize(run, "recall@5", ids) for ids in categories.values()]
-                for run in self.runs
+                for run in self._scoring(["recall@5"])
             },
             f"{self.benchmark.name}: R@5 by question category",
         ).savefig(by_category, dpi=120, bbox_inches="tight")

@@ -8,14 +8,15 @@ method is measured on the same read path users run. Vectors come from the corpus
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rich.progress import Progress
 
 from personamem.datasets.benchmark import Benchmark, Question
 from personamem.datasets.vectors import build_store
-from personamem.eval.answering import score_answers
+from personamem.eval.answer_judge import AnswerJudge
+from personamem.eval.answering import answer_steps, history_rankings, score_answers
 from personamem.eval.metrics import personabench_scores, ranx_scores
 from personamem.llm import FrozenLLM
 from personamem.llm.parsing import tally_outputs
@@ -23,7 +24,15 @@ from personamem.methods import Method
 from personamem.retrieval import Preparable
 from personamem.store import Store
 
-__all__ = ["DEFAULT_METRICS", "MethodRun", "build_store", "evaluate_method", "warm_up_metrics"]
+__all__ = [
+    "ANSWER_BASELINES",
+    "DEFAULT_METRICS",
+    "MethodRun",
+    "build_store",
+    "evaluate_answer_baseline",
+    "evaluate_method",
+    "warm_up_metrics",
+]
 
 DEFAULT_METRICS = (
     "recall@1",
@@ -40,6 +49,8 @@ DEFAULT_METRICS = (
 )
 """Early precision and deep recall side by side, as the PersonalizedCIR reproduction asks."""
 
+ANSWER_BASELINES = ("no-memory", "full-history")
+"""What the reader answers from when no method chose: nothing, or the user's latest records that fit."""
 PERSONABENCH_CUTOFFS = (1, 3, 5)
 _PREPARE_CHUNK = 16  # questions per prepare call: a batch for the LLM, a step for the progress bar
 
@@ -81,6 +92,7 @@ def evaluate_method(
     metrics: Sequence[str] = DEFAULT_METRICS,
     llm: FrozenLLM | None = None,
     generate: bool = True,
+    judge: AnswerJudge | None = None,
     profile_k: int = 5,
     progress: Progress | None = None,
 ) -> MethodRun:
@@ -89,7 +101,8 @@ def evaluate_method(
     A deterministic method runs with the first seed only. PersonaBench's protocol metrics are added
     for benchmarks whose questions carry ``gold_groups``. With ``llm``, answer metrics of the top
     ``profile_k`` records are added (:func:`~personamem.eval.answering.score_answers`; ``generate``
-    adds generated-answer overlap).
+    adds generated-answer overlap, ``judge`` the judged accuracy); answers and verdicts are kept in
+    ``store``, so a rerun resumes.
     """
     if not seeds:
         raise ValueError("need at least one seed")
@@ -116,22 +129,71 @@ def evaluate_method(
             run.rankings[seed] = rankings
             scores = _score(questions, rankings, metrics)
             if llm is not None:
-                task = (
-                    progress.add_task(f"{method.name} answers (seed {seed})", total=None)
-                    if progress
-                    else None
-                )
                 records = {(r.user_id, r.id): r for r in benchmark.records}
+                advance = _bar(progress, f"{method.name} answers (seed {seed})", questions, generate, judge)
                 scores.update(
-                    score_answers(llm, questions, rankings, records, k=profile_k, generate=generate)
-                )
-                if progress is not None and task is not None:
-                    progress.update(task, total=1, completed=1)
+                    score_answers(
+                        llm, questions, rankings, records, k=profile_k, generate=generate, judge=judge,
+                        cache=store, advance=advance,
+                    )
+                )  # fmt: skip
             for metric, per_question in scores.items():
                 for qid, value in per_question.items():
                     run.scores.setdefault(metric, {}).setdefault(qid, []).append(value)
     run.outputs = dict(sorted(outputs.items()))
     return run
+
+
+def evaluate_answer_baseline(
+    name: str,
+    benchmark: Benchmark,
+    store: Store,
+    llm: FrozenLLM,
+    *,
+    judge: AnswerJudge | None = None,
+    history_tokens: int = 4096,
+    progress: Progress | None = None,
+) -> MethodRun:
+    """The reader's answers without a method: from no memory, or from the full history that fits.
+
+    ``name`` is one of :data:`ANSWER_BASELINES`; ``history_tokens`` caps the full history (the reader's
+    window caps it too). Only answer metrics are scored: a baseline ranks nothing.
+    """
+    questions = benchmark.questions
+    if name == "no-memory":
+        rankings: dict[str, list[str]] = {q.id: [] for q in questions}
+    elif name == "full-history":
+        rankings = history_rankings(llm, questions, benchmark.records, history_tokens)
+    else:
+        raise ValueError(f"unknown answer baseline {name!r}; choose from {', '.join(ANSWER_BASELINES)}")
+    records = {(r.user_id, r.id): r for r in benchmark.records}
+    deepest = max(map(len, rankings.values()), default=0)
+    run = MethodRun(name, [0], stochastic=False)
+    advance = _bar(progress, f"{name} answers", questions, True, judge)
+    with tally_outputs() as outputs:
+        scores = score_answers(
+            llm, questions, rankings, records, k=deepest, judge=judge, cache=store, advance=advance
+        )
+    for metric, per_question in scores.items():
+        run.scores[metric] = {qid: [value] for qid, value in per_question.items()}
+    run.outputs = dict(sorted(outputs.items()))
+    return run
+
+
+def _bar(
+    progress: Progress | None,
+    label: str,
+    questions: Sequence[Question],
+    generate: bool,
+    judge: AnswerJudge | None,
+) -> Callable[[int], None] | None:
+    """A progress bar over the answer steps of ``questions``; its ``advance``, or None without progress."""
+    if progress is None:
+        return None
+    task = progress.add_task(
+        label, total=answer_steps(questions, generate=generate, judged=judge is not None)
+    )
+    return lambda done: progress.advance(task, done)
 
 
 def _prepare(

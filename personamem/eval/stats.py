@@ -47,8 +47,11 @@ class Comparison:
 
 
 def summarize(run: MethodRun, metric: str, question_ids: Iterable[str] | None = None) -> Summary:
-    """Mean ± std over seeds of the mean over questions (all of the metric's, or only ``question_ids``)."""
-    per_question = run.scores[metric]
+    """Mean ± std over seeds of the mean over questions (all of the metric's, or only ``question_ids``).
+
+    NaN for a metric the run has not scored (an answer baseline ranks nothing).
+    """
+    per_question = run.scores.get(metric, {})
     ids = [qid for qid in (question_ids if question_ids is not None else per_question) if qid in per_question]
     if not ids:
         return Summary(math.nan, math.nan, 0, len(run.seeds))

@@ -25,6 +25,7 @@ from sqlmodel import Session, SQLModel, create_engine
 from personamem.errors import StoreError, StoreUnavailableError
 from personamem.store.disk import disk_full, low_on_space, says_full, sqlite_io_error
 from personamem.store.tables import ADDED_COLUMNS
+from personamem.telemetry import step
 
 __all__ = ["IN_CHUNK", "Database", "chunks", "connection_lost", "vacuum_sqlite"]
 
@@ -120,6 +121,8 @@ class Database:
     def __init__(self, url: str) -> None:
         parsed = make_url(url)
         self.url = url
+        # what a SQL span says of the database (the OTel name; never a path, host or credentials)
+        self._span = {"db.system.name": parsed.get_backend_name()}  # sqlite, postgresql, ...
         sqlite_url = parsed.get_backend_name() == "sqlite"
         database = parsed.database if sqlite_url else None
         self._sqlite_file = Path(database).resolve() if database and database != ":memory:" else None
@@ -203,7 +206,10 @@ class Database:
         integrity errors pass through for the callers that expect them.
         """
         try:
-            with Session(self._writer if write else self.engine, expire_on_commit=False) as session:
+            with (
+                step("sql", {**self._span, "personamem.sql.write": write}),
+                Session(self._writer if write else self.engine, expire_on_commit=False) as session,
+            ):
                 try:
                     yield session
                     session.commit()
@@ -271,11 +277,12 @@ class Database:
         transaction still sees one snapshot of the latest commits.
         """
         reader = self._revision_reader()
-        if reader is not None:
-            return reader.execute(statement, params).fetchall()
-        if self._autocommit is None:
+        if reader is None and self._autocommit is None:
             return None
-        return self._autocommit_rows(statement, params)
+        with step("sql", {**self._span, "personamem.sql.write": False}):
+            if reader is not None:
+                return reader.execute(statement, params).fetchall()
+            return self._autocommit_rows(statement, params)
 
     def _autocommit_rows(self, statement: str, params: Sequence[Any], *, retry: bool = True) -> list[Any]:
         """:meth:`fixed_rows` on a pooled autocommit connection.

@@ -20,7 +20,7 @@ def test_gold_profile_raises_the_answer_likelihood(llm: TransformersLLM) -> None
     with_gold = score_answers(llm, [QUESTION], {"q": ["g"]}, RECORDS, k=1, generate=False)
     without = score_answers(llm, [QUESTION], {"q": ["o"]}, RECORDS, k=1, generate=False)
     assert with_gold["answer_loglik"]["q"] > without["answer_loglik"]["q"] + 1.0
-    assert set(with_gold) == {"answer_loglik", "answer_loglik_per_token"}
+    assert set(with_gold) == {"answer_loglik", "answer_loglik_per_token", "answer_prompt_tokens"}
 
 
 def test_generated_answers_are_scored_and_unanswerable_questions_left_out(llm: TransformersLLM) -> None:
@@ -29,6 +29,7 @@ def test_generated_answers_are_scored_and_unanswerable_questions_left_out(llm: T
     assert set(scores) == {
         "answer_loglik",
         "answer_loglik_per_token",
+        "answer_prompt_tokens",
         "answer_f1",
         "answer_em",
         "answer_rougeL",

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from rich.progress import Progress
 
 from personamem.cli import main
 from personamem.cli.options import command_line
@@ -19,7 +20,10 @@ from personamem.datasets.vectors import corpus_vectors, default_vector_cache, sa
 from personamem.encoder import SentenceEncoder
 from personamem.errors import IngestError, MethodError
 from personamem.eval import BenchmarkName, EvalConfig, build_store, evaluate_method, run_eval
+from personamem.eval.answer_judge import AnswerJudge
 from personamem.eval.metrics import ranx_scores
+from personamem.eval.stats import summarize
+from personamem.llm import CTranslate2LLM
 from personamem.methods import method_named
 from personamem.testing import FakeLLM
 from tests.conftest import DATA, need_data
@@ -324,3 +328,35 @@ def test_a_pipeline_file_is_scored_as_one_method(tmp_path: Path, encoder: Senten
     assert f"--pipeline {pipeline}" in command and "--method" not in command
     with pytest.raises(ValueError, match="unknown method"):
         EvalConfig(benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("dense", "dence"))
+
+
+def test_answers_are_judged_beside_recall_with_both_baselines_and_rerun_alike(
+    tmp_path: Path, encoder: SentenceEncoder, ct2_llm: CTranslate2LLM
+) -> None:
+    root = _tiny_personabench(tmp_path / "data", GOLD)
+    config = EvalConfig(
+        benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("dense",), answers=True, baseline="dense"
+    )
+    judge, stores = AnswerJudge(ct2_llm), tmp_path / "stores"
+    report = run_eval(config, encoder=encoder, llm=ct2_llm, judge=judge, store_dir=stores)
+    assert [run.method for run in report.runs] == ["dense", "no-memory", "full-history"]
+    for run in report.runs:
+        assert set(run.scores["answer_judged"]) == {"q1", "q2"}, run.method
+    assert "recall@5" not in report.runs[1].scores  # a baseline ranks nothing
+    tokens = {run.method: summarize(run, "answer_prompt_tokens").mean for run in report.runs}
+    assert tokens["no-memory"] < tokens["dense"] <= tokens["full-history"]
+    compared = {(c.method, c.metric) for c in report.comparisons()}
+    assert ("no-memory", "answer_judged") in compared and ("no-memory", "recall@5") not in compared
+    markdown = report.to_markdown()
+    assert "| full-history | 1 | 2 |" in markdown and "judged" in markdown
+    progress = Progress(disable=True)
+    again = run_eval(config, encoder=encoder, llm=ct2_llm, judge=judge, store_dir=stores, progress=progress)
+    bars = {t.description: (t.completed, t.total) for t in progress.tasks if "answers" in t.description}
+    assert bars == {  # two answered questions x (scored, answered, judged)
+        label: (6, 6) for label in ("dense answers (seed 0)", "no-memory answers", "full-history answers")
+    }
+    for method in ("dense", "no-memory", "full-history"):  # the kept answers and verdicts, read back
+        assert (
+            again.to_json()["methods"][method]["per_question"]
+            == report.to_json()["methods"][method]["per_question"]
+        )

@@ -15,8 +15,11 @@ if TYPE_CHECKING:
 
 __all__ = ["RetrievalEvalRun", "run"]
 
-SHOWN_METRICS = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr", "pb_recall@5", "pb_ndcg@5")
-"""The printed table's columns (PersonaBench protocol ones where they exist); the report has all metrics."""
+SHOWN_METRICS = (
+    "recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr", "pb_recall@5", "pb_ndcg@5",
+    "answer_judged", "answer_f1", "answer_prompt_tokens",
+)  # fmt: skip
+"""The printed table's columns where the run has them (PersonaBench protocol, answers); the report has all."""
 
 
 class RetrievalEvalRun(EvalRun):
@@ -53,11 +56,16 @@ def run(config: RetrievalEvalRun, *, progress: Progress | None = None, command: 
         cells = []
         for metric in shown:
             s = summarize(method_run, metric)
-            cells.append(f"{s.mean:.3f}" if s.seeds < 2 else f"{s.mean:.3f}±{s.std:.3f}")
+            if s.mean != s.mean:  # NaN: an answer baseline ranks nothing
+                cells.append("—")
+            elif metric == "answer_prompt_tokens":
+                cells.append(f"{s.mean:.0f}")
+            else:
+                cells.append(f"{s.mean:.3f}" if s.seeds < 2 else f"{s.mean:.3f}±{s.std:.3f}")
         rows.append((method_run.method, *cells))
     lines = []
     for c in report.comparisons():
-        if c.metric in ("recall@5", "ndcg@5"):
+        if c.metric in ("recall@5", "ndcg@5", "answer_judged"):
             p = "identical" if c.p != c.p else f"p = {c.p:.3g}"
             lines.append(f"{c.method} vs {c.baseline}, {metric_label(c.metric)}: {c.difference:+.4f} ({p})")
     if report.benchmark.skipped:
