@@ -73,6 +73,9 @@ _SEGMENT_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-
 _M_PERTURB = -6  # glibc mallopt parameter: fill freed (and fresh) heap memory with a byte pattern
 _REFRESH_ID = "personamem-refresh"  # deleted (never present) to make Chroma apply other processes' writes
 _SALVAGE_CHUNK = 256  # ids read at a time when a collection's embeddings cannot be read whole
+IDS_PER_CALL = 5_000
+"""Ids one Chroma call names at most: embedded Chroma's SQLite refuses a statement of more than
+32,766 variables, so a read or delete of a big user's ids goes in chunks (a 40,000-id read failed)."""
 # the persisted watermark of a collection's vector segment, and the newest entry of the whole log
 # (an integer primary key: found at once, where the newest of one collection would be a scan)
 _LOG_POSITION = """
@@ -293,8 +296,9 @@ class VectorIndex:
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
         """Remove vectors for ``ids`` from collection ``name`` (absent ids are ignored)."""
-        if ids:
-            self._delete(name, list(ids))
+        wanted = list(ids)
+        for start in range(0, len(wanted), IDS_PER_CALL):
+            self._delete(name, wanted[start : start + IDS_PER_CALL])
 
     def refresh(self, name: str) -> None:
         """Make this process's view of the collection current with what other processes wrote.
@@ -361,13 +365,27 @@ class VectorIndex:
 
         Empty when the collection is absent.
         """
-        wanted = None if ids is None else list(ids)
-        result = self._read(name, lambda c: c.get(ids=wanted, include=["embeddings"]), None)
-        if result is None:
-            return [], np.zeros((0, 0), dtype=np.float32)
-        embeddings = result["embeddings"]
-        assert embeddings is not None
-        return list(result["ids"]), np.asarray(embeddings, dtype=np.float32)
+        empty: tuple[list[str], np.ndarray] = ([], np.zeros((0, 0), dtype=np.float32))
+        if ids is None:
+            result = self._read(name, lambda c: c.get(include=["embeddings"]), None)
+            return empty if result is None else _rows(result)
+        wanted = list(ids)
+        found: list[str] = []
+        parts: list[np.ndarray] = []
+        for start in range(0, len(wanted), IDS_PER_CALL):
+            chunk = wanted[start : start + IDS_PER_CALL]
+
+            def read(c: Collection, chunk: list[str] = chunk) -> Any:
+                return c.get(ids=chunk, include=["embeddings"])
+
+            result = self._read(name, read, None)
+            if result is None:
+                return empty
+            got, matrix = _rows(result)
+            found += got
+            if len(got):
+                parts.append(matrix)
+        return (found, np.concatenate(parts)) if parts else empty
 
     def salvage(self, name: str) -> tuple[list[str], np.ndarray, set[str]]:
         """What can be read of a damaged collection: (ids, vectors) readable, and the ids that are not.
@@ -528,3 +546,10 @@ def _shred(folder: Path) -> None:
                 handle.seek(0)
                 handle.write(bytes(size))
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _rows(result: Any) -> tuple[list[str], np.ndarray]:
+    """(ids, vectors) of a Chroma ``get`` that included the embeddings."""
+    embeddings = result["embeddings"]
+    assert embeddings is not None
+    return list(result["ids"]), np.asarray(embeddings, dtype=np.float32)
