@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from personamem import PersonaMem, PipelineConfig
 from personamem.errors import CheckpointError, ConfigError
 from personamem.pipeline.config import pipeline_config
-from personamem.retrieval.ranker import INFO_FILE, MODEL_FILE, SHIPPED_RANKERS, RankerModel
+from personamem.retrieval.ranker import INFO_FILE, MODEL_FILE, SHIPPED_RANKERS, RankerModel, _top, _two_best
 from personamem.trainers.ranker.export import save_ranker
 
 TEXTS = [
@@ -103,3 +104,17 @@ def test_a_ranker_needs_hybrid_with_an_adapter(mem: PersonaMem) -> None:
         pipeline_config({"first_stage": "bm25", "ranker": "mixed"})
     with pytest.raises(Exception, match="reads a query adapter's vectors"):
         mem.pipeline(PipelineConfig(ranker="mixed", query_encoder="base"))
+
+
+def test_the_top_rows_are_a_stable_sorts_first_k_without_sorting_them_all() -> None:
+    rng = np.random.default_rng(0)
+    for trial in range(600):
+        n = int(rng.integers(0, 300))
+        scores = [
+            rng.normal(size=n),
+            rng.integers(0, 4, size=n),  # many ties, at the k-th score too
+            np.where(rng.random(n) < 0.7, 0.0, rng.random(n)),  # BM25: mostly zero
+        ][trial % 3].astype(np.float32)
+        for k in (1, 7, 100):
+            assert np.array_equal(_top(scores, k), np.argsort(-scores, kind="stable")[:k])
+        assert np.array_equal(_two_best(scores), np.sort(scores)[::-1][:2])
