@@ -25,6 +25,7 @@ from personamem.errors import (
     warn_fallback,
 )
 from personamem.interleaving import Draft
+from personamem.jobs import Jobs
 from personamem.llm.base import FrozenLLM
 from personamem.methods import ServedMethods, method_config
 from personamem.pipeline import Pipeline, PipelineConfig, load_pipeline
@@ -69,6 +70,7 @@ class Serving:
         self._served: ServedMethods | None = None
         self.trials = Trials(store)  # a candidate on trial against the live pipeline (interleaving)
         self.webhooks = Webhooks(store)  # this view's tenant's webhooks and dead letters
+        self.jobs = Jobs(store)  # this view's tenant's bulk imports, run in the background
 
     @classmethod
     def open(

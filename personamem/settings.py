@@ -61,6 +61,13 @@ class Settings(BaseSettings):
     """Seconds before a failed webhook delivery's first retry, doubling up to 600 (default 1)."""
     webhook_timeout_s: float | None = Field(default=None, gt=0)
     """Seconds a webhook receiver has to answer one delivery (default 5)."""
+    job_batch: int | None = Field(default=None, ge=1)
+    """Lines of a bulk import stored per transaction, each a step of its resume point (default 500)."""
+    job_lease_s: float | None = Field(default=None, gt=0)
+    """Seconds a server process holds an import job between batches; a killed one's job waits this long
+    before another takes it over (default 60)."""
+    api_key: str | None = None
+    """The API key ``personamem import --server`` sends (its ``--key``)."""
     otel: bool | None = None
     """OpenTelemetry spans (default on; they cost nothing until the application sets a tracer provider).
     ``0`` takes them off the call path altogether."""

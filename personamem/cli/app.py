@@ -161,7 +161,7 @@ COMMANDS = (
         "portability",
         "import_user",
         MEMORY,
-        "Store a user's export; the file is validated whole first, and importing twice changes nothing.",
+        "Store a user's export locally, or send records to a server as a resumable import job (--server).",
     ),
     Command(
         "backup",

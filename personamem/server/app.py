@@ -48,6 +48,7 @@ from personamem.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from personamem.job_runner import from_settings as job_runner
 from personamem.memory import PersonaMem, open_memory
 from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
 from personamem.request_models import problems_text
@@ -171,8 +172,11 @@ def create_app(
             improving.start()
         delivering = webhook_deliverer(mem)  # every process sends the outbox's due events
         delivering.start()
+        importing = job_runner(mem)  # every process runs queued bulk imports, a batch at a time
+        importing.start()
         async with mcp.running() if mcp is not None else nullcontext():
             yield
+        importing.close()  # after the batch in progress; its job is handed on
         delivering.close()
         if improving is not None:
             improving.close()

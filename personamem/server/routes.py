@@ -60,6 +60,7 @@ from personamem.request_models import (
     UserQuery,
 )
 from personamem.server.auth import TENANT_OF, Admin, Reader, Writer
+from personamem.server.job_routes import jobs_router
 from personamem.server.schemas import KeyIn, KeyOut, KeysOut, NewKeyOut
 from personamem.server.webhook_routes import webhooks_router
 from personamem.store.keys import KeyScope
@@ -379,8 +380,10 @@ ROUTERS = (
     users_router,
     keys_router,
     webhooks_router,
+    jobs_router,
 )
-"""Every REST router, in the order ``create_app`` includes them (the webhooks' are in ``webhook_routes``)."""
+"""Every REST router, in the order ``create_app`` includes them (the webhooks' are in ``webhook_routes``,
+the jobs' in ``job_routes``)."""
 
 
 def _serve_the_rows_without_handlers() -> None:

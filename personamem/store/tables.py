@@ -29,6 +29,9 @@ __all__ = [
     "USER_STATUS",
     "DerivedRow",
     "InteractionRow",
+    "JobLineRow",
+    "JobRow",
+    "JobState",
     "OutboxRow",
     "OutboxState",
     "RecordEventRow",
@@ -249,6 +252,69 @@ class OutboxRow(SQLModel, table=True):
     claimed_until: float = 0.0  # a deliverer's lease: nobody else claims the row before then
     claim: str | None = None
     last_error: str | None = None
+
+
+class JobState(StrEnum):
+    """Where a background job is: ``open`` (lines still arriving) → ``queued`` → ``running`` → an end.
+
+    ``done``, ``failed`` and ``cancelled`` are ends: the job's lines are gone, its counts stay.
+    """
+
+    OPEN = "open"
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class JobRow(SQLModel, table=True):
+    """A tenant's background job (a bulk import), its progress and its lease (``store/jobs.py``).
+
+    Holds counts and per-line errors, never a record's text: the input is in ``job_lines``. Every
+    line before ``next_line`` is committed (stored, skipped or failed), so a runner that takes the
+    job over after a crash starts there. A runner holds the job while ``claimed_until`` is ahead.
+    """
+
+    __tablename__ = "jobs"
+
+    job_id: str = Field(primary_key=True)
+    tenant: str = Field(index=True)  # "" for the store's own users (no tenant)
+    kind: str  # "import"
+    state: str = Field(default=JobState.QUEUED.value, index=True)
+    lines: int = 0  # records uploaded (blank lines are not counted)
+    last_line: int = 0  # the highest line number uploaded: the next chunk starts after it
+    next_line: int = 1  # the resume point: every line before it is committed
+    processed: int = 0  # lines committed: stored + skipped + failed + forgotten
+    stored: int = 0  # records new or changed
+    skipped: int = 0  # records already stored as they are
+    failed: int = 0  # lines that could not be stored (each in ``errors``, up to the cap)
+    forgotten: int = 0  # lines erased by a forget of their user before they were stored
+    errors: list[Any] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    message: str | None = None  # why the job failed or was cancelled
+    attempts: int = 0  # claims since the last committed batch (a crash loop ends the job)
+    created_at: float  # epoch seconds, UTC
+    updated_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    claimed_until: float = 0.0  # a runner's lease, or when a failed batch is tried again
+    claimed_by: str | None = None  # the claim: host, process and a token of its own
+
+
+class JobLineRow(SQLModel, table=True):
+    """One uploaded line of a job, as its validated record's JSON, deleted once its batch commits.
+
+    ``user_id`` is the store key of the record's user: the column makes ``forget`` erase the user's
+    waiting lines with the rest of the user's rows (``SqlCatalog.finish_forget``), so no job keeps
+    text of a forgotten user.
+    """
+
+    __tablename__ = "job_lines"
+
+    job_id: str = Field(primary_key=True)
+    line: int = Field(primary_key=True)  # its line number in the uploaded file
+    user_id: str = Field(index=True)
+    record: str  # the validated record as JSON
 
 
 TIMES = ("valid_from", "valid_until", "supersedes", "expires_at")

@@ -190,11 +190,28 @@ ROUTES: dict[tuple[str, str], tuple[KeyScope | None, int, Build]] = {
     ("DELETE", "/v1/webhooks/{webhook_id}"): (KeyScope.ADMIN, 404, lambda c: {}),
     ("POST", "/v1/webhooks/dead/{event_id}/retry"): (KeyScope.ADMIN, 404, lambda c: {}),
     ("DELETE", "/v1/webhooks/dead/{event_id}"): (KeyScope.ADMIN, 404, lambda c: {}),
+    # bulk imports: records of the case's user (who exists, so the tenant's users stay as they were)
+    ("POST", "/v1/jobs/import"): (
+        KeyScope.WRITE,
+        202,
+        lambda c: {"content": f'{{"user_id": "{c.user}", "text": "I keep wasps."}}\n'.encode()},
+    ),
+    ("GET", "/v1/jobs"): (KeyScope.WRITE, 200, lambda c: {}),
+    # no such job: 404 once past the key check
+    ("GET", "/v1/jobs/{job_id}"): (KeyScope.WRITE, 404, lambda c: {}),
+    ("DELETE", "/v1/jobs/{job_id}"): (KeyScope.WRITE, 404, lambda c: {}),
+    ("POST", "/v1/jobs/{job_id}/start"): (KeyScope.WRITE, 404, lambda c: {}),
+    ("POST", "/v1/jobs/{job_id}/lines"): (
+        KeyScope.WRITE,
+        404,
+        lambda c: {"params": {"from_line": 2}, "content": b'{"user_id": "x", "text": "More."}\n'},
+    ),
 }
 
 
 def _path(path: str, case: Case) -> str:
     path = path.replace("{webhook_id}", "wh_none").replace("{event_id}", "no-such-event")
+    path = path.replace("{job_id}", "job_none")
     return path.replace("{record_id}", "r1").replace("{key_id}", case.throwaway_key_id)
 
 
