@@ -79,7 +79,7 @@ class EvalConfig(BaseModel):
     """An OpenAI-compatible server (.../v1: vLLM, a hosted API) that serves --judge."""
     llm_url: str | None = None
     """An OpenAI-compatible server (.../v1) that serves --llm, instead of running it here."""
-    history_tokens: int = Field(default=4096, ge=1)
+    history: int = Field(default=4096, ge=1)
     """With --answers: the full-history baseline's size, the user's latest records up to this many
     tokens (the reader's window permitting)."""
     max_questions: int | None = Field(default=None, ge=1)
@@ -211,7 +211,7 @@ def run_eval(
                             store,
                             llm,
                             judge=judge,
-                            history_tokens=config.history_tokens,
+                            history_tokens=config.history,
                             progress=progress,
                         )
                     )
