@@ -9,7 +9,8 @@ a timeout or a refused connection counts an attempt and the row waits ``backoff_
 ``attempts`` failures the row is a dead letter. A webhook that just failed is not tried again in
 this process until its retry is due: a receiver that is down costs one attempt per backoff, not
 one per waiting event. The rows that waited behind it meanwhile are not left to start a schedule
-each: a row that fails when it has been queued twice as long as the whole schedule is dead at once.
+each: a row that fails when it has been queued twice as long as the whole schedule (at least
+:data:`MAX_BACKOFF_S`) is dead at once.
 
 Delivery is at least once: a process killed after a receiver took an event but before the row was
 deleted sends it again once the lease runs out. Receivers de-duplicate by the event id.
@@ -76,8 +77,10 @@ class Deliverer:
         # a claim outlives the attempt (connect, write, read each get timeout_s) with room to settle it
         self.lease_s = 3 * timeout_s + 5.0
         # twice what ``attempts`` failures wait at most (room for timeouts and polls): a row queued
-        # longer has waited its schedule out
-        self.schedule_s = 2 * sum(min(MAX_BACKOFF_S, backoff_s * 2**k) for k in range(attempts - 1))
+        # longer has waited its schedule out. Never under the longest backoff, so a short schedule
+        # (seconds, in tests) does not kill rows that merely queued behind a busy deliverer
+        waits = sum(min(MAX_BACKOFF_S, backoff_s * 2**k) for k in range(attempts - 1))
+        self.schedule_s = max(MAX_BACKOFF_S, 2 * waits)
         agent = {"User-Agent": f"personamem-webhooks/{version('personamem')}"}
         self._http = httpx.Client(timeout=timeout_s, follow_redirects=False, headers=agent)
         self._down: dict[str, float] = {}  # webhook id -> when its failed row is due again
