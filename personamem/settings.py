@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     """Folder of evaluation reports the inspector lists (``serve --reports``)."""
     cache: Path | None = None
     """Where converted models and vector caches are kept (default ``$XDG_CACHE_HOME/personamem``)."""
+    cache_mb: int | None = Field(default=None, ge=1)
+    """MiB a store keeps per user in memory: vector copies, BM25 and ranker data, the embedded Chroma's
+    loaded collections (default: a sixteenth of the machine's memory, 256 to 4,096; the deployment
+    guide's Sizing says how it is split)."""
     llm_threads: int | None = Field(default=None, ge=1)
     """CPU threads of the ctranslate2 runtime (default: half the cores)."""
     sweep_s: float | None = Field(default=None, ge=0)

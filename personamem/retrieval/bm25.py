@@ -53,7 +53,7 @@ class UserIndex:
 class BM25Retriever:
     """Lexical retrieval; complements dense retrieval on names, numbers and rare words."""
 
-    def __init__(self, store: Store, *, max_users: int = 256) -> None:
+    def __init__(self, store: Store, *, max_users: int | None = None) -> None:
         self.store = store
         self._indexes = store.user_cache(self._build, max_users=max_users)
 

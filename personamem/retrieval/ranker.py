@@ -414,7 +414,7 @@ class LearnedRanker:
         self.adapter = adapter
         self.model = model
         self._bm25 = bm25
-        self._signals = store.user_cache(self._build, max_users=64)
+        self._signals = store.user_cache(self._build)  # bounded by bytes, with the BM25 indexes
 
     def _build(self, user_id: str) -> UserSignals:
         return UserSignals.of(self.store, self._bm25.index(user_id), user_id)

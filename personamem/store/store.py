@@ -44,6 +44,7 @@ import numpy as np
 from personamem.encoder import Encoder, default_encoder
 from personamem.errors import ConfigError, InvalidInputError
 from personamem.records import Record, RecordEvent
+from personamem.store.budget import MemoryBudget
 from personamem.store.cache import UserCache, UserCaches
 from personamem.store.derived import derive
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, Duplicates
@@ -94,8 +95,10 @@ class Store:
         self._encoder = encoder
         self._encoder_checked = False
         self._encoder_lock = threading.Lock()
-        self.views = VectorViews()
-        self.caches = UserCaches(catalog.revision)
+        # what this process keeps per user, within PERSONAMEM_CACHE_MB (store/budget.py)
+        self.budget = MemoryBudget.configured(embedded=isinstance(index, VectorIndex) and index.embedded)
+        self.views = VectorViews(max_bytes=self.budget.views)
+        self.caches = UserCaches(catalog.revision, max_bytes=self.budget.derived)
         self.visibility = Visibility(catalog, self.caches)
         # settings kept with the data, per tenant; one of each shared by every view
         self.expiry = Expiry(catalog)
@@ -447,8 +450,8 @@ class Store:
         """
         return self.catalog.replace_derived(self._key(user_id), namespace, key, value)
 
-    def user_cache(self, build: Callable[[str], Any], *, max_users: int = 256) -> UserCache[Any]:
-        """A per-user cache that this store invalidates on writes and empties on ``forget``."""
+    def user_cache(self, build: Callable[[str], Any], *, max_users: int | None = None) -> UserCache[Any]:
+        """A per-user cache this store invalidates on writes, empties on ``forget`` and bounds by bytes."""
         return self.caches.new(build, key=self._key, max_users=max_users)
 
     def check(self, progress: Callable[[int, int], None] | None = None) -> ConsistencyReport:

@@ -35,6 +35,10 @@ remembers, per collection, the last log entry its process applied, and reopens i
 load from disk, about 30 ms) before touching a collection whose watermark has moved past that
 (:meth:`VectorIndex._keep_current`). A store damaged before this check is healed by the store
 (:meth:`VectorIndex.salvage`, ``store/recovery.py``).
+
+An embedded Chroma keeps the HNSW index of each collection it loaded in memory, 2.6 MiB or more per
+user; ``store/chroma_memory.py`` bounds how many it keeps (``PERSONAMEM_CACHE_MB``), and how many
+collection handles this index keeps.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ import numpy as np
 from filelock import FileLock
 
 from personamem.errors import DiskFullError, UnreadableIndexError
+from personamem.store.budget import MemoryBudget
+from personamem.store.chroma_memory import Handles, client_settings, embedded_client, loaded_collections
 from personamem.store.disk import disk_full, low_on_space, says_full
 from personamem.store.engine import vacuum_sqlite
 from personamem.store.pseudonyms import COLLECTION_PREFIX
@@ -102,12 +108,6 @@ def opening_lock(folder: Path) -> FileLock:
     return FileLock(str(folder) + ".lock")
 
 
-def _settings() -> Any:
-    from chromadb.config import Settings
-
-    return Settings(anonymized_telemetry=False)  # this library holds personal data: no telemetry
-
-
 def _perturb_freed_memory() -> bool:
     """Make glibc overwrite heap memory on free and on allocation, once per process.
 
@@ -132,7 +132,7 @@ class VectorIndex:
         self._client = client
         self.location = location
         self._folder = folder
-        self._collections: dict[str, Collection] = {}
+        self._collections: Handles[Collection] = Handles()  # the most recently used (chroma_memory.py)
         self._lock = threading.Lock()
         # collections this process touched: only those can be held, stale, in Chroma's memory
         self._loaded: set[str] = set()
@@ -206,7 +206,7 @@ class VectorIndex:
 
     @classmethod
     def persistent(cls, path: str | Path) -> VectorIndex:
-        """An embedded, on-disk Chroma in ``path``.
+        """An embedded, on-disk Chroma in ``path``, keeping the budget's count of collections loaded.
 
         Chroma creates its schema on first open without a lock between processes, so opening is
         serialized by a lock file beside the folder.
@@ -214,14 +214,12 @@ class VectorIndex:
         Raises:
             DiskFullError: Chroma cannot start without space to write (its error then names no cause).
         """
-        import chromadb
-
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         _perturb_freed_memory()
         with opening_lock(folder):
             try:
-                client = chromadb.PersistentClient(path=str(folder), settings=_settings())
+                client = embedded_client(folder, MemoryBudget.configured(embedded=True).chroma_collections)
             except Exception as error:
                 if says_full(error) or low_on_space(folder):
                     raise disk_full(folder, "opening the vector index", error) from error
@@ -240,7 +238,7 @@ class VectorIndex:
             host=parts.hostname,
             port=parts.port or (443 if parts.scheme == "https" else 8000),
             ssl=parts.scheme == "https",
-            settings=_settings(),
+            settings=client_settings(),
         )
         return cls(client, location=url)
 
@@ -487,20 +485,9 @@ class VectorIndex:
 
     def _reopen(self) -> None:
         """A new client over the same folder: Chroma loads each collection from disk again."""
-        from chromadb.api.client import SharedSystemClient
-
         assert self._folder is not None
-        with self._lock:
-            settings = self._client.get_settings()
-            # the cached system would hand back the same in-memory indexes; readers still holding
-            # the old one finish on it
-            SharedSystemClient._identifier_to_system.pop(
-                SharedSystemClient._get_identifier_from_settings(settings), None
-            )
-            import chromadb
-
-            with opening_lock(self._folder):
-                self._client = chromadb.PersistentClient(path=str(self._folder), settings=_settings())
+        with self._lock, opening_lock(self._folder):  # readers holding the old client finish on it
+            self._client = embedded_client(self._folder, loaded_collections(self._client) or 0, fresh=True)
             self._collections.clear()
             self._applied.clear()  # each collection's next first load records its watermark again
             self._broken = False

@@ -5,8 +5,14 @@ one user's few hundred vectors costs about 1.3 ms, a fifth of encoding the query
 product over the same vectors costs tens of microseconds and ranks exactly (``bench/read_path.py``).
 Freshness: a view is valid only for the index token it was built at, which every process changes
 in SQL when it indexes a user's vectors, so one read of the token tells a process that another one
-wrote. Users with more vectors than ``max_user_vectors`` keep no copy; their view only records that
-this process's vector index is current for them (it was refreshed), and Chroma's HNSW answers.
+wrote. Users with more vectors than ``max_user_vectors``, or a copy larger than the views' whole
+budget, keep no copy; their view only records that this process's vector index is current for them
+(it was refreshed), and Chroma's HNSW answers.
+
+The views are bounded by the bytes they hold (:func:`view_bytes`): the copy, its ids, and the
+records kept for reuse, counted at the most a view keeps (:data:`RECORDS_KEPT`) because searches add
+them after the view was counted; the bound is the views' share of ``PERSONAMEM_CACHE_MB``
+(``store/budget.py``).
 """
 
 from __future__ import annotations
@@ -22,10 +28,18 @@ import numpy as np
 if TYPE_CHECKING:
     from personamem.records import Record
 
-__all__ = ["UserView", "VectorViews", "best"]
+__all__ = ["UserView", "VectorViews", "best", "view_bytes"]
 
-MAX_BYTES = 128 << 20  # all copies together; least recently used go first
+MAX_BYTES = 128 << 20  # all views together, without a budget; least recently used go first
 MAX_USER_VECTORS = 20_000  # about 30 MB at 384 dimensions, and a 2 ms matrix product
+ID_BYTES = 160  # a vector id in the view's list and position map (measured: 138 with tracemalloc)
+RECORD_BYTES = 2048  # a record kept for reuse (measured: 1.9 KiB at about 25 words, with tracemalloc)
+RECORDS_KEPT = 64  # records a view keeps for reuse before it starts afresh
+
+
+def view_bytes(vectors: int, dim: int) -> int:
+    """Estimated memory of a view of ``vectors`` rows of ``dim`` float32, with its records at their most."""
+    return vectors * (4 * dim + ID_BYTES) + min(vectors, RECORDS_KEPT) * RECORD_BYTES
 
 
 @dataclass
@@ -47,18 +61,19 @@ class UserView:
         Any write to the user changes the revision and starts an empty map, so a record is never
         served as it was before a change; fetching the hits of a search from SQL cost a twentieth
         of encoding its query (``bench/add_vs_mem0.py``). One tuple, swapped whole: a thread holding
-        the map of an older revision fills that map alone.
+        the map of an older revision fills that map alone. A map of :data:`RECORDS_KEPT` records
+        starts afresh too, so a view holds no more than its budget counts.
         """
         held, found = self._records
-        if held != revision or revision is None:
+        if held != revision or revision is None or len(found) >= RECORDS_KEPT:
             found = {}
             self._records = (revision, found)
         return found
 
     @property
     def nbytes(self) -> int:
-        """Memory held by the copy."""
-        return 0 if self.matrix is None else int(self.matrix.nbytes)
+        """Memory the view may hold (:func:`view_bytes`; a view without a copy holds next to nothing)."""
+        return 0 if self.matrix is None else view_bytes(len(self.ids), self.matrix.shape[-1])
 
     def nearest(self, vector: np.ndarray, k: int, skip: set[str]) -> list[tuple[str, float]]:
         """The ``k`` best (vector id, cosine) by exact search, leaving out the ids in ``skip``."""
@@ -129,7 +144,7 @@ class VectorViews:
 
     def put(self, key: str, token: str | None, ids: list[str], matrix: np.ndarray | None) -> UserView:
         """Keep a view built at ``token`` (pass ``matrix=None`` for a user searched in the index)."""
-        if matrix is not None and len(ids) > self.max_user_vectors:
+        if matrix is not None and self._too_large(len(ids), matrix.shape[-1] if matrix.ndim == 2 else 0):
             ids, matrix = [], None
         view = UserView(token, ids, None if matrix is None else np.array(matrix, dtype=np.float32))
         with self._lock:
@@ -149,7 +164,8 @@ class VectorViews:
             view = self._views.get(key)
             if view is None:
                 return
-            too_large = view.matrix is not None and len(view.ids) + len(ids) > self.max_user_vectors
+            grown = len(view.ids) + len(ids)
+            too_large = view.matrix is not None and self._too_large(grown, vectors.shape[-1])
             if view.token != before or too_large:
                 del self._views[key]
                 return
@@ -163,8 +179,19 @@ class VectorViews:
         with self._lock:
             self._views.pop(key, None)
 
+    @property
+    def nbytes(self) -> int:
+        """Estimated memory of every view kept."""
+        with self._lock:
+            return sum(view.nbytes for view in self._views.values())
+
+    def _too_large(self, vectors: int, dim: int) -> bool:
+        """Whether a copy of ``vectors`` rows would pass the per-user count or the whole budget alone."""
+        return vectors > self.max_user_vectors or view_bytes(vectors, dim) > self.max_bytes
+
     def _trim(self) -> None:
+        """Drop the least recently used views until the rest fit."""
         total = sum(view.nbytes for view in self._views.values())
-        while total > self.max_bytes and len(self._views) > 1:
+        while total > self.max_bytes and self._views:
             _, oldest = self._views.popitem(last=False)
             total -= oldest.nbytes

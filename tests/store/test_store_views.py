@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from personamem import PersonaMem, SentenceEncoder
-from personamem.store.views import VectorViews
+from personamem.store.views import VectorViews, view_bytes
 
 
 def _units(n: int, seed: int) -> np.ndarray:
@@ -36,7 +36,7 @@ def test_a_view_moves_forward_only_from_its_own_token() -> None:
 
 
 def test_views_keep_within_their_byte_budget_and_large_users_keep_no_copy() -> None:
-    views = VectorViews(max_bytes=3 * 50 * 8 * 4, max_user_vectors=60)
+    views = VectorViews(max_bytes=3 * view_bytes(50, 8), max_user_vectors=60)  # three users' views
     for user in ("a", "b", "c", "d"):
         views.put(user, "t", [f"{user}{i}" for i in range(50)], _units(50, 2))
     assert views.get("a", "t") is None and views.get("d", "t") is not None  # least recently used left
