@@ -9,11 +9,12 @@ here is by store key, with records keyed as stored.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from personamem.errors import UnreadableIndexError
+from personamem.errors import DiskFullError, UnreadableIndexError
 from personamem.records import Record
 from personamem.store.pseudonyms import Pseudonyms
 from personamem.store.sql import SqlCatalog
@@ -22,6 +23,8 @@ from personamem.store.views import UserView, VectorViews, best
 from personamem.store.visibility import Visibility
 
 __all__ = ["VectorReads"]
+
+log = logging.getLogger("personamem.store")
 
 
 class VectorReads:
@@ -166,7 +169,17 @@ class VectorReads:
         if view is not None:
             return view
         collection = self.names.collection(key)
-        self.index.refresh(collection)
+        try:
+            self.index.refresh(collection)
+        except DiskFullError as error:
+            # applying Chroma's log is a write, and a client a failed write left cannot be replaced
+            # without space: answer from this process's copy as it was (it may lack what was indexed
+            # since, never hold what was erased: hits are looked up in SQL)
+            last = self.views.last(key)
+            if last is None or last.matrix is None:
+                raise
+            log.warning("answering from this process's earlier copy of a user's vectors: %s", error)
+            return last
         if self.index.count(collection) > self.views.max_user_vectors:
             return self.views.put(key, token, [], None)
         try:

@@ -142,6 +142,11 @@ class VectorViews:
             self._views.move_to_end(key)
             return view
 
+    def last(self, key: str) -> UserView | None:
+        """The user's view as last built, current or not (what a read falls back to on a full disk)."""
+        with self._lock:
+            return self._views.get(key)
+
     def put(self, key: str, token: str | None, ids: list[str], matrix: np.ndarray | None) -> UserView:
         """Keep a view built at ``token`` (pass ``matrix=None`` for a user searched in the index)."""
         if matrix is not None and self._too_large(len(ids), matrix.shape[-1] if matrix.ndim == 2 else 0):

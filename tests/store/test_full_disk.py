@@ -129,3 +129,23 @@ def test_a_new_store_on_a_full_disk_fails_typed(small_disk: Path, encoder: Sente
     ballast(small_disk / "filler", leave=0)
     with pytest.raises(DiskFullError, match="bytes free"):
         PersonaMem.open(small_disk / "store", encoder=encoder)
+
+
+def test_a_read_whose_copy_is_behind_answers_on_a_full_disk(
+    small_disk: Path, encoder: SentenceEncoder
+) -> None:
+    """Bringing a copy up to date applies Chroma's log, a write: on a full disk the read uses the copy."""
+    config = PipelineConfig(log_interactions=False)
+    with (
+        PersonaMem.open(small_disk / "store", encoder=encoder, pipeline=config) as reader,
+        PersonaMem.open(small_disk / "store", encoder=encoder, pipeline=config) as writer,
+    ):
+        writer.add("ana", "I keep three beehives in the orchard", id="bees")
+        writer.store.flush()
+        assert reader.search("ana", "honey bees", k=1, method="dense")[0].record.id == "bees"
+        writer.add("ana", "My sister moved to Lisbon last spring", id="lisbon")
+        writer.store.flush()  # the reader's copy is now behind the index
+        writer.delete("ana", ["bees"])  # and holds a record that is gone
+        ballast(small_disk / "filler", leave=0)
+        hits = reader.search("ana", "honey bees", k=2, method="dense")
+        assert [h.record.id for h in hits] in ([], ["lisbon"])  # never the erased record
