@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 from personamem.errors import IngestError, InvalidInputError
 from personamem.jobs import Job
 from personamem.memory import PersonaMem
+from personamem.server.answers import answer, or_404
 from personamem.server.auth import Writer
 
 __all__ = ["jobs_router"]
@@ -40,13 +41,9 @@ jobs_router = APIRouter(tags=["jobs"])
 _USER = Query(description="Owner of the lines that name no user_id.")
 
 
-def _answer(job: BaseModel, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(job.model_dump_json(), status, headers=headers, media_type="application/json")
-
-
 def _created(job: Job) -> Response:
     """202 for a queued job (201 for an open one), with ``Location`` where its progress is read."""
-    return _answer(job, 202 if job.state != "open" else 201, {"Location": f"/v1/jobs/{job.job_id}"})
+    return answer(job, 202 if job.state != "open" else 201, {"Location": f"/v1/jobs/{job.job_id}"})
 
 
 async def _with_body(request: Request, call: Callable[[bytes], Job]) -> Job | JSONResponse:
@@ -60,13 +57,6 @@ async def _with_body(request: Request, call: Callable[[bytes], Job]) -> Job | JS
         error = {"type": "IngestError", "message": message, "line": exc.line}
         return JSONResponse({"error": error}, 400)
     return job
-
-
-def _or_404(call: Callable[[], Job]) -> Job:
-    try:
-        return call()
-    except InvalidInputError as exc:
-        raise HTTPException(404, str(exc)) from None
 
 
 @jobs_router.post("/v1/jobs/import", status_code=202, response_model=Job)
@@ -97,11 +87,11 @@ async def append_lines(
         return _append(tenant, job_id, body, from_line, user_id)
 
     done = await _with_body(request, append)
-    return done if isinstance(done, JSONResponse) else _answer(done)
+    return done if isinstance(done, JSONResponse) else answer(done)
 
 
 def _append(tenant: PersonaMem, job_id: str, body: bytes, from_line: int, user_id: str | None) -> Job:
-    _or_404(lambda: tenant.jobs.get(job_id))
+    or_404(lambda: tenant.jobs.get(job_id))
     try:
         return tenant.jobs.append(job_id, body, from_line=from_line, user_id=user_id)
     except InvalidInputError as exc:
@@ -111,13 +101,13 @@ def _append(tenant: PersonaMem, job_id: str, body: bytes, from_line: int, user_i
 @jobs_router.post("/v1/jobs/{job_id}/start", status_code=202, response_model=Job)
 def start_job(job_id: str, tenant: Writer) -> Response:
     """Queue an open job once all its lines are in (a job already started is answered as it is)."""
-    return _created(_or_404(lambda: tenant.jobs.start(job_id)))
+    return _created(or_404(lambda: tenant.jobs.start(job_id)))
 
 
 @jobs_router.get("/v1/jobs/{job_id}", response_model=Job)
 def get_job(job_id: str, tenant: Writer) -> Response:
     """The job: state, progress, counts, per-line errors and times; 404 if not the tenant's."""
-    return _answer(_or_404(lambda: tenant.jobs.get(job_id)))
+    return answer(or_404(lambda: tenant.jobs.get(job_id)))
 
 
 @jobs_router.get("/v1/jobs", response_model=JobsOut)
@@ -125,10 +115,10 @@ def list_jobs(tenant: Writer, limit: int = 50) -> Response:
     """The tenant's jobs, newest first."""
     if not 1 <= limit <= 1000:
         raise InvalidInputError(f"limit must be 1 to 1000, got {limit}")
-    return _answer(JobsOut(jobs=list(tenant.jobs.list(limit))))
+    return answer(JobsOut(jobs=list(tenant.jobs.list(limit))))
 
 
 @jobs_router.delete("/v1/jobs/{job_id}", response_model=Job)
 def cancel_job(job_id: str, tenant: Writer) -> Response:
     """Cancel a job that has not ended (records stored stay; its waiting lines are deleted)."""
-    return _answer(_or_404(lambda: tenant.jobs.cancel(job_id)))
+    return answer(or_404(lambda: tenant.jobs.cancel(job_id)))

@@ -59,6 +59,7 @@ from personamem.request_models import (
     UpdateIn,
     UserQuery,
 )
+from personamem.server.answers import answer
 from personamem.server.auth import TENANT_OF, Admin, Reader, Writer
 from personamem.server.job_routes import jobs_router
 from personamem.server.schemas import KeyIn, KeyOut, KeysOut, NewKeyOut
@@ -135,7 +136,7 @@ def row_handler(operation: str) -> Callable[..., Response]:
         given = {name: value for part in (body, query) if part is not None for name, value in part}
         with collect_fallbacks() as notes:
             result = getattr(tenant, operation)(**given)
-        return _answer(answer_of(result, notes), route.status)
+        return answer(answer_of(result, notes), route.status)
 
     annotations: dict[str, Any] = {"tenant": TENANT_OF[KeyScope(route.scope)]}
     if route.body is not None:
@@ -172,11 +173,6 @@ Memory = Annotated[PersonaMem, Depends(_memory)]
 Registry = Annotated[CollectorRegistry, Depends(_registry)]
 
 
-def _answer(result: BaseModel, status: int = 200) -> Response:
-    """``result`` as its contract model dumps it (pydantic serializes once; no second validation)."""
-    return Response(result.model_dump_json(), status, media_type="application/json")
-
-
 def _tenant_name(tenant: PersonaMem) -> str:
     name = tenant.tenant_name
     assert name is not None  # the auth dependencies give tenant views only
@@ -201,8 +197,8 @@ def health(request: Request, mem: Memory) -> Response:
         mem.keys.tenant_of("pm_health_check")
     except StoreError as exc:
         log.warning("health check failed: %s", exc)
-        return _answer(Health(status="unavailable"), 503)
-    return _answer(Health(status="ok", version=request.app.version))
+        return answer(Health(status="unavailable"), 503)
+    return answer(Health(status="ok", version=request.app.version))
 
 
 @operations_router.get("/v1/metrics", response_class=PlainTextResponse)
@@ -220,34 +216,34 @@ def add(body: AddIn, tenant: Writer) -> Response:
     """Add one record: ``user_id`` and Record fields (text, id, kind, category, timestamp...)."""
     options = body.model_dump(include={"duplicates", "duplicate_threshold"}, exclude_none=True)
     added = tenant.add(body.user_id, **options, **(body.model_extra or {}))
-    return _answer(StoredRecord(added), 201)
+    return answer(StoredRecord(added), 201)
 
 
 @serves(records_router, "supersede")
 def supersede(body: SupersedeIn, tenant: Writer) -> Response:
     """Store a record that replaces ``old_id`` as the current fact; the old one stays in history."""
     fields = {k: v for k, v in body.record.items() if k not in ("user_id", "duplicate_of")}
-    return _answer(StoredRecord(tenant.supersede(body.user_id, body.old_id, **fields)), 201)
+    return answer(StoredRecord(tenant.supersede(body.user_id, body.old_id, **fields)), 201)
 
 
 @serves(records_router, "set_ttl")
 def set_ttl(body: TtlIn, tenant: Admin) -> Response:
     """Set the tenant's default time-to-live of new records (null: none)."""
     tenant.set_ttl(body.seconds)
-    return _answer(Ttl(seconds=body.seconds))
+    return answer(Ttl(seconds=body.seconds))
 
 
 @serves(records_router, "add_many")
 def add_many(body: BatchIn, tenant: Writer) -> Response:
     """Add many records in one transaction: after any failure, all of them or none are stored."""
     records = tenant.add_many(body.records, user_id=body.user_id, batch_size=len(body.records))
-    return _answer(RecordBatch(records=records), 201)
+    return answer(RecordBatch(records=records), 201)
 
 
 @serves(records_router, "delete")
 def delete(body: DeleteIn, tenant: Writer) -> Response:
     """Delete records by id (ids the user does not have are skipped); returns the ids deleted."""
-    return _answer(Deleted(deleted=tenant.delete(body.user_id, body.ids)))
+    return answer(Deleted(deleted=tenant.delete(body.user_id, body.ids)))
 
 
 @serves(records_router, "records")
@@ -255,7 +251,7 @@ def memory(query: Annotated[RecordsQuery, Query()], tenant: Reader) -> Response:
     """The user's memory: their records in insertion order, a page at a time."""
     records = tenant.records(query.user_id)
     page = records[query.offset : query.offset + query.limit]
-    return _answer(RecordPage(count=len(records), records=page))
+    return answer(RecordPage(count=len(records), records=page))
 
 
 @serves(records_router, "export", response_class=StreamingResponse)
@@ -270,7 +266,7 @@ async def import_user(request: Request, query: Annotated[ImportQuery, Query()], 
     """Store a user's export (the body, JSON Lines), as its user or ``user_id``; idempotent."""
     body = await request.body()
     added = await run_in_threadpool(_import_export, tenant, body, query.user_id)
-    return _answer(added, 201)
+    return answer(added, 201)
 
 
 def _import_export(mem: PersonaMem, body: bytes, user_id: str | None) -> Imported:
@@ -292,13 +288,13 @@ def get(record_id: str, query: Annotated[UserQuery, Query()], tenant: Reader) ->
     record = tenant.get(query.user_id, record_id)
     if record is None:
         raise HTTPException(404, f"user {query.user_id!r} has no record {record_id!r}")
-    return _answer(StoredRecord(record))
+    return answer(StoredRecord(record))
 
 
 @serves(records_router, "update")
 def update(record_id: str, query: Annotated[UserQuery, Query()], body: UpdateIn, tenant: Writer) -> Response:
     """Replace fields of one record (not its id or user); it is re-indexed."""
-    return _answer(StoredRecord(tenant.update(query.user_id, record_id, **(body.model_extra or {}))))
+    return answer(StoredRecord(tenant.update(query.user_id, record_id, **(body.model_extra or {}))))
 
 
 @records_router.delete("/v1/records/{record_id:path}", response_model=Deleted)
@@ -307,7 +303,7 @@ def delete_one(record_id: str, query: Annotated[UserQuery, Query()], tenant: Wri
     deleted = tenant.delete(query.user_id, [record_id])
     if not deleted:
         raise HTTPException(404, f"user {query.user_id!r} has no record {record_id!r}")
-    return _answer(Deleted(deleted=deleted))
+    return answer(Deleted(deleted=deleted))
 
 
 retrieval_router = APIRouter(tags=["retrieval"])
@@ -318,13 +314,13 @@ retrieval_router = APIRouter(tags=["retrieval"])
 def feedback(body: FeedbackReport, tenant: Writer) -> Response:
     """Report the accepted answer, a rating or the records used for a logged call (422 if unknown)."""
     tenant.feedback(**body.model_dump())
-    return _answer(FeedbackResult(interaction_id=body.interaction_id))
+    return answer(FeedbackResult(interaction_id=body.interaction_id))
 
 
 @serves(retrieval_router, "context")
 def context(body: ContextIn, tenant: Reader) -> Response:
     """What to paste into the LLM's prompt for the query, within the token budget."""
-    return _answer(tenant.context(**dict(body)))  # the body's fields are the call's arguments, by name
+    return answer(tenant.context(**dict(body)))  # the body's fields are the call's arguments, by name
 
 
 memory_router = APIRouter(tags=["memory"])
@@ -335,7 +331,7 @@ memory_router = APIRouter(tags=["memory"])
 def refresh_memories(body: RefreshIn, tenant: Writer) -> Response:
     """Build the missing or stale memories of the users named (or all); returns how many were built."""
     users = None if body.all else body.user_ids
-    return _answer(Built(built=tenant.refresh_memories(users, batch_size=body.batch_size)))
+    return answer(Built(built=tenant.refresh_memories(users, batch_size=body.batch_size)))
 
 
 users_router = APIRouter(tags=["users"])
@@ -350,7 +346,7 @@ keys_router = APIRouter(tags=["keys"])
 def keys(tenant: Admin) -> Response:
     """The tenant's API keys, oldest first: ids, scopes, rates, labels (never the secrets)."""
     listed = tenant.keys.list(_tenant_name(tenant))
-    return _answer(KeysOut(keys=[KeyOut.of(key) for key in listed]))
+    return answer(KeysOut(keys=[KeyOut.of(key) for key in listed]))
 
 
 @keys_router.post("/v1/keys", status_code=201, response_model=NewKeyOut)
@@ -359,7 +355,7 @@ def create_key(body: KeyIn, tenant: Admin) -> Response:
     key, listing = tenant.keys.create(
         _tenant_name(tenant), label=body.label, scope=body.scope, rate=body.rate
     )
-    return _answer(NewKeyOut(key=key, **KeyOut.of(listing).model_dump()), 201)
+    return answer(NewKeyOut(key=key, **KeyOut.of(listing).model_dump()), 201)
 
 
 @keys_router.delete("/v1/keys/{key_id}", response_model=KeyOut)
@@ -369,7 +365,7 @@ def revoke_key(key_id: str, tenant: Admin) -> Response:
         revoked = tenant.keys.revoke(key_id, tenant=_tenant_name(tenant))
     except InvalidInputError:
         raise HTTPException(404, f"this tenant has no API key {key_id!r}") from None
-    return _answer(KeyOut.of(revoked))
+    return answer(KeyOut.of(revoked))
 
 
 ROUTERS = (

@@ -8,9 +8,9 @@ deletes and retries its own only, and an id of another tenant's is a 404 like an
 
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.exceptions import HTTPException
 
 from personamem.errors import InvalidInputError
+from personamem.server.answers import answer, or_404
 from personamem.server.auth import Admin
 from personamem.webhooks import DeadLetter, NewWebhook, Webhook
 
@@ -49,20 +49,16 @@ webhooks_router = APIRouter(tags=["webhooks"])
 """The tenant's webhooks (admin keys only)."""
 
 
-def _answer(result: BaseModel, status: int = 200) -> Response:
-    return Response(result.model_dump_json(), status, media_type="application/json")
-
-
 @webhooks_router.post("/v1/webhooks", status_code=201, response_model=NewWebhook)
 def add_webhook(body: WebhookIn, tenant: Admin) -> Response:
     """Send the tenant's events of these types to ``url``, signed; the secret is shown this once."""
-    return _answer(tenant.webhooks.add(body.url, body.events, body.secret), 201)
+    return answer(tenant.webhooks.add(body.url, body.events, body.secret), 201)
 
 
 @webhooks_router.get("/v1/webhooks", response_model=WebhooksOut)
 def list_webhooks(tenant: Admin) -> Response:
     """The tenant's webhooks: ids, urls, events and the last characters of each secret."""
-    return _answer(WebhooksOut(webhooks=tenant.webhooks.list()))
+    return answer(WebhooksOut(webhooks=tenant.webhooks.list()))
 
 
 @webhooks_router.get("/v1/webhooks/dead", response_model=DeadLettersOut)
@@ -70,34 +66,24 @@ def dead_letters(tenant: Admin, limit: int = 100) -> Response:
     """The tenant's deliveries that ran out of attempts, newest first (ids and the last error)."""
     if not 1 <= limit <= 10_000:
         raise InvalidInputError(f"limit must be 1 to 10000, got {limit}")
-    return _answer(DeadLettersOut(dead=tenant.webhooks.dead(limit)))
+    return answer(DeadLettersOut(dead=tenant.webhooks.dead(limit)))
 
 
 @webhooks_router.post("/v1/webhooks/dead/{event_id}/retry", response_model=Requeued)
 def retry_dead_letter(event_id: str, tenant: Admin) -> Response:
     """Queue an event's dead deliveries again, with fresh attempts; 404 if the tenant has none."""
-    try:
-        count = tenant.webhooks.retry(event_id)
-    except InvalidInputError as exc:
-        raise HTTPException(404, str(exc)) from None
-    return _answer(Requeued(event_id=event_id, count=count))
+    count = or_404(lambda: tenant.webhooks.retry(event_id))
+    return answer(Requeued(event_id=event_id, count=count))
 
 
 @webhooks_router.delete("/v1/webhooks/dead/{event_id}", response_model=Requeued)
 def discard_dead_letter(event_id: str, tenant: Admin) -> Response:
     """Delete an event's dead deliveries; 404 if the tenant has none."""
-    try:
-        count = tenant.webhooks.discard(event_id)
-    except InvalidInputError as exc:
-        raise HTTPException(404, str(exc)) from None
-    return _answer(Requeued(event_id=event_id, count=count))
+    count = or_404(lambda: tenant.webhooks.discard(event_id))
+    return answer(Requeued(event_id=event_id, count=count))
 
 
 @webhooks_router.delete("/v1/webhooks/{webhook_id}", response_model=Webhook)
 def delete_webhook(webhook_id: str, tenant: Admin) -> Response:
     """Delete one of the tenant's webhooks with its undelivered events; 404 if not the tenant's."""
-    try:
-        deleted = tenant.webhooks.delete(webhook_id)
-    except InvalidInputError as exc:
-        raise HTTPException(404, str(exc)) from None
-    return _answer(deleted)
+    return answer(or_404(lambda: tenant.webhooks.delete(webhook_id)))
