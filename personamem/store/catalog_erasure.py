@@ -126,17 +126,17 @@ class SqlErasure:
 
 
 def _requeue(s: Session, user_id: str, kept: tuple[list[str], np.ndarray]) -> None:
-    """The user's indexed rows back to ``pending``, with the vectors ``kept`` has for them."""
+    """The user's indexed rows back to ``pending``, each with its kept vector, else the one ``kept`` has."""
     blobs = dict(zip(kept[0], (vector_blob(v) for v in kept[1]), strict=True))
     rows = s.exec(
-        select(RecordRow.pk, RecordRow.vector_id).where(
+        select(RecordRow.pk, RecordRow.vector_id, RecordRow.pending_vector).where(
             RecordRow.user_id == user_id, RecordRow.status == RecordStatus.INDEXED.value
         )
     ).all()
-    # one executemany (an ORM bulk update by primary key); a row not in the index gets no
-    # vector and is re-encoded by repair
+    # one executemany (an ORM bulk update by primary key); a row with no vector, in SQL or in the
+    # index, is re-encoded by repair
     pending = RecordStatus.PENDING.value
-    changes = [{"pk": pk, "status": pending, "pending_vector": blobs.get(vid)} for pk, vid in rows]
+    changes = [{"pk": pk, "status": pending, "pending_vector": own or blobs.get(v)} for pk, v, own in rows]
     if changes:
         s.execute(update(RecordRow), changes)
     bump_revision(s, user_id, index_token=uuid.uuid4().hex)

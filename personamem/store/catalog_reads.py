@@ -57,6 +57,10 @@ _SEARCH_STATE = (
     "SELECT u.status, u.index_token, u.bounds_token, u.revision, r.vector_id, r.pending_vector FROM users u "
     "LEFT JOIN records r ON r.user_id = u.user_id AND r.status = ? WHERE u.user_id = ?"
 )
+_KEPT_VECTORS = (
+    "SELECT u.status, u.index_token, r.vector_id, r.pending_vector FROM users u "
+    "LEFT JOIN records r ON r.user_id = u.user_id AND r.status = ? WHERE u.user_id = ?"
+)
 _TIMELINE = (
     "SELECT record_id, vector_id, valid_from, valid_until, expires_at FROM records "
     "WHERE user_id = ? AND bounded = 1"
@@ -190,6 +194,39 @@ class RecordReads:
         kept = [(vid, blob) for *_, vid, blob in rows if blob is not None]
         pending = np.stack([np.frombuffer(blob, "<f4") for _, blob in kept]) if kept else None
         return SearchState(rows[0][1], [vid for vid, _ in kept], pending, rows[0][2], rows[0][3])
+
+    def kept_vectors(self, user_id: str) -> tuple[str | None, list[str], np.ndarray] | None:
+        """The user's index token and the vectors its indexed rows keep (ids, rows aligned), in one statement.
+
+        What the vector index holds for the user at that token, read without it (a full disk, where
+        the index cannot be opened again). None for an unknown user, or when a row indexed before
+        rows kept their vectors has none.
+        """
+        params = (RecordStatus.INDEXED.value, user_id)
+        rows: Sequence[Any] | None = self._db.fixed_rows(_KEPT_VECTORS, params)
+        if rows is None:
+            joined = (col(RecordRow.user_id) == col(UserRow.user_id)) & (
+                col(RecordRow.status) == RecordStatus.INDEXED.value
+            )
+            with self._db.session() as s:
+                rows = s.execute(
+                    select_columns(
+                        col(UserRow.status),
+                        col(UserRow.index_token),
+                        col(RecordRow.vector_id),
+                        col(RecordRow.pending_vector),
+                    )
+                    .join(RecordRow, joined, isouter=True)
+                    .where(col(UserRow.user_id) == user_id)
+                ).all()
+        if not rows or rows[0][0] != UserStatus.ACTIVE.value:
+            return None
+        kept = [(vid, blob) for *_, vid, blob in rows if vid is not None]
+        if any(blob is None for _, blob in kept):
+            return None
+        empty = np.zeros((0, 0), dtype=np.float32)
+        matrix = np.stack([np.frombuffer(blob, "<f4") for _, blob in kept]) if kept else empty
+        return rows[0][1], [vid for vid, _ in kept], matrix
 
     def timeline(self, user_id: str) -> Timeline:
         """The user's bounded records (validity, expiry), for reads to filter by."""

@@ -180,7 +180,7 @@ class Staging:
                         col(RecordRow.user_id) == user_id,
                         tuple_(col(RecordRow.record_id), col(RecordRow.content_hash)).in_(chunk),
                     )
-                    .values(status=RecordStatus.INDEXED.value, pending_vector=None)
+                    .values(status=RecordStatus.INDEXED.value)
                 )
             bump_revision(s, user_id, index_token=after)
             return before, after

@@ -315,6 +315,10 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
         """The user's index token and pending vectors, in one statement; None for an unknown user."""
         return self._reads.search_state(user_id)
 
+    def kept_vectors(self, user_id: str) -> tuple[str | None, list[str], np.ndarray] | None:
+        """See :meth:`RecordReads.kept_vectors`."""
+        return self._reads.kept_vectors(user_id)
+
     def timeline(self, user_id: str) -> Timeline:
         """The user's bounded records (validity, expiry), for reads to filter by."""
         return self._reads.timeline(user_id)

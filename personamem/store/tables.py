@@ -107,8 +107,10 @@ class RecordRow(SQLModel, table=True):
     output: str | None = None
     content_hash: str
     status: str = Field(default=RecordStatus.PENDING.value, index=True)
-    # the vector of a pending record written by ``Store.add`` (float32 bytes), cleared once indexed:
-    # searches score it from here until the vector index has it, and repair needs no re-encoding
+    # the record's vector as ``Store.add`` wrote it (float32 bytes): searches score a pending record
+    # from here until the vector index has it; kept once indexed, so repair needs no re-encoding and
+    # a worker can read a user's vectors when the index cannot be opened (a full disk). The name
+    # predates the keeping: renaming it waits for schema migrations (issue 62)
     pending_vector: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     # validity and expiry as epoch seconds (UTC): compared in SQL by the sweep, in Python by reads
     valid_from: float | None = None

@@ -168,18 +168,15 @@ class VectorReads:
         view = self.views.get(key, token)
         if view is not None:
             return view
-        collection = self.names.collection(key)
         try:
-            self.index.refresh(collection)
+            return self._from_index(key, token)
         except DiskFullError as error:
-            # applying Chroma's log is a write, and a client a failed write left cannot be replaced
-            # without space: answer from this process's copy as it was (it may lack what was indexed
-            # since, never hold what was erased: hits are looked up in SQL)
-            last = self.views.last(key)
-            if last is None or last.matrix is None:
-                raise
-            log.warning("answering from this process's earlier copy of a user's vectors: %s", error)
-            return last
+            return self._without_index(key, error)
+
+    def _from_index(self, key: str, token: str | None) -> UserView:
+        """The view read from the vector index, kept at ``token``."""
+        collection = self.names.collection(key)
+        self.index.refresh(collection)
         if self.index.count(collection) > self.views.max_user_vectors:
             return self.views.put(key, token, [], None)
         try:
@@ -188,3 +185,23 @@ class VectorReads:
             self._rebuild(key)
             ids, matrix = self.index.vectors(collection)
         return self.views.put(key, token, ids, matrix)
+
+    def _without_index(self, key: str, error: DiskFullError) -> UserView:
+        """The user's vectors where the index cannot be read for want of space.
+
+        Applying Chroma's log is a write, and a client a failed write left cannot be replaced
+        without space. From the vectors SQL keeps with the indexed rows, current at the token read
+        with them; else from this process's earlier copy, as it was (it may lack what was indexed
+        since, never holds what was erased: hits are looked up in SQL). The error when neither.
+        """
+        kept = self.catalog.kept_vectors(key)
+        if kept is not None:
+            token, ids, matrix = kept
+            log.warning("reading a user's vectors from SQL: %s", error)
+            view = self.views.put(key, token, ids, matrix)
+            return view if view.matrix is not None else UserView(token, ids, matrix)  # too large to keep
+        last = self.views.last(key)
+        if last is None or last.matrix is None:
+            raise error
+        log.warning("answering from this process's earlier copy of a user's vectors: %s", error)
+        return last

@@ -487,7 +487,13 @@ class VectorIndex:
         """A new client over the same folder: Chroma loads each collection from disk again."""
         assert self._folder is not None
         with self._lock, opening_lock(self._folder):  # readers holding the old client finish on it
-            self._client = embedded_client(self._folder, loaded_collections(self._client) or 0, fresh=True)
+            loaded = loaded_collections(self._client) or 0
+            try:
+                self._client = embedded_client(self._folder, loaded, fresh=True)
+            except Exception as error:
+                if says_full(error) or low_on_space(self._folder):
+                    raise disk_full(self._folder, "opening the vector index again", error) from error
+                raise
             self._collections.clear()
             self._applied.clear()  # each collection's next first load records its watermark again
             self._broken = False

@@ -12,6 +12,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import random
+import sqlite3
 import time
 import warnings
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import pytest
 from personamem import PersonaMem, PipelineConfig, SentenceEncoder
 from personamem.errors import DiskFullError
 from personamem.store import indexer
+from personamem.store.store import SQL_FILE
 from personamem.testing.filesystems import ballast, tmpfs
 
 USERS = [f"user{i}" for i in range(4)]
@@ -131,10 +133,44 @@ def test_a_new_store_on_a_full_disk_fails_typed(small_disk: Path, encoder: Sente
         PersonaMem.open(small_disk / "store", encoder=encoder)
 
 
+def test_a_user_this_worker_never_read_is_read_from_sql_on_a_full_disk(
+    small_disk: Path, encoder: SentenceEncoder
+) -> None:
+    """After a failed write, Chroma cannot be opened again without space: SQL keeps every vector.
+
+    Before rows kept their vectors once indexed, this search failed with DiskFullError.
+    """
+    config = PipelineConfig(log_interactions=False)
+    with (
+        PersonaMem.open(small_disk / "store", encoder=encoder, pipeline=config) as reader,
+        PersonaMem.open(small_disk / "store", encoder=encoder, pipeline=config) as writer,
+    ):
+        reader.add("ana", "I keep three beehives in the orchard", id="bees")
+        reader.store.flush()
+        writer.add("bo", "My sister moved to Lisbon last spring", id="lisbon")
+        writer.add("bo", "My sister lives in Porto now", id="porto")
+        writer.store.flush()
+        writer.delete("bo", ["porto"])
+        ballast(small_disk / "filler", leave=0)
+        with pytest.raises(DiskFullError):  # the reader's client is now one a failed write left
+            for n in range(50):
+                reader.add("ana", f"note {n}: " + " ".join(WORDS[:40]), id=f"note{n}")
+                reader.store.flush()
+        hits = reader.search("bo", "where does my sister live", k=2, method="dense")
+        assert [h.record.id for h in hits] == ["lisbon"]
+
+
+def _forget_kept_vectors(store: Path) -> None:
+    """The rows as a store written before indexed rows kept their vectors has them."""
+    with sqlite3.connect(store / SQL_FILE) as db:
+        db.execute("UPDATE records SET pending_vector = NULL WHERE status = 'indexed'")
+
+
 def test_a_read_whose_copy_is_behind_answers_on_a_full_disk(
     small_disk: Path, encoder: SentenceEncoder
 ) -> None:
-    """Bringing a copy up to date applies Chroma's log, a write: on a full disk the read uses the copy."""
+    """Bringing a copy up to date applies Chroma's log, a write: on a full disk, where SQL keeps no
+    vectors (a store written before it did), the read uses the copy."""
     config = PipelineConfig(log_interactions=False)
     with (
         PersonaMem.open(small_disk / "store", encoder=encoder, pipeline=config) as reader,
@@ -146,6 +182,7 @@ def test_a_read_whose_copy_is_behind_answers_on_a_full_disk(
         writer.add("ana", "My sister moved to Lisbon last spring", id="lisbon")
         writer.store.flush()  # the reader's copy is now behind the index
         writer.delete("ana", ["bees"])  # and holds a record that is gone
+        _forget_kept_vectors(small_disk / "store")
         ballast(small_disk / "filler", leave=0)
         hits = reader.search("ana", "honey bees", k=2, method="dense")
         assert [h.record.id for h in hits] in ([], ["lisbon"])  # never the erased record
