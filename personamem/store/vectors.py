@@ -323,13 +323,16 @@ class VectorIndex:
         """``read(collection)``, or ``absent`` when there is no such collection.
 
         A handle whose collection another process dropped (and maybe made again) fails with
-        NotFoundError; the read is tried once more with a new handle. An embedded read first applies
+        NotFoundError; the read is tried once more with a new handle. A client that failed a write on
+        a full disk may later fail reads of segment files it never wrote ("Nothing found on disk",
+        after space returned): an embedded read that fails is tried once more on a new client. An
+        embedded read first applies
         Chroma's log, which needs space to write: on a nearly full disk its failure is
         :class:`DiskFullError`, not a damaged collection to rebuild (which could not be written).
         """
         from chromadb.errors import InternalError, NotFoundError
 
-        for _ in range(2):
+        for attempt in range(2):
             collection = self._collection(name, create=False)
             if collection is None:
                 return absent
@@ -339,6 +342,8 @@ class VectorIndex:
                 self.evict(name)
             except InternalError as exc:  # e.g. "Error finding id": the HNSW lacks ids the metadata lists
                 self._discard()
+                if attempt == 0 and self._folder is not None:
+                    continue  # a client a full disk left may expect files it never wrote: a new one reads
                 if self._folder is not None and (says_full(exc) or low_on_space(self._folder)):
                     raise disk_full(self._folder, "reading the vector index", exc) from exc
                 raise UnreadableIndexError(f"vector collection {name} cannot be read: {exc}") from exc
