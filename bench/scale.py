@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import multiprocessing
 import resource
@@ -44,62 +43,20 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
-from _common import log
+from _common import Pool, load_pool, log
 from harness import arguments, gate
 
 from personamem import PersonaMem, Record
-from personamem.datasets import BenchmarkName, DataSource
 from personamem.encoder import Encoder, default_encoder
 
 USER = "big"
 BATCH = 5_000
 QUERIES_TIMED = 30
-
-
-@dataclass(frozen=True)
-class Pool:
-    """Real turns and their vectors (the records' material), and real questions."""
-
-    texts: list[str]
-    vectors: np.ndarray
-    queries: list[str]
-
-    def records(
-        self, user: str, start: int, stop: int, rng: np.random.Generator
-    ) -> tuple[list[Record], np.ndarray]:
-        """Records ``start``..``stop`` of ``user``: turn ``i % n`` varied, ``category`` c0..c9."""
-        rows = np.arange(start, stop) % len(self.texts)
-        records = [
-            Record(user_id=user, id=f"r{i}", text=f"{self.texts[row]} (note {i})", category=f"c{i % 10}")
-            for i, row in zip(range(start, stop), rows, strict=True)
-        ]
-        noisy = self.vectors[rows]  # a copy, varied in place (float32: the bench's own memory stays small)
-        noisy += rng.normal(scale=0.03, size=noisy.shape).astype(np.float32)
-        noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
-        return records, noisy
-
-
-def load_pool(data: Path, cache: Path, encoder: Encoder) -> Pool:
-    """LoCoMo's turns and questions; the turns' vectors from ``cache`` when it has them."""
-    benchmark = DataSource(benchmark=BenchmarkName("locomo"), data=data).questions()
-    texts = sorted({r.text for r in benchmark.records})
-    queries = [q.text for q in benchmark.questions]
-    digest = hashlib.sha256(json.dumps([encoder.name, texts]).encode()).hexdigest()[:16]
-    kept = cache / f"pool-{digest}.npy"
-    if kept.exists():
-        vectors = np.load(kept)
-    else:
-        log(f"[pool] encoding {len(texts)} LoCoMo turns once (kept in {kept})")
-        vectors = encoder.encode(texts)
-        cache.mkdir(parents=True, exist_ok=True)
-        np.save(kept, vectors)
-    return Pool(texts, vectors, queries)
 
 
 def p(seconds: list[float], q: float) -> float:
