@@ -13,7 +13,6 @@ database restarts (:class:`~personamem.remote.Retries`).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,11 +21,11 @@ from typing import Any, TypeVar
 
 from personamem import errors, remote
 from personamem.contract import Context, Hits, MemoryApi, method_of
-from personamem.errors import MissingExtraError, RemoteError
+from personamem.errors import MissingExtraError
 from personamem.portability import Imported
 from personamem.preference import PreferenceMemory
 from personamem.records import Record, RecordEvent
-from personamem.remote import RETRY_SECONDS, Call, Request, Retries, error_from
+from personamem.remote import RETRY_SECONDS, Call, Request, Retries, error_from, unreachable
 from personamem.store.duplicates import DuplicatePolicy
 
 __all__ = ["AsyncClient", "Client"]
@@ -58,10 +57,6 @@ def _broken(httpx: Any) -> tuple[type[Exception], ...]:
     return (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 
 
-def _unreachable(base_url: object, exc: Exception) -> RemoteError:
-    return RemoteError(f"cannot reach the personamem server at {base_url}: {exc}")
-
-
 class Client(MemoryApi):
     """A personamem server, called like :class:`~personamem.memory.PersonaMem`; safe across threads.
 
@@ -81,7 +76,6 @@ class Client(MemoryApi):
         httpx = _httpx()
         headers = {"Authorization": f"Bearer {api_key}"}
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
-        self._transport_error = httpx.TransportError
         self._broken = _broken(httpx)
         self._retry_seconds = retry_seconds
 
@@ -103,28 +97,14 @@ class Client(MemoryApi):
             request = next(call)
             while True:
                 try:
-                    answer = self._send(request)
+                    response = remote.send(self._http, request, self._retry_seconds, self._broken)
+                    answer = _answer(response, request)
                 except errors.PersonaMemError as exc:
                     request = call.throw(exc)
                 else:
                     request = call.send(answer)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
-
-    def _send(self, request: Request) -> Any:
-        retries = Retries(request, self._retry_seconds)
-        while True:
-            try:
-                response = self._http.request(request.method, request.path, **request.options)
-            except self._transport_error as exc:
-                wait = retries.wait(None) if isinstance(exc, self._broken) else None
-                if wait is None:
-                    raise _unreachable(self._http.base_url, exc) from exc
-            else:
-                wait = retries.wait(response)
-                if wait is None:
-                    return _answer(response, request)
-            time.sleep(wait)
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -329,7 +309,7 @@ class AsyncClient:
             return done.value  # type: ignore[no-any-return]
 
     async def _send(self, request: Request) -> Any:
-        """:meth:`Client._send`, awaiting the request and the waits."""
+        """:func:`personamem.remote.send` then :func:`_answer`, awaiting the request and the waits."""
         retries = Retries(request, self._retry_seconds)
         while True:
             try:
@@ -337,7 +317,7 @@ class AsyncClient:
             except self._transport_error as exc:
                 wait = retries.wait(None) if isinstance(exc, self._broken) else None
                 if wait is None:
-                    raise _unreachable(self._http.base_url, exc) from exc
+                    raise unreachable(self._http.base_url, exc) from exc
             else:
                 wait = retries.wait(response)
                 if wait is None:

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
 
+from personamem import remote
 from personamem.errors import IngestError, RemoteError
 from personamem.jobs import Job
-from personamem.remote import Request, Retries, error_from
+from personamem.remote import Request, error_from
 
 __all__ = ["CHUNK_BYTES", "JobClient", "chunks"]
 
@@ -147,29 +148,25 @@ class JobClient:
             self.cancel(job_id)
 
     def _send(
-        self, method: str, url: str, path: Path | None = None, *, again: bool = False, **options: Any
+        self,
+        method: str,
+        url: str,
+        path: Path | None = None,
+        *,
+        again: bool = False,
+        params: Mapping[str, Any] | None = None,
+        content: bytes | None = None,
     ) -> Any:
         """One request's JSON answer; ``again``: repeated while the server restarts (safe to send twice).
+
+        Any transport error is retried, a refused connection too: a restarting server refuses connections.
 
         Raises:
             IngestError: the server refused a line of ``path`` (400 naming it).
             RemoteError: the server could not be reached, or answered another error.
         """
-        retries = Retries(Request(method, url, repeatable=again), RETRY_S)
-        while True:
-            try:
-                response = self._http.request(method, url, **options)
-            except httpx.TransportError as exc:
-                wait = retries.wait(None) if again else None
-                if wait is None:
-                    raise RemoteError(
-                        f"cannot reach the personamem server at {self._http.base_url}: {exc}"
-                    ) from exc
-            else:
-                wait = retries.wait(response)
-                if wait is None:
-                    return _json(response, path)
-            time.sleep(wait)
+        request = Request(method, url, params=params, content=content, repeatable=again)
+        return _json(remote.send(self._http, request, RETRY_S, (httpx.TransportError,)), path)
 
 
 def _json(response: httpx.Response, path: Path | None) -> Any:

@@ -18,7 +18,7 @@ other rows (they count as ``forgotten`` in the job).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -241,7 +241,7 @@ class Jobs:
         Raises:
             InvalidInputError: this tenant has no job ``job_id``.
         """
-        return Job.of(self._found(lambda: self._queue.start(self._tenant, job_id)))
+        return self._found(job_id, self._queue.start)
 
     def get(self, job_id: str) -> Job:
         """The job: state, progress, counts, per-line errors, times.
@@ -249,10 +249,7 @@ class Jobs:
         Raises:
             InvalidInputError: this tenant has no job ``job_id``.
         """
-        row = self._queue.get(self._tenant, job_id)
-        if row is None:
-            raise InvalidInputError(f"this tenant has no job {job_id!r}")
-        return Job.of(row)
+        return self._found(job_id, self._queue.get)
 
     def cancel(self, job_id: str) -> Job:
         """Stop a job that has not ended: its waiting lines are deleted; records stored stay.
@@ -262,7 +259,7 @@ class Jobs:
         Raises:
             InvalidInputError: this tenant has no job ``job_id``.
         """
-        return Job.of(self._found(lambda: self._queue.cancel(self._tenant, job_id)))
+        return self._found(job_id, self._queue.cancel)
 
     def run_pending(self) -> int:
         """Run this tenant's queued jobs here, to their ends; how many were run.
@@ -272,13 +269,19 @@ class Jobs:
         """
         return JobRunner(self._queue, lambda _: self._store, tenant=self._tenant).run_pending()
 
-    @staticmethod
-    def _found(change: Any) -> JobRow:
+    def _found(self, job_id: str, step: Callable[[str, str], JobRow | None]) -> Job:
+        """The job as ``step`` (a :class:`JobQueue` method) leaves it.
+
+        The queue says a job is unknown by None (a read) or LookupError (a change); both are the
+        caller's mistake here, one InvalidInputError (the server's 404).
+        """
         try:
-            row: JobRow = change()
+            row = step(self._tenant, job_id)
         except LookupError as exc:
             raise InvalidInputError(str(exc)) from None
-        return row
+        if row is None:
+            raise InvalidInputError(f"this tenant has no job {job_id!r}")
+        return Job.of(row)
 
     # last: below it, ``list`` in an annotation would name this method, not the builtin
     def list(self, limit: int = 50) -> Sequence[Job]:

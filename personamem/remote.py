@@ -4,8 +4,9 @@ Each call is a generator: it validates its arguments as the SDK would, yields th
 is sent back each answer's JSON (or has the exception the SDK would have raised thrown into it), and
 returns the SDK's result, read with the answer's model from :mod:`personamem.contract` (the one the
 server dumped it with). ``Client`` drives them with ``httpx.Client``, ``AsyncClient`` with
-``httpx.AsyncClient``, so the two cannot drift apart. :class:`Retries` says when both send a
-request again.
+``httpx.AsyncClient``, so the two cannot drift apart. :class:`Retries` says when a client sends a
+request again; :func:`send` is the one loop that sends it for the synchronous clients (``Client``,
+``JobClient`` in ``personamem/job_client.py``), and ``AsyncClient`` awaits the same steps.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
@@ -59,7 +60,10 @@ from personamem.store.expiry import check_ttl
 from personamem.store.filters import parse_filters
 from personamem.store.timeline import epoch
 
-__all__ = ["REPEATABLE", "RETRY_SECONDS", "Call", "Request", "Retries", "error_from"]
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["REPEATABLE", "RETRY_SECONDS", "Call", "Request", "Retries", "error_from", "send", "unreachable"]
 
 T = TypeVar("T")
 _PAGE = 1000
@@ -416,6 +420,41 @@ class Retries:
         seconds = max(advised, self._backoff) * random.uniform(1.0, 1.2)
         self._backoff = min(self._backoff * 2, 2.0)
         return seconds if time.monotonic() + seconds <= self._deadline else None
+
+
+def send(
+    http: httpx.Client, request: Request, retry_seconds: float, retry_on: tuple[type[Exception], ...]
+) -> httpx.Response:
+    """The server's last response to ``request``, sent again while :class:`Retries` allows.
+
+    Written once for the synchronous clients, so that they retry alike. ``retry_on``: the
+    transport errors after which a repeatable request is sent again (``Client`` takes only a
+    connection broken under a request; ``JobClient``, which waits out a restarting server, any).
+    The caller reads the response: what an error answer raises depends on what was sent.
+
+    Raises:
+        RemoteError: the server could not be reached (no retry left, or an error not retried).
+    """
+    import httpx  # the server extra; the caller's ``http`` is httpx's, so it is installed
+
+    retries = Retries(request, retry_seconds)
+    while True:
+        try:
+            response = http.request(request.method, request.path, **request.options)
+        except httpx.TransportError as exc:
+            wait = retries.wait(None) if isinstance(exc, retry_on) else None
+            if wait is None:
+                raise unreachable(http.base_url, exc) from exc
+        else:
+            wait = retries.wait(response)
+            if wait is None:
+                return response
+        time.sleep(wait)
+
+
+def unreachable(base_url: object, exc: Exception) -> RemoteError:
+    """The error of a request that got no answer from the server at ``base_url``."""
+    return RemoteError(f"cannot reach the personamem server at {base_url}: {exc}")
 
 
 def _retry_after(error: Mapping[str, Any], response: Any) -> float:
