@@ -470,7 +470,7 @@ def ranker_gate(
 
     The trees serve a user only where the history is shaped like a benchmark they gained on (record
     length, records past the encoder's window, who wrote them, names, dates); everyone else gets the
-    default's fused order. Read from the store's live pipeline.
+    score fusion. Read from the store's live pipeline.
     """
     from personamem.retrieval.ranker_gate import PROFILE
 
@@ -491,7 +491,7 @@ def ranker_gate(
         return
     out.print(f"ranker: {pipeline.ranker_name or 'none'}")
     for row in rows:
-        verdict = "trees" if row["trees"] else "the default's order"
+        verdict = "trees" if row["trees"] else "the score fusion"
         out.print(f"{row['user_id']}: {verdict} ({row['reason']})", markup=False, soft_wrap=True)
         if PROFILE[0] in row:
             out.print("  " + ", ".join(f"{name} {row[name]:.2f}" for name in PROFILE), markup=False)

@@ -117,7 +117,7 @@ class PipelineConfig(BaseModel):
     shipped ``mixed`` where the first stage is the default's: hybrid with ``adapter:mixed`` at its
     fusion, no personalizer; else none), none, or a ranker's name or folder (``personamem train
     ranker``), which needs hybrid with a query adapter. Its trees serve only users whose history is
-    shaped like one they gained on (``personamem analyze ranker``); others get the default's order."""
+    shaped like one they gained on (``personamem analyze ranker``); others get the score fusion."""
     chosen_by: str | None = None
     """Why this first stage serves: ``personamem improve`` writes what it fitted on and how it
     validated; ``context`` reports it with the stage (None: the package's default)."""

@@ -4,7 +4,7 @@ Trees fitted on benchmarks learn those benchmarks' corrections (issue 44's leave
 trained without LoCoMo, validation kept no tree; trained with it, they gain on LoCoMo alone), and on
 long user–assistant histories that nobody trained on they lost to plain retrieval. So a ranker folder
 names the *regions* of history shape where its trees gained on validation users, and a user whose
-history lies outside every region is served the trees' start (the default's fused order) instead.
+history lies outside every region is served the score fusion (``ranker.score_fusion``) instead.
 
 A history's shape is a few label-free statistics of the user's records (:data:`PROFILE`): how long
 its records are, how many overrun the encoder's window, who wrote them, how many name people or

@@ -11,7 +11,19 @@ import pytest
 from personamem import PersonaMem, PipelineConfig
 from personamem.errors import CheckpointError, ConfigError
 from personamem.pipeline.config import pipeline_config
-from personamem.retrieval.ranker import INFO_FILE, MODEL_FILE, SHIPPED_RANKERS, RankerModel, _top, _two_best
+from personamem.retrieval.bm25 import tokenize
+from personamem.retrieval.ranker import (
+    FEATURES,
+    GATED_START,
+    INFO_FILE,
+    MODEL_FILE,
+    SCORE_FUSION,
+    SHIPPED_RANKERS,
+    RankerModel,
+    _top,
+    _two_best,
+    score_fusion,
+)
 from personamem.trainers.ranker.export import save_ranker
 
 TEXTS = [
@@ -53,12 +65,26 @@ def test_the_default_runs_the_shipped_ranker_and_says_so(mem: PersonaMem) -> Non
     assert mem.pipeline(PipelineConfig(dense_weight=0.6)).ranker is None  # not the default's fusion
 
 
-def test_a_ranker_without_trees_ranks_as_the_default_before_it(mem: PersonaMem, tmp_path: Path) -> None:
+def test_a_ranker_without_trees_serves_the_score_fusion(mem: PersonaMem, tmp_path: Path) -> None:
+    """Adapted cosine plus 0.4 BM25, each standardized over the user's records; computed here from
+    the store's vectors, the adapter and BM25's scores."""
     save_ranker(tmp_path / "flat", None, alpha=10.0, iterations=0, info={})
-    for query in QUERIES:
-        assert _ids(mem, query, PipelineConfig(ranker=str(tmp_path / "flat"))) == _ids(
-            mem, query, PipelineConfig(ranker="none")
-        )
+    ranker = mem.pipeline(PipelineConfig(ranker=str(tmp_path / "flat"))).ranker
+    assert ranker is not None
+    records, vectors = mem.store.vectors("u")
+    order = [r.id for r in ranker._bm25.index("u").records]
+    vectors = vectors[[[r.id for r in records].index(rid) for rid in order]]
+
+    def standard(x: np.ndarray) -> np.ndarray:
+        return (x - x.mean()) / x.std()
+
+    # the last two: dense and BM25 disagree, and the RRF fusion the trees start from orders them otherwise
+    for query in [*QUERIES, "How do I get to work? (charity)", "What is Caroline planning? (lentils)"]:
+        cosine = vectors @ ranker.adapter.transform(mem.store.encoder.encode([query]))[0]
+        lexical = ranker._bm25.index("u").scores(tokenize([query])[0])
+        fused = standard(cosine) + SCORE_FUSION * standard(lexical)
+        expected = [order[i] for i in np.argsort(-fused, kind="stable")]
+        assert _ids(mem, query, PipelineConfig(ranker=str(tmp_path / "flat"))) == expected
 
 
 def test_every_record_of_the_user_and_no_other_comes_back(mem: PersonaMem) -> None:
@@ -118,3 +144,17 @@ def test_the_top_rows_are_a_stable_sorts_first_k_without_sorting_them_all() -> N
         for k in (1, 7, 100):
             assert np.array_equal(_top(scores, k), np.argsort(-scores, kind="stable")[:k])
         assert np.array_equal(_two_best(scores), np.sort(scores)[::-1][:2])
+
+
+def test_a_residual_fitted_before_the_score_fusion_keeps_the_start_it_was_fitted_on(tmp_path: Path) -> None:
+    """``improve`` fitted its trees on the root as it served then: the RRF start wherever the gate said no."""
+    shipped = RankerModel.load("mixed")
+    rows = np.random.default_rng(0).normal(size=(6, len(FEATURES))).astype(np.float32)
+    for name, named in (("old", {}), ("new", {"gated_start": GATED_START})):
+        base = {"ranker": "mixed", "sha256": shipped.info["sha256"], **named}
+        save_ranker(tmp_path / name, None, alpha=shipped.alpha, iterations=0, info={"base": base})
+    old, new = RankerModel.load(tmp_path / "old"), RankerModel.load(tmp_path / "new")
+    fused = shipped.alpha * rows[:, FEATURES.index("fused_default")]
+    np.testing.assert_allclose(old.score(rows, trees=False), fused, rtol=1e-6)
+    np.testing.assert_allclose(new.score(rows, trees=False), score_fusion(rows), rtol=1e-6)
+    np.testing.assert_allclose(shipped.score(rows, trees=False), score_fusion(rows), rtol=1e-6)

@@ -164,4 +164,4 @@ def test_analyze_ranker_says_who_gets_the_trees_and_why(
     assert "share_over_window 1.00" in users["long"]["reason"]
     assert main(["--store", str(store), "analyze", "ranker", "--user", "long"]) == 0
     shown = capsys.readouterr().out
-    assert "long: the default's order (outside every region: " in shown and "share_assistant 1.00" in shown
+    assert "long: the score fusion (outside every region: " in shown and "share_assistant 1.00" in shown

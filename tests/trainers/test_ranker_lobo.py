@@ -29,7 +29,13 @@ from personamem.trainers.ranker.lobo import (
 from personamem.trainers.ranker.run import ship_verdict
 from tests.conftest import DATA, need_data
 
-METHODS = (*PLAIN, "default without ranker", "ranker (trees everywhere)", "ranker as served (gated)")
+METHODS = (
+    *PLAIN,
+    "default without ranker",
+    "score fusion",
+    "ranker (trees everywhere)",
+    "ranker as served (gated)",
+)
 
 
 def _fold(served: list[float], reference: list[float], fold: str = "f", seed: int = 0) -> FoldSeed:
@@ -50,7 +56,7 @@ def test_the_rule_reads_the_worst_fold_with_a_margin_and_a_paired_test() -> None
     assert not report["passes"] and not report["trees_pass"]
     assert report["worst"]["fold"] == "b" and report["worst"]["difference"] < -MARGIN
     failing = [c for c in report["folds"]["b"]["checks"] if c["fails"]]
-    assert {c["role"] for c in failing} == {"best plain method", "unranked default"}
+    assert {c["role"] for c in failing} == {"best plain method", "unranked default", "served without trees"}
     assert {c["metric"] for c in failing} == set(RULED)
 
 
@@ -114,14 +120,14 @@ def test_leave_one_out_trains_without_each_benchmark_scores_it_and_resumes(
     for fold, found in report["folds"].items():
         assert set(found["methods"]) == {*METHODS, *(fusion_name(*f) for f in FUSIONS)}
         assert found["questions"] > 0
-        assert len(found["checks"]) == 2 * len(RULED)
+        assert len(found["checks"]) == 3 * len(RULED)
         # every learned part of this fold was trained without it
         ranker = json.loads(
             (tmp_path / "study" / "leave-one-out" / f"ranker-without-{fold}-s0" / INFO_FILE).read_text()
         )
         assert fold not in ranker["sources"] and fold not in ranker["recipe"]["data"]["benchmark"]
-        if found["served_share"] == 0:  # nobody admitted: the served ranker is the unranked default
-            assert found["methods"]["ranker as served (gated)"] == found["methods"]["default without ranker"]
+        if found["served_share"] == 0:  # nobody admitted: the served ranker is the score fusion
+            assert found["methods"]["ranker as served (gated)"] == found["methods"]["score fusion"]
     assert (tmp_path / "study" / "leave-one-out.md").read_text().count("| ikat (") == len(METHODS)
 
     def retrain(*args: object, **kwargs: object) -> None:

@@ -370,7 +370,11 @@ def _residual(
         alpha=base.alpha,
         iterations=fit.iterations,
         info={
-            "base": {"ranker": _spec(base), "sha256": base.info.get("sha256")},
+            "base": {
+                "ranker": _spec(base),
+                "sha256": base.info.get("sha256"),
+                "gated_start": base.gated_start,
+            },
             "recipe": {"improve": settings.model_dump(mode="json"), "signal": fitting.source},
             "query_encoder": served.query_encoder_name,
             # counts, not ids: this folder lives outside the store, where forget would not reach an id
