@@ -16,8 +16,8 @@ PACKAGE = Path(personamem.__file__).parent
 
 
 def test_every_variable_the_library_names_is_a_setting() -> None:
-    """The package's own variables (the docs' ``PERSONAMEM_API_KEY`` is the examples' name for a key,
-    ``PERSONAMEM_DATA`` the test suite's data folder: neither is read by the library)."""
+    """The package's own variables, each a field of :class:`Settings` (``PERSONAMEM_DATA``, the test
+    suite's data folder, is not read by the library)."""
     named = set()
     for path in PACKAGE.rglob("*.py"):
         named |= set(re.findall(rf"\b{PREFIX}([A-Z][A-Z0-9_]*)\b", path.read_text(encoding="utf-8")))
