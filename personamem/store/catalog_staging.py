@@ -86,6 +86,14 @@ _RELABEL = (  # a record's fields change, its text and vector do not (``supersed
 )
 # the revision bump of a write whose vectors are indexed in its own transaction
 _BUMP_INDEXED = _BUMP_REVISION.values(index_token=bindparam("token"))
+# a row indexed with the vector just written, kept so the user's vectors can be read without the index
+_ROWS = RecordRow.__table__.c  # type: ignore[attr-defined]
+_INDEXED_WITH_VECTOR = (  # Core, not ORM: an executemany of it is not the ORM's bulk update by key
+    update(RecordRow.__table__)  # type: ignore[attr-defined]
+    .where(_ROWS.user_id == bindparam("key"), _ROWS.record_id == bindparam("rid"))
+    .where(_ROWS.content_hash == bindparam("hash"))
+    .values(status=RecordStatus.INDEXED.value, pending_vector=bindparam("blob"))
+)
 
 _Event = tuple[str, EventKind, str | None]
 """An event to log: (record id, event, the record's text)."""
@@ -154,7 +162,11 @@ class Staging:
         return changed, indexed
 
     def mark_indexed(
-        self, user_id: str, records: Sequence[Record], write: Callable[[Connection], None] | None = None
+        self,
+        user_id: str,
+        records: Sequence[Record],
+        write: Callable[[Connection], None] | None = None,
+        vectors: np.ndarray | None = None,
     ) -> tuple[str | None, str] | None:
         """Close the write protocol for these records, as they were when their vectors were written.
 
@@ -165,6 +177,8 @@ class Staging:
         The revision changes again here: a cache built from vectors between staging and indexing
         (P-Anchor reads every vector) would otherwise pass for current while missing these records.
         ``write``, for a vector index in this database, stores the vectors in the same transaction.
+        ``vectors`` (rows aligned with ``records``), the ones just written to the index, are kept in
+        the rows (a batch staged without them, by ``add_many``); otherwise a row keeps the one staged.
         """
         with self._db.session(write=True) as s:
             user = s.get(UserRow, user_id)
@@ -173,6 +187,15 @@ class Staging:
             if write is not None:
                 write(s.connection())
             before, after = user.index_token, uuid.uuid4().hex
+            if vectors is not None:
+                s.execute(
+                    _INDEXED_WITH_VECTOR,
+                    [
+                        {"key": user_id, "rid": r.id, "hash": content_hash(r), "blob": vector_blob(v)}
+                        for r, v in zip(records, vectors, strict=True)
+                    ],
+                )
+                records = ()
             for chunk in chunks([(r.id, content_hash(r)) for r in records]):
                 s.execute(
                     update(RecordRow)

@@ -160,7 +160,7 @@ class Indexing:
                             f"vector index failed while writing {len(batch)} record(s) of user {user_id!r} "
                             f"({exc}); they are kept as pending in SQL, searchable, and indexed by a retry"
                         ) from exc
-                    tokens = self.catalog.mark_indexed(user_id, batch)
+                    tokens = self.catalog.mark_indexed(user_id, batch, vectors=vectors[rows])
                 if tokens is None:
                     self.index.drop([collection])
                 else:

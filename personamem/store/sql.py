@@ -217,13 +217,17 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
                 time.sleep(0.02)
 
     def mark_indexed(
-        self, user_id: str, records: Sequence[Record], write: Callable[[Connection], None] | None = None
+        self,
+        user_id: str,
+        records: Sequence[Record],
+        write: Callable[[Connection], None] | None = None,
+        vectors: np.ndarray | None = None,
     ) -> tuple[str | None, str] | None:
         """Close the write protocol for these records; the user's index token before and after.
 
         None when the user is gone or being forgotten (:meth:`Staging.mark_indexed`).
         """
-        return self._staging.mark_indexed(user_id, records, write)
+        return self._staging.mark_indexed(user_id, records, write, vectors)
 
     # -- erasure ----------------------------------------------------------------------------------
 

@@ -147,17 +147,18 @@ def test_a_user_this_worker_never_read_is_read_from_sql_on_a_full_disk(
     ):
         reader.add("ana", "I keep three beehives in the orchard", id="bees")
         reader.store.flush()
-        writer.add("bo", "My sister moved to Lisbon last spring", id="lisbon")
-        writer.add("bo", "My sister lives in Porto now", id="porto")
+        writer.add_many(  # the bulk path stages rows without vectors: indexing keeps them
+            [{"id": "lisbon", "text": "My sister moved to Lisbon last spring"}], user_id="bo"
+        )
+        writer.add("bo", "My sister lives in Porto now", id="porto")  # one add: the row keeps its own
         writer.store.flush()
-        writer.delete("bo", ["porto"])
         ballast(small_disk / "filler", leave=0)
         with pytest.raises(DiskFullError):  # the reader's client is now one a failed write left
             for n in range(50):
                 reader.add("ana", f"note {n}: " + " ".join(WORDS[:40]), id=f"note{n}")
                 reader.store.flush()
         hits = reader.search("bo", "where does my sister live", k=2, method="dense")
-        assert [h.record.id for h in hits] == ["lisbon"]
+        assert sorted(h.record.id for h in hits) == ["lisbon", "porto"]
 
 
 def _forget_kept_vectors(store: Path) -> None:
