@@ -1,7 +1,9 @@
 """The learned ranker's cost on the read path: the default search against it without the ranker, and hybrid.
 
-One user with ``--records`` seeded synthetic chat turns in a real store, shaped as the shipped trees'
-gate admits (a date and a speaker's name before ~30 words, as LoCoMo's turns), so the trees run.
+One user with ``--records`` seeded synthetic chat turns in a real store (a date and a speaker's name
+before ~30 words, as LoCoMo's turns). The shipped trees' gate admits no history since issue 57 (the
+score fusion beat the trees on every benchmark's validation users), so this times the score fusion's
+path: the same candidates and features as the trees', without the ONNX run.
 ``search`` with no method (the package default: hybrid with the shipped adapter, reordered by the
 shipped ranker) against the same pipeline with ``ranker = "none"`` (the default before the ranker
 shipped) and against plain ``hybrid``, rotating which goes first, a different query each time; the

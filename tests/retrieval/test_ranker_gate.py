@@ -117,29 +117,20 @@ def test_the_trees_serve_only_a_user_inside_the_gate(mem: PersonaMem, tmp_path: 
     assert orders["in"] == orders["trees"] and orders["gated out"] == orders["start"]
 
 
-def test_the_shipped_ranker_serves_a_dated_two_person_chat_and_not_long_assistant_turns(
+def test_the_shipped_trees_serve_no_one_since_the_score_fusion_beat_them(
     mem: PersonaMem, tmp_path: Path
 ) -> None:
+    """On every benchmark's validation users the shipped trees gained nothing over the score fusion
+    (LoCoMo: nDCG@10 0.440 against 0.467), so a dated two-person chat gets the score fusion too."""
     mem.add_many([{"id": f"c{i}", "text": t} for i, t in enumerate(CHAT)], user_id="chat")
-    with pytest.warns(TruncationWarning):  # past the encoder's window: BM25 still reads all of it
-        mem.add_many(
-            [{"id": f"a{i}", "text": ASSISTANT, "metadata": {"role": "ai"}} for i in range(4)]
-            + [
-                {"id": f"u{i}", "text": "Can you plan my week?", "metadata": {"role": "human"}}
-                for i in range(4)
-            ],
-            user_id="assistant",
-        )
     ranker = mem.pipeline().ranker
-    assert ranker is not None and ranker.model.gate is not None
-    assert ranker.decide("chat").trees, ranker.decide("chat").reason
-    refused = ranker.decide("assistant")
-    assert not refused.trees and "share_assistant 0.50" in refused.reason
+    assert ranker is not None and ranker.model.gate is not None and ranker.model.session is not None
+    decision = ranker.decide("chat")
+    assert not decision.trees and "no region" in decision.reason
     flat = tmp_path / "start"
     save_ranker(flat, None, alpha=10.0, iterations=0, info={})
-    assert _order(mem, "assistant", "plan my week", "auto") == _order(
-        mem, "assistant", "plan my week", str(flat)
-    )
+    for query in QUERIES:
+        assert _order(mem, "chat", query, "auto") == _order(mem, "chat", query, str(flat))
 
 
 def test_a_gate_that_cannot_be_read_refuses_to_load(tmp_path: Path) -> None:
@@ -160,8 +151,8 @@ def test_analyze_ranker_says_who_gets_the_trees_and_why(
     mem.close()
     assert main(["--store", str(store), "analyze", "ranker", "--json"]) == 0
     users = {row["user_id"]: row for row in json.loads(capsys.readouterr().out)["users"]}
-    assert users["chat"]["trees"] and not users["long"]["trees"]
-    assert "share_over_window 1.00" in users["long"]["reason"]
+    assert not users["chat"]["trees"] and not users["long"]["trees"]  # the shipped gate admits no one
+    assert users["long"]["share_over_window"] == 1.0 and users["long"]["share_assistant"] == 1.0
     assert main(["--store", str(store), "analyze", "ranker", "--user", "long"]) == 0
     shown = capsys.readouterr().out
-    assert "long: the score fusion (outside every region: " in shown and "share_assistant 1.00" in shown
+    assert "long: the score fusion (no region: " in shown and "share_over_window 1.00" in shown

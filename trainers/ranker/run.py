@@ -76,17 +76,17 @@ def run(config: RankerRunConfig, *, progress: Progress | None = None) -> TrainSu
     ]
     fit = result.fit
     rows += [
-        (f"{name}: validation nDCG@10 default → ranker", f"{before:.4f} → {after:.4f}")
+        (f"{name}: validation nDCG@10 score fusion → ranker", f"{before:.4f} → {after:.4f}")
         for name, (before, after) in fit.per_source.items()
     ]
     rows += [
         ("chosen: alpha, trees", f"{fit.alpha:g}, {fit.iterations}"),
-        ("trees serve histories shaped like", ", ".join(result.admitted) or "none (the default's order)"),
+        ("trees serve histories shaped like", ", ".join(result.admitted) or "none (the score fusion)"),
         *[
             (f"gate: {name}'s region admits", ", ".join(f"{n} {share:.0%}" for n, share in shares.items()))
             for name, shares in _calibration(result.folder).items()
         ],
-        ("validation nDCG@10: default → ranker", f"{fit.start:.4f} → {fit.best:.4f}"),
+        ("validation nDCG@10: the trees' start → ranker", f"{fit.start:.4f} → {fit.best:.4f}"),
         ("wall-clock seconds (fits)", f"{fit.seconds:.0f}"),
         ("ranker (sha256)", f"{result.folder} ({(result.sha256 or 'no trees')[:16]})"),
         *judged,

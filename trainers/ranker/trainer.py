@@ -12,7 +12,8 @@ split, plus a ``split-<benchmark>.json`` per benchmark for ``personamem eval --h
 
 The folder also names where its trees serve (:mod:`personamem.retrieval.ranker_gate`): the history
 shapes of the benchmarks on whose validation users the kept trees gained at least :data:`ADMIT_GAIN`
-nDCG@10 over the default's order. Elsewhere the ranker is the default's order.
+nDCG@10 over what the ranker serves without them, the score fusion
+(:func:`~personamem.retrieval.ranker.score_fusion`). Elsewhere the ranker is the score fusion.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rich.progress import Progress
 from personamem.encoder import Encoder
 from personamem.errors import InsufficientDataError
 from personamem.retrieval.query_adapter import QueryAdapter
-from personamem.retrieval.ranker import CATEGORICAL, FEATURES, INFO_FILE, RankerModel
+from personamem.retrieval.ranker import CATEGORICAL, FEATURES, INFO_FILE, RankerModel, score_fusion
 from personamem.retrieval.ranker_gate import PROFILE, TOLERANCE, RankerGate, calibrate
 from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfig
 from personamem.trainers.ranker.data import FeatureSet, benchmark_features, default_features_dir
@@ -93,7 +94,7 @@ class RankerFit:
         start / best: validation nDCG@10 of the default's order and of the chosen model.
         curve: per alpha, validation nDCG@10 at 0, STEP, 2·STEP, ... trees.
         seconds: wall-clock time of the fits.
-        per_source: per benchmark, validation nDCG@10 of the default's order and of the chosen model.
+        per_source: per benchmark, validation nDCG@10 of the score fusion (no trees) and of the model.
     """
 
     booster: lightgbm.Booster | None
@@ -209,7 +210,8 @@ def train_ranker(
                 "per_benchmark": {n: [round(a, 5), round(b, 5)] for n, (a, b) in fit.per_source.items()},
             },
             "gate": {
-                "admitted": f"benchmarks whose validation nDCG@10 the trees raised by >= {ADMIT_GAIN}",
+                "admitted": f"benchmarks whose validation nDCG@10 the trees raised by >= {ADMIT_GAIN} "
+                "over the score fusion",
                 "region": f"each admitted benchmark's users' range of each statistic, +- {TOLERANCE} "
                 "pooled std (every benchmark's users pooled)",
                 "calibration": calibrate(profiles, admitted),
@@ -265,8 +267,8 @@ def fit_ranker(
     value, kept, alpha, trees = best
     start = curve[config.alpha[0]][0]  # no trees: the default's order, whatever alpha
     begin = _fused_start(alpha)
-    per_source = {
-        s.source: (s.ndcg10(begin(s)), s.ndcg10(_score(kept, trees, s.features, begin(s))))
+    per_source = {  # the trees against what is served without them
+        s.source: (s.ndcg10(score_fusion(s.features)), s.ndcg10(_score(kept, trees, s.features, begin(s))))
         for s in validation
         if len(s)
     }
