@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from personamem.errors import IngestError, InvalidInputError, InvalidRecordError
 from personamem.job_runner import JobRunner
-from personamem.records import Record, parse_record
+from personamem.records import Record, parse_item, parse_record
 from personamem.store import Store
 from personamem.store.jobs import JobQueue, Line
 from personamem.store.tables import JobRow
@@ -145,6 +145,28 @@ def read_upload(
     return Upload(lines=lines, last_line=first_line + len(pieces) - 1)
 
 
+def records_upload(
+    items: Iterable[Record | Mapping[str, Any]], store: Store, *, user_id: str | None = None
+) -> Upload:
+    """Records and dicts as an upload's lines, validated as :func:`read_upload` validates a file's.
+
+    A :class:`Record` is valid already: it goes to its line as it is, with no JSON text made and
+    read back (a fifth of a bulk submit's time went to that round trip).
+
+    Raises:
+        IngestError: a bad item, naming its line (its position, from 1); no job is made.
+    """
+    lines = []
+    for number, item in enumerate(items, start=1):
+        try:
+            record = parse_item(item, user_id=user_id)
+            key = store.scope.key(record.user_id)
+        except (InvalidRecordError, InvalidInputError) as exc:
+            raise IngestError(str(exc), path="the records", line=number) from None
+        lines.append(Line(number, key, record.model_dump_json()))
+    return Upload(lines=lines, last_line=len(lines))
+
+
 def _record(raw: bytes, number: int, user_id: str | None, source: str) -> Record | None:
     """The record of one line (None: a blank line); the messages are ``ingest``'s."""
     try:
@@ -211,11 +233,7 @@ class Jobs:
             except OSError as exc:
                 raise IngestError(f"cannot read file: {exc.strerror or exc}", path=str(path)) from None
             return read_upload(body, self._store, user_id=user_id, source=str(path))
-        lines = []
-        for item in source:
-            data = item.model_dump(mode="json") if isinstance(item, Record) else dict(item)
-            lines.append(json.dumps(data).encode("utf-8"))
-        return read_upload(b"\n".join(lines), self._store, user_id=user_id, source="the records")
+        return records_upload(source, self._store, user_id=user_id)
 
     def append(self, job_id: str, body: bytes, *, from_line: int, user_id: str | None = None) -> Job:
         """Add lines to an open job: ``body`` is JSONL whose first line is line ``from_line`` of the file.

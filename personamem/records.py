@@ -37,6 +37,7 @@ __all__ = [
     "canonical_role",
     "check_user_id",
     "content_id",
+    "parse_item",
     "parse_record",
     "parse_records",
 ]
@@ -266,16 +267,24 @@ def parse_records(
     parsed = []
     for position, item in enumerate(records):
         try:
-            if isinstance(item, Record):
-                if user_id is not None and item.user_id != user_id:
-                    raise InvalidRecordError(f"record is for user {item.user_id!r}, not {user_id!r}")
-                parsed.append(item)
-            elif isinstance(item, str):
-                parsed.append(parse_record({"text": item}, default_user=user_id))
-            elif isinstance(item, Mapping):
-                parsed.append(parse_record(dict(item), default_user=user_id))
-            else:
-                raise InvalidRecordError(f"expected a Record, a dict or a text, got {type(item).__name__}")
+            parsed.append(parse_item(item, user_id=user_id))
         except InvalidRecordError as exc:
             raise InvalidRecordError(f"record {position}: {exc}") from None
     return parsed
+
+
+def parse_item(item: Record | Mapping[str, Any] | str, *, user_id: str | None) -> Record:
+    """One item of a batch as :func:`parse_records` reads it: a Record as it is (valid already).
+
+    Raises:
+        InvalidRecordError: not a valid record, or a record of another user than ``user_id``.
+    """
+    if isinstance(item, Record):
+        if user_id is not None and item.user_id != user_id:
+            raise InvalidRecordError(f"record is for user {item.user_id!r}, not {user_id!r}")
+        return item
+    if isinstance(item, str):
+        return parse_record({"text": item}, default_user=user_id)
+    if isinstance(item, Mapping):
+        return parse_record(dict(item), default_user=user_id)
+    raise InvalidRecordError(f"expected a Record, a dict or a text, got {type(item).__name__}")

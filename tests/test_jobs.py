@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from personamem import PersonaMem, SentenceEncoder
+from personamem import PersonaMem, Record, SentenceEncoder
 from personamem.errors import IngestError, InvalidInputError
 from personamem.job_runner import JobRunner
 from personamem.store.jobs import Batch, JobQueue
@@ -75,6 +75,10 @@ def test_a_bad_line_refuses_the_whole_upload_naming_it(mem: PersonaMem, tmp_path
     path.write_bytes(_lines(4) + b"\xff\n")
     with pytest.raises(IngestError, match=rf"{path.name}:5: not valid UTF-8"):
         mem.jobs.submit_import(path)
+    # records and dicts from the SDK: a Record goes as it is, a dict is validated; the bad one is named
+    items = [Record(user_id="ana", text="I keep bees."), {"user_id": "bo", "text": "not ana's"}]
+    with pytest.raises(IngestError, match=r"the records:2: .*'bo'"):
+        mem.jobs.submit_import(items, user_id="ana")
     assert mem.jobs.list() == [] and _queue(mem).waiting_lines() == 0
     owned = mem.jobs.submit_import(b'{"text": "I keep wasps."}\n', user_id="ana")  # --user's lines
     mem.jobs.run_pending()
