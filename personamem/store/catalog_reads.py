@@ -53,12 +53,8 @@ _BY_VECTOR_IDS = (
     f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? AND vector_id IN ({{marks}})"
 )
 _BY_VECTOR = f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? ORDER BY pk"
-_SEARCH_STATE = (
+_USER_VECTORS = (
     "SELECT u.status, u.index_token, u.bounds_token, u.revision, r.vector_id, r.pending_vector FROM users u "
-    "LEFT JOIN records r ON r.user_id = u.user_id AND r.status = ? WHERE u.user_id = ?"
-)
-_KEPT_VECTORS = (
-    "SELECT u.status, u.index_token, r.vector_id, r.pending_vector FROM users u "
     "LEFT JOIN records r ON r.user_id = u.user_id AND r.status = ? WHERE u.user_id = ?"
 )
 _TIMELINE = (
@@ -171,11 +167,40 @@ class RecordReads:
         On the read path, so a SQLite file is read like ``SqlCatalog.revision``, without SQLAlchemy.
         One statement is one snapshot: a row is either pending here or covered by the token's view.
         """
-        rows: Sequence[Any] | None = self._db.fixed_rows(_SEARCH_STATE, (RecordStatus.PENDING.value, user_id))
+        rows = self._user_vectors(user_id, RecordStatus.PENDING)
         if rows is None:
-            joined = (col(RecordRow.user_id) == col(UserRow.user_id)) & (
-                col(RecordRow.status) == RecordStatus.PENDING.value
-            )
+            return None
+        kept = [(vid, blob) for *_, vid, blob in rows if blob is not None]
+        pending = np.stack([np.frombuffer(blob, "<f4") for _, blob in kept]) if kept else None
+        return SearchState(rows[0][1], [vid for vid, _ in kept], pending, rows[0][2], rows[0][3])
+
+    def kept_vectors(self, user_id: str) -> tuple[str | None, list[str], np.ndarray] | None:
+        """The user's index token and the vectors its indexed rows keep (ids, rows aligned), in one statement.
+
+        What the vector index holds for the user at that token, read without it (a full disk, where
+        the index cannot be opened again). None for an unknown user, or when a row indexed before
+        rows kept their vectors has none.
+        """
+        rows = self._user_vectors(user_id, RecordStatus.INDEXED)
+        if rows is None:
+            return None
+        kept = [(vid, blob) for *_, vid, blob in rows if vid is not None]
+        if any(blob is None for _, blob in kept):
+            return None
+        empty = np.zeros((0, 0), dtype=np.float32)
+        matrix = np.stack([np.frombuffer(blob, "<f4") for _, blob in kept]) if kept else empty
+        return rows[0][1], [vid for vid, _ in kept], matrix
+
+    def _user_vectors(self, user_id: str, status: RecordStatus) -> Sequence[Any] | None:
+        """An active user's (status, index token, bounds token, revision, vector id, kept vector) rows.
+
+        One row per record in ``status`` (one with no record when there is none); None for a user
+        unknown or being forgotten.
+        """
+        rows: Sequence[Any] | None = self._db.fixed_rows(_USER_VECTORS, (status.value, user_id))
+        if rows is None:
+            same_user = col(RecordRow.user_id) == col(UserRow.user_id)
+            joined = same_user & (col(RecordRow.status) == status.value)
             with self._db.session() as s:
                 rows = s.execute(
                     select_columns(
@@ -189,44 +214,7 @@ class RecordReads:
                     .join(RecordRow, joined, isouter=True)
                     .where(col(UserRow.user_id) == user_id)
                 ).all()
-        if not rows or rows[0][0] != UserStatus.ACTIVE.value:
-            return None
-        kept = [(vid, blob) for *_, vid, blob in rows if blob is not None]
-        pending = np.stack([np.frombuffer(blob, "<f4") for _, blob in kept]) if kept else None
-        return SearchState(rows[0][1], [vid for vid, _ in kept], pending, rows[0][2], rows[0][3])
-
-    def kept_vectors(self, user_id: str) -> tuple[str | None, list[str], np.ndarray] | None:
-        """The user's index token and the vectors its indexed rows keep (ids, rows aligned), in one statement.
-
-        What the vector index holds for the user at that token, read without it (a full disk, where
-        the index cannot be opened again). None for an unknown user, or when a row indexed before
-        rows kept their vectors has none.
-        """
-        params = (RecordStatus.INDEXED.value, user_id)
-        rows: Sequence[Any] | None = self._db.fixed_rows(_KEPT_VECTORS, params)
-        if rows is None:
-            joined = (col(RecordRow.user_id) == col(UserRow.user_id)) & (
-                col(RecordRow.status) == RecordStatus.INDEXED.value
-            )
-            with self._db.session() as s:
-                rows = s.execute(
-                    select_columns(
-                        col(UserRow.status),
-                        col(UserRow.index_token),
-                        col(RecordRow.vector_id),
-                        col(RecordRow.pending_vector),
-                    )
-                    .join(RecordRow, joined, isouter=True)
-                    .where(col(UserRow.user_id) == user_id)
-                ).all()
-        if not rows or rows[0][0] != UserStatus.ACTIVE.value:
-            return None
-        kept = [(vid, blob) for *_, vid, blob in rows if vid is not None]
-        if any(blob is None for _, blob in kept):
-            return None
-        empty = np.zeros((0, 0), dtype=np.float32)
-        matrix = np.stack([np.frombuffer(blob, "<f4") for _, blob in kept]) if kept else empty
-        return rows[0][1], [vid for vid, _ in kept], matrix
+        return rows if rows and rows[0][0] == UserStatus.ACTIVE.value else None
 
     def timeline(self, user_id: str) -> Timeline:
         """The user's bounded records (validity, expiry), for reads to filter by."""
