@@ -1,8 +1,9 @@
 """Finding and healing what a crash or a lagging process left in the vector index.
 
 SQL is the source of truth, so every fault of the index is healed the same way: rebuild the user's
-collection from SQL. :func:`rebuild` keeps what the index can still read, encodes the rest again
-from the records' text, and puts every row back to ``pending`` *with* its vector before it drops
+collection from SQL. :func:`rebuild` takes the vectors the rows keep in SQL (for rows written before
+they kept them: what the index can still read, the rest encoded again from the records' text), and
+puts every row back to ``pending`` *with* its vector before it drops
 the collection, so a search from any process scores that user from SQL while the rebuild runs,
 and a crash midway leaves pending rows that opening the store indexes. :func:`scan` is the full
 scan an operator runs (``personamem check``): it also reads every vector back, since an index can
@@ -24,6 +25,7 @@ from personamem.errors import UnreadableIndexError
 from personamem.store.tables import RecordStatus
 
 if TYPE_CHECKING:
+    from personamem.records import Record
     from personamem.store.store import Store
     from personamem.store.vector_home import VectorHome
 
@@ -106,14 +108,21 @@ def rebuild(store: Store, user: str) -> int:
     """
     with store.write_lock:
         collection = store.names.collection(user)
-        store.index.refresh(collection)
-        ids, matrix, lost = store.index.salvage(collection)
-        indexed = store.catalog.vector_ids(user, RecordStatus.INDEXED)
-        kept = {vid: row for vid, row in zip(ids, matrix, strict=True) if vid in indexed}
-        missing = store.catalog.by_vector_ids(user, sorted(indexed - kept.keys()))
-        if missing:
-            encoded = store.encoder.encode([record.text for record in missing.values()])
-            kept.update(zip(missing, encoded, strict=True))
+        ids: list[str] = []
+        lost: set[str] = set()
+        missing: dict[str, Record] = {}
+        in_sql = store.catalog.kept_vectors(user)
+        if in_sql is not None:  # every indexed row keeps its vector: neither the index nor the encoder
+            kept = dict(zip(in_sql[1], in_sql[2], strict=True))
+        else:  # rows indexed before they kept vectors: what the index still has, the rest encoded
+            store.index.refresh(collection)
+            ids, matrix, lost = store.index.salvage(collection)
+            indexed = store.catalog.vector_ids(user, RecordStatus.INDEXED)
+            kept = {vid: row for vid, row in zip(ids, matrix, strict=True) if vid in indexed}
+            missing = store.catalog.by_vector_ids(user, sorted(indexed - kept.keys()))
+            if missing:
+                encoded = store.encoder.encode([record.text for record in missing.values()])
+                kept.update(zip(missing, encoded, strict=True))
         vectors = np.stack(list(kept.values())) if kept else np.zeros((0, 0), dtype=np.float32)
         store.catalog.requeue(user, (list(kept), vectors))  # searchable from SQL from here on
         store.views.evict(user)
@@ -121,8 +130,9 @@ def rebuild(store: Store, user: str) -> int:
         pending = store.catalog.pending(user).get(user, [])
         indexed_again = store.index_pending(pending) if pending else 0  # a user whose rows are all gone
     log.warning(
-        "rebuilt the vector collection of a user from SQL: %d vector(s) read back, %d encoded again "
-        "(%d could not be read)",
+        "rebuilt the vector collection of a user from SQL: %d vector(s) kept in SQL, %d read back, "
+        "%d encoded again (%d could not be read)",
+        0 if in_sql is None else len(in_sql[1]),
         len(ids),
         len(missing),
         len(lost),

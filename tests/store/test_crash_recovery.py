@@ -25,9 +25,10 @@ import httpx
 import numpy as np
 import pytest
 
-from personamem import PersonaMem
+from personamem import PersonaMem, SentenceEncoder
 from personamem.client import Client
 from personamem.store import KeyRing
+from personamem.store.recovery import rebuild
 from personamem.store.sql import SqlCatalog
 from personamem.store.vectors import VectorIndex
 from personamem.testing.postgres import find_postgres, postgres_cluster
@@ -232,3 +233,32 @@ def _survives_sigkills(store: Path, sql_url: str, reopen: Callable[[], PersonaMe
     with reopen() as mem:
         assert mem.store.check().ok
         assert sum(mem.tenant(t).count() for t in ("t1", "t2")) >= 5 * 4
+
+
+class CountingEncoder:
+    """The real encoder, counting the texts it is asked to encode."""
+
+    def __init__(self, encoder: SentenceEncoder) -> None:
+        self._encoder, self.name, self.dim, self.encoded = encoder, encoder.name, encoder.dim, 0
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.encoded += len(texts)
+        return self._encoder.encode(texts)
+
+
+def test_a_collection_lost_whole_is_rebuilt_from_the_vectors_sql_keeps(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    counting = CountingEncoder(encoder)
+    with PersonaMem.open(tmp_path / "store", encoder=counting) as mem:  # type: ignore[arg-type]
+        mem.add_many([f"note {i}: the orchard has {i} beehives" for i in range(40)], user_id="ana")
+        mem.store.flush()
+        query = mem.store.encoder.encode(["how many beehives"])[0]
+        before = [(r.id, round(s, 5)) for r, s in mem.store.nearest("ana", query, 5)]
+        key = mem.store._key("ana")
+        mem.store.index.drop([mem.store.names.collection(key)])  # the index lost every vector of ana
+        encoded = counting.encoded
+        assert rebuild(mem.store, key) == 40
+        assert counting.encoded == encoded  # nothing encoded again: the rows kept their vectors
+        assert mem.store.check().ok
+        assert [(r.id, round(s, 5)) for r, s in mem.store.nearest("ana", query, 5)] == before
