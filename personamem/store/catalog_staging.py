@@ -195,16 +195,16 @@ class Staging:
                         for r, v in zip(records, vectors, strict=True)
                     ],
                 )
-                records = ()
-            for chunk in chunks([(r.id, content_hash(r)) for r in records]):
-                s.execute(
-                    update(RecordRow)
-                    .where(
-                        col(RecordRow.user_id) == user_id,
-                        tuple_(col(RecordRow.record_id), col(RecordRow.content_hash)).in_(chunk),
+            else:
+                for chunk in chunks([(r.id, content_hash(r)) for r in records]):
+                    s.execute(
+                        update(RecordRow)
+                        .where(
+                            col(RecordRow.user_id) == user_id,
+                            tuple_(col(RecordRow.record_id), col(RecordRow.content_hash)).in_(chunk),
+                        )
+                        .values(status=RecordStatus.INDEXED.value)
                     )
-                    .values(status=RecordStatus.INDEXED.value)
-                )
             bump_revision(s, user_id, index_token=after)
             return before, after
 

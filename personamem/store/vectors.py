@@ -125,6 +125,19 @@ def _perturb_freed_memory() -> bool:
     return _perturbed
 
 
+def _opened(folder: Path, collections: int, doing: str, *, fresh: bool = False) -> ClientAPI:
+    """:func:`embedded_client`, a failure for want of space raised as :class:`DiskFullError`.
+
+    Chroma cannot start without space to write, and its error then names no cause.
+    """
+    try:
+        return embedded_client(folder, collections, fresh=fresh)
+    except Exception as error:
+        if says_full(error) or low_on_space(folder):
+            raise disk_full(folder, doing, error) from error
+        raise
+
+
 class VectorIndex:
     """Per-user vector collections in a Chroma client (embedded or remote), addressed by name."""
 
@@ -218,12 +231,8 @@ class VectorIndex:
         folder.mkdir(parents=True, exist_ok=True)
         _perturb_freed_memory()
         with opening_lock(folder):
-            try:
-                client = embedded_client(folder, MemoryBudget.configured(embedded=True).chroma_collections)
-            except Exception as error:
-                if says_full(error) or low_on_space(folder):
-                    raise disk_full(folder, "opening the vector index", error) from error
-                raise
+            collections = MemoryBudget.configured(embedded=True).chroma_collections
+            client = _opened(folder, collections, "opening the vector index")
         return cls(client, location=str(folder), folder=folder)
 
     @classmethod
@@ -493,12 +502,7 @@ class VectorIndex:
         assert self._folder is not None
         with self._lock, opening_lock(self._folder):  # readers holding the old client finish on it
             loaded = loaded_collections(self._client) or 0
-            try:
-                self._client = embedded_client(self._folder, loaded, fresh=True)
-            except Exception as error:
-                if says_full(error) or low_on_space(self._folder):
-                    raise disk_full(self._folder, "opening the vector index again", error) from error
-                raise
+            self._client = _opened(self._folder, loaded, "opening the vector index again", fresh=True)
             self._collections.clear()
             self._applied.clear()  # each collection's next first load records its watermark again
             self._broken = False
