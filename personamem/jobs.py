@@ -37,6 +37,7 @@ __all__ = ["IMPORT", "Job", "JobError", "Jobs", "Upload", "read_upload"]
 
 IMPORT = "import"
 UPLOAD = "the upload"  # how a bad line's error names the body (a file has its own name)
+RECORDS = "the records"  # how a bad item's error names records and dicts given in the SDK
 
 
 class JobError(BaseModel):
@@ -135,13 +136,8 @@ def read_upload(
     lines = []
     for number, raw in enumerate(pieces, start=first_line):
         record = _record(raw, number, user_id, source)
-        if record is None:
-            continue
-        try:
-            key = store.scope.key(record.user_id)
-        except InvalidInputError as exc:
-            raise IngestError(str(exc), path=source, line=number) from None
-        lines.append(Line(number, key, record.model_dump_json()))
+        if record is not None:
+            lines.append(_line(record, number, store, source))
     return Upload(lines=lines, last_line=first_line + len(pieces) - 1)
 
 
@@ -160,11 +156,19 @@ def records_upload(
     for number, item in enumerate(items, start=1):
         try:
             record = parse_item(item, user_id=user_id)
-            key = store.scope.key(record.user_id)
-        except (InvalidRecordError, InvalidInputError) as exc:
-            raise IngestError(str(exc), path="the records", line=number) from None
-        lines.append(Line(number, key, record.model_dump_json()))
+        except InvalidRecordError as exc:
+            raise IngestError(str(exc), path=RECORDS, line=number) from None
+        lines.append(_line(record, number, store, RECORDS))
     return Upload(lines=lines, last_line=len(lines))
+
+
+def _line(record: Record, number: int, store: Store, source: str) -> Line:
+    """A valid record as line ``number`` of an upload, under its user's store key (the scope's check)."""
+    try:
+        key = store.scope.key(record.user_id)
+    except InvalidInputError as exc:
+        raise IngestError(str(exc), path=source, line=number) from None
+    return Line(number, key, record.model_dump_json())
 
 
 def _record(raw: bytes, number: int, user_id: str | None, source: str) -> Record | None:

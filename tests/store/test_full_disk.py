@@ -133,32 +133,39 @@ def test_a_new_store_on_a_full_disk_fails_typed(small_disk: Path, encoder: Sente
         PersonaMem.open(small_disk / "store", encoder=encoder)
 
 
-def test_a_user_this_worker_never_read_is_read_from_sql_on_a_full_disk(
-    small_disk: Path, encoder: SentenceEncoder
-) -> None:
-    """After a failed write, Chroma cannot be opened again without space: SQL keeps every vector.
-
-    Before rows kept their vectors once indexed, this search failed with DiskFullError.
-    """
+@pytest.fixture
+def reader_and_writer(small_disk: Path, encoder: SentenceEncoder) -> Iterator[tuple[PersonaMem, PersonaMem]]:
+    """Two handles on one store on the small disk, as two workers; logged calls are not kept."""
     config = PipelineConfig(log_interactions=False)
     with (
         PersonaMem.open(small_disk / "store", encoder=encoder, pipeline=config) as reader,
         PersonaMem.open(small_disk / "store", encoder=encoder, pipeline=config) as writer,
     ):
-        reader.add("ana", "I keep three beehives in the orchard", id="bees")
-        reader.store.flush()
-        writer.add_many(  # the bulk path stages rows without vectors: indexing keeps them
-            [{"id": "lisbon", "text": "My sister moved to Lisbon last spring"}], user_id="bo"
-        )
-        writer.add("bo", "My sister lives in Porto now", id="porto")  # one add: the row keeps its own
-        writer.store.flush()
-        ballast(small_disk / "filler", leave=0)
-        with pytest.raises(DiskFullError):  # the reader's client is now one a failed write left
-            for n in range(50):
-                reader.add("ana", f"note {n}: " + " ".join(WORDS[:40]), id=f"note{n}")
-                reader.store.flush()
-        hits = reader.search("bo", "where does my sister live", k=2, method="dense")
-        assert sorted(h.record.id for h in hits) == ["lisbon", "porto"]
+        yield reader, writer
+
+
+def test_a_user_this_worker_never_read_is_read_from_sql_on_a_full_disk(
+    small_disk: Path, reader_and_writer: tuple[PersonaMem, PersonaMem]
+) -> None:
+    """After a failed write, Chroma cannot be opened again without space: SQL keeps every vector.
+
+    Before rows kept their vectors once indexed, this search failed with DiskFullError.
+    """
+    reader, writer = reader_and_writer
+    reader.add("ana", "I keep three beehives in the orchard", id="bees")
+    reader.store.flush()
+    writer.add_many(  # the bulk path stages rows without vectors: indexing keeps them
+        [{"id": "lisbon", "text": "My sister moved to Lisbon last spring"}], user_id="bo"
+    )
+    writer.add("bo", "My sister lives in Porto now", id="porto")  # one add: the row keeps its own
+    writer.store.flush()
+    ballast(small_disk / "filler", leave=0)
+    with pytest.raises(DiskFullError):  # the reader's client is now one a failed write left
+        for n in range(50):
+            reader.add("ana", f"note {n}: " + " ".join(WORDS[:40]), id=f"note{n}")
+            reader.store.flush()
+    hits = reader.search("bo", "where does my sister live", k=2, method="dense")
+    assert sorted(h.record.id for h in hits) == ["lisbon", "porto"]
 
 
 def _forget_kept_vectors(store: Path) -> None:
@@ -168,22 +175,18 @@ def _forget_kept_vectors(store: Path) -> None:
 
 
 def test_a_read_whose_copy_is_behind_answers_on_a_full_disk(
-    small_disk: Path, encoder: SentenceEncoder
+    small_disk: Path, reader_and_writer: tuple[PersonaMem, PersonaMem]
 ) -> None:
     """Bringing a copy up to date applies Chroma's log, a write: on a full disk, where SQL keeps no
     vectors (a store written before it did), the read uses the copy."""
-    config = PipelineConfig(log_interactions=False)
-    with (
-        PersonaMem.open(small_disk / "store", encoder=encoder, pipeline=config) as reader,
-        PersonaMem.open(small_disk / "store", encoder=encoder, pipeline=config) as writer,
-    ):
-        writer.add("ana", "I keep three beehives in the orchard", id="bees")
-        writer.store.flush()
-        assert reader.search("ana", "honey bees", k=1, method="dense")[0].record.id == "bees"
-        writer.add("ana", "My sister moved to Lisbon last spring", id="lisbon")
-        writer.store.flush()  # the reader's copy is now behind the index
-        writer.delete("ana", ["bees"])  # and holds a record that is gone
-        _forget_kept_vectors(small_disk / "store")
-        ballast(small_disk / "filler", leave=0)
-        hits = reader.search("ana", "honey bees", k=2, method="dense")
-        assert [h.record.id for h in hits] in ([], ["lisbon"])  # never the erased record
+    reader, writer = reader_and_writer
+    writer.add("ana", "I keep three beehives in the orchard", id="bees")
+    writer.store.flush()
+    assert reader.search("ana", "honey bees", k=1, method="dense")[0].record.id == "bees"
+    writer.add("ana", "My sister moved to Lisbon last spring", id="lisbon")
+    writer.store.flush()  # the reader's copy is now behind the index
+    writer.delete("ana", ["bees"])  # and holds a record that is gone
+    _forget_kept_vectors(small_disk / "store")
+    ballast(small_disk / "filler", leave=0)
+    hits = reader.search("ana", "honey bees", k=2, method="dense")
+    assert [h.record.id for h in hits] in ([], ["lisbon"])  # never the erased record
