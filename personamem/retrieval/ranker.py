@@ -351,7 +351,7 @@ class RankerModel:
     where they do not, or the root kept none, the root serves ``gated_start`` (:data:`GATED_START`).
     """
 
-    session: onnxruntime.InferenceSession | None  # None: no trees were kept (the start's order)
+    graph: bytes  # the trees' ONNX graph; empty: no trees were kept (the start's order)
     alpha: float
     iterations: int
     folder: Path
@@ -370,6 +370,21 @@ class RankerModel:
         """
         return _load(str(spec))
 
+    @functools.cached_property
+    def session(self) -> onnxruntime.InferenceSession | None:
+        """The trees' onnxruntime session, made on first use (None without trees).
+
+        Where the gate serves no history its trees, as the shipped ``mixed``'s serves none, no
+        search makes it: 0.05 s of a one-shot CLI search.
+        """
+        if not self.graph:
+            return None
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1  # ~100 rows: threads cost more
+        return onnxruntime.InferenceSession(self.graph, options, providers=["CPUExecutionProvider"])
+
     @property
     def root(self) -> RankerModel:
         """The ranker a chain of residuals starts from (itself when it has no base)."""
@@ -378,7 +393,7 @@ class RankerModel:
     def decide(self, profile: dict[str, float]) -> GateDecision:
         """Whether the root's trees serve a history of this shape (its ``UserSignals.profile``)."""
         root = self.root
-        if root.session is None:
+        if not root.graph:
             return GateDecision(False, "no trees: the ranker is the score fusion")
         if root.gate is None:
             return GateDecision(True, "this ranker names no gate: its trees serve every history")
@@ -396,16 +411,17 @@ class RankerModel:
         """
         if self.base is not None:
             return self.base.score(features, trees=trees)
-        if (trees and self.session is not None) or self.gated_start != GATED_START:
+        if (trees and self.graph) or self.gated_start != GATED_START:
             return self.alpha * features[:, FEATURES.index("fused_default")]
         return score_fusion(features)
 
     def score(self, features: np.ndarray, *, trees: bool = True) -> np.ndarray:
         """Each candidate's score (higher first); ``trees=False``: without the root's trees (gated out)."""
         start = self.start(features, trees=trees)
-        if self.session is None or (self.base is None and not trees):
+        session = self.session if self.base is not None or trees else None
+        if session is None:
             return start
-        return start + self.session.run(None, {MODEL_INPUT: features})[0].ravel()
+        return start + session.run(None, {MODEL_INPUT: features})[0].ravel()
 
 
 @functools.cache
@@ -434,14 +450,7 @@ def _load(spec: str) -> RankerModel:
         gate = RankerGate.from_json(info["gate"]) if info.get("gate") is not None else None
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"ranker {spec!r}: {INFO_FILE}'s gate is unreadable ({exc})") from None
-    session = None
-    if graph:
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = 1  # ~100 rows: threads cost more
-        session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
-    return RankerModel(session, float(info["alpha"]), int(info["iterations"]), folder, info, base, gate)
+    return RankerModel(graph, float(info["alpha"]), int(info["iterations"]), folder, info, base, gate)
 
 
 class LearnedRanker:

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
 
-__all__ = ["MAX_HANDLES", "Handles", "client_settings", "embedded_client", "loaded_collections"]
+__all__ = [
+    "MAX_HANDLES",
+    "Handles",
+    "client_settings",
+    "close_client",
+    "embedded_client",
+    "loaded_collections",
+]
 
 MAX_HANDLES = 256  # collection handles kept by one index (3 MiB); a miss costs Chroma a SQL read (~1 ms)
 
@@ -73,6 +80,21 @@ def embedded_client(folder: Path, collections: int, *, fresh: bool = False) -> C
         system.start()
         SharedSystemClient._identifier_to_system[identifier] = system
     return chromadb.PersistentClient(path=str(folder), settings=client_settings())
+
+
+def close_client(client: ClientAPI) -> None:
+    """Release a client's database handles and HTTP sessions.
+
+    chromadb 1.5's HTTP client (and its internal admin client) leave their httpx sessions open even
+    in ``close()``; closed here, or every connect leaks sockets.
+    """
+    for held in (client, getattr(client, "_admin_client", None)):
+        session = getattr(getattr(held, "_server", None), "_session", None)
+        if session is not None:
+            session.close()
+    close = getattr(client, "close", None)  # not on ClientAPI's type, nor in chromadb < 1.4
+    if close is not None:
+        close()
 
 
 def loaded_collections(client: ClientAPI) -> int | None:

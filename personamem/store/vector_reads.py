@@ -5,6 +5,12 @@ token. The indexed vectors come from this process's view (``store/views.py``), c
 and rebuilt when another process indexed, or from the index's HNSW for a user too large to copy; the
 pending ones are scored from SQL, so a record is searchable as soon as its row commits. Everything
 here is by store key, with records keyed as stored.
+
+A view is built from the vectors SQL keeps with the indexed rows, read in one statement with the
+token they are current at; the vector index is read only for a user too large to copy, or whose
+rows were indexed before rows kept their vectors. So a search never waits on Chroma's log, its
+cross-process refresh or its client's start: a cold first search of a user, and a one-shot CLI
+search that never imports chromadb.
 """
 
 from __future__ import annotations
@@ -169,9 +175,23 @@ class VectorReads:
         if view is not None:
             return view
         try:
-            return self._from_index(key, token)
+            return self._from_sql(key) or self._from_index(key, token)
         except DiskFullError as error:
             return self._without_index(key, error)
+
+    def _from_sql(self, key: str) -> UserView | None:
+        """The view of the vectors SQL keeps with the user's indexed rows, kept at the token read with them.
+
+        None where the copy would pass the per-user limit (counted first, so a big user's vectors
+        are not read to be dropped), or where a row indexed before rows kept their vectors has none.
+        """
+        if self.catalog.count(key) > self.views.max_user_vectors:
+            return None
+        kept = self.catalog.kept_vectors(key)
+        if kept is None:
+            return None
+        token, ids, matrix = kept
+        return self.views.put(key, token, ids, matrix)
 
     def _from_index(self, key: str, token: str | None) -> UserView:
         """The view read from the vector index, kept at ``token``."""

@@ -61,7 +61,13 @@ from filelock import FileLock
 
 from personamem.errors import DiskFullError, UnreadableIndexError
 from personamem.store.budget import MemoryBudget
-from personamem.store.chroma_memory import Handles, client_settings, embedded_client, loaded_collections
+from personamem.store.chroma_memory import (
+    Handles,
+    client_settings,
+    close_client,
+    embedded_client,
+    loaded_collections,
+)
 from personamem.store.disk import disk_full, low_on_space, says_full
 from personamem.store.engine import vacuum_sqlite
 from personamem.store.pseudonyms import COLLECTION_PREFIX
@@ -141,8 +147,12 @@ def _opened(folder: Path, collections: int, doing: str, *, fresh: bool = False) 
 class VectorIndex:
     """Per-user vector collections in a Chroma client (embedded or remote), addressed by name."""
 
-    def __init__(self, client: ClientAPI, *, location: str, folder: Path | None = None) -> None:
-        self._client = client
+    def __init__(
+        self, client: ClientAPI | None, *, location: str, folder: Path | None = None, collections: int = 0
+    ) -> None:
+        self._held = client  # an embedded client is opened on first use (``_client``)
+        self._held_lock = threading.Lock()
+        self._collections_loaded = collections
         self.location = location
         self._folder = folder
         self._collections: Handles[Collection] = Handles()  # the most recently used (chroma_memory.py)
@@ -156,6 +166,24 @@ class VectorIndex:
         # one writer at a time across the processes sharing an embedded folder
         self._writing = writing_lock(folder) if folder is not None else None
         self._broken = False  # a call failed and its client is not replaced yet (see _discard)
+
+    @property
+    def _client(self) -> ClientAPI:
+        """The Chroma client; an embedded one is started on first use (:meth:`_start`)."""
+        return self._held if self._held is not None else self._start()
+
+    def _start(self) -> ClientAPI:
+        """Open the embedded client, once.
+
+        Deferred to first use because a search of a user whose vectors SQL keeps never reads the
+        index (``store/vector_reads.py``): a store opened for one read neither imports chromadb
+        (0.4 s) nor starts its client.
+        """
+        assert self._folder is not None
+        with self._held_lock, opening_lock(self._folder):
+            if self._held is None:
+                self._held = _opened(self._folder, self._collections_loaded, "opening the vector index")
+        return self._held
 
     @property
     def embedded(self) -> bool:
@@ -221,19 +249,19 @@ class VectorIndex:
     def persistent(cls, path: str | Path) -> VectorIndex:
         """An embedded, on-disk Chroma in ``path``, keeping the budget's count of collections loaded.
 
-        Chroma creates its schema on first open without a lock between processes, so opening is
-        serialized by a lock file beside the folder.
-
-        Raises:
-            DiskFullError: Chroma cannot start without space to write (its error then names no cause).
+        The client of a folder that has a database already starts on first use (:attr:`_client`);
+        starting is serialized by a lock file beside the folder, as Chroma creates its schema on
+        first open without a lock between processes. Where it cannot start for want of space, the
+        start raises :class:`DiskFullError` (Chroma's own error then names no cause).
         """
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         _perturb_freed_memory()
-        with opening_lock(folder):
-            collections = MemoryBudget.configured(embedded=True).chroma_collections
-            client = _opened(folder, collections, "opening the vector index")
-        return cls(client, location=str(folder), folder=folder)
+        collections = MemoryBudget.configured(embedded=True).chroma_collections
+        index = cls(None, location=str(folder), folder=folder, collections=collections)
+        if not (folder / CHROMA_DB).is_file():  # a new folder gets its schema now, as backups expect
+            index._start()
+        return index
 
     @classmethod
     def http(cls, url: str) -> VectorIndex:
@@ -501,8 +529,8 @@ class VectorIndex:
         """A new client over the same folder: Chroma loads each collection from disk again."""
         assert self._folder is not None
         with self._lock, opening_lock(self._folder):  # readers holding the old client finish on it
-            loaded = loaded_collections(self._client) or 0
-            self._client = _opened(self._folder, loaded, "opening the vector index again", fresh=True)
+            loaded = (loaded_collections(self._held) if self._held else None) or self._collections_loaded
+            self._held = _opened(self._folder, loaded, "opening the vector index again", fresh=True)
             self._collections.clear()
             self._applied.clear()  # each collection's next first load records its watermark again
             self._broken = False
@@ -519,15 +547,8 @@ class VectorIndex:
             if self._log is not None:
                 self._log.close()
                 self._log = None
-        # chromadb 1.5's HTTP client (and its internal admin client) leave their httpx sessions open
-        # even in close(); close them here or every connect() leaks sockets
-        for client in (self._client, getattr(self._client, "_admin_client", None)):
-            session = getattr(getattr(client, "_server", None), "_session", None)
-            if session is not None:
-                session.close()
-        close = getattr(self._client, "close", None)  # not on ClientAPI's type, nor in chromadb < 1.4
-        if close is not None:
-            close()
+        if self._held is not None:
+            close_client(self._held)
 
     def evict(self, name: str) -> None:
         """Forget the cached collection handle."""

@@ -1,8 +1,11 @@
 """Per-process views of users' vectors: exact, keyed by the index token, moved forward only by a
-write that follows the view's own token."""
+write that follows the view's own token, and built from the vectors SQL keeps, without Chroma."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -56,3 +59,45 @@ def test_a_process_s_own_adds_advance_its_view_without_a_rebuild(
         assert mem.search("u", "oat milk", k=1)[0].record.id == "milk"
         now = mem.store.views.get("u", mem.store.catalog.search_state("u").index_token)  # type: ignore[union-attr]
         assert now is built and len(now.ids) == 3  # the same copy, moved forward in place
+
+
+def test_a_view_is_built_from_the_vectors_sql_keeps_exactly_as_chroma_holds_them(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.add_many([f"note {i}: the orchard has {i} beehives" for i in range(30)], user_id="u")
+        mem.add("u", "I switched to oat milk last spring.", id="milk")  # indexed by the background
+        mem.store.flush()
+        token = mem.store.catalog.search_state("u").index_token  # type: ignore[union-attr]
+        from_sql = mem.store.reads._from_sql("u")
+        assert from_sql is not None and from_sql.token == token and from_sql.matrix is not None
+        from_chroma = mem.store.reads._from_index("u", token)
+        assert from_chroma.matrix is not None and sorted(from_sql.ids) == sorted(from_chroma.ids)
+        rows = [from_chroma.position[vid] for vid in from_sql.ids]
+        # the encoder's own floats; Chroma's cosine space normalizes them again (measured: 1.5e-8 apart)
+        assert np.allclose(from_sql.matrix, from_chroma.matrix[rows], rtol=0, atol=1e-6)
+
+
+def test_a_search_of_a_stored_user_starts_no_chroma(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    """A one-shot read (the CLI's) needs neither chromadb's import nor its client's start (0.4 s), nor
+    numba, which bm25s imports only to offer a backend this library does not run (0.12 s)."""
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.add_many(
+            ["I keep bees on the roof.", "My bike is a red fixie.", "I drink oat milk."], user_id="u"
+        )
+    read = (
+        "import sys\n"
+        "from personamem import PersonaMem\n"
+        f"with PersonaMem.open({str(tmp_path)!r}) as mem:\n"
+        "    hits = mem.search('u', 'what do I ride?', k=1)\n"
+        "    print([h.record.text for h in hits], 'chromadb' in sys.modules, 'numba' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", read],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['My", "bike", "is", "a", "red", "fixie.']", "False", "False"]
