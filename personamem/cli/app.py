@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -439,9 +440,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from huggingface_hub.utils import disable_progress_bars
-
-    disable_progress_bars()  # the model-loading bars are noise in a CLI (transformers reads this on import)
+    # the model-loading bars are noise in a CLI; read by huggingface_hub and transformers on import (an
+    # explicit setting wins), where calling their switch would import tqdm and asyncio (0.03 s) first
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         result = app(args=argv, prog_name="personamem", standalone_mode=False)
     except typer.Abort:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.abc
 import logging
 import sys
+import threading
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -21,20 +23,38 @@ if TYPE_CHECKING:
 __all__ = ["BM25Retriever", "UserIndex", "tokenize"]
 
 
-def _bm25s() -> ModuleType:
-    """bm25s, imported on first use: it loads scipy (0.06 s), which a dense search never needs.
+_UNUSED = ("numba", "tqdm.auto")
+"""What bm25s imports, when it can, for what this module never runs: a numba backend (the numpy one
+runs) and progress bars (every call passes ``show_progress=False``); 0.14 s of a one-shot CLI search."""
 
-    Imported with numba hidden unless something loaded numba already: bm25s imports it, when it can,
-    only to offer a numba backend, and the numpy backend this module runs never touches it (0.12 s
-    of a one-shot CLI search).
+
+class _WithoutUnused(importlib.abc.MetaPathFinder):
+    """Refuses the :data:`_UNUSED` modules to the thread importing bm25s, and to no other.
+
+    bm25s falls back when they cannot be imported. A finder is asked only for a module not loaded
+    yet, so one that another thread loaded is used as it is, and every other thread imports them
+    as usual (hiding them in ``sys.modules`` instead failed another thread's import meanwhile).
     """
-    if "bm25s" not in sys.modules and "numba" not in sys.modules:
-        sys.modules["numba"] = None  # type: ignore[assignment]  # an import of it raises ImportError
-        try:
-            import bm25s
-        finally:
-            del sys.modules["numba"]
-    import bm25s
+
+    importing = threading.local()
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name in _UNUSED and getattr(self.importing, "bm25s", False):
+            raise ImportError(f"{name} is left out of bm25s here")
+
+
+_FINDER = _WithoutUnused()
+
+
+def _bm25s() -> ModuleType:
+    """bm25s, imported on first use: it loads scipy (0.06 s), which a dense search never needs."""
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+    _FINDER.importing.bm25s = True
+    try:
+        import bm25s
+    finally:
+        _FINDER.importing.bm25s = False
 
     # bm25s pins its logger to DEBUG on import, so once anything installs a root handler (absl does, via
     # rouge-score) every index build prints a line; the application's logging config decides instead.

@@ -53,6 +53,7 @@ _BY_VECTOR_IDS = (
     f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? AND vector_id IN ({{marks}})"
 )
 _BY_VECTOR = f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? ORDER BY pk"
+_COUNT = "SELECT count(*) FROM records WHERE user_id = ?"
 _USER_VECTORS = (
     "SELECT u.status, u.index_token, u.bounds_token, u.revision, r.vector_id, r.pending_vector FROM users u "
     "LEFT JOIN records r ON r.user_id = u.user_id AND r.status = ? WHERE u.user_id = ?"
@@ -82,7 +83,10 @@ class RecordReads:
             return list(s.exec(stmt))
 
     def count(self, user_id: str | None = None) -> int:
-        """Records of one user, or of everybody."""
+        """Records of one user (on the fast read path: a cold search asks), or of everybody."""
+        raw = None if user_id is None else self._db.fixed_rows(_COUNT, (user_id,))
+        if raw is not None:
+            return int(raw[0][0])
         with self._db.session() as s:
             stmt = select(func.count()).select_from(RecordRow)
             if user_id is not None:
@@ -137,7 +141,10 @@ class RecordReads:
         return found
 
     def records(self, user_id: str) -> list[Record]:
-        """All of the user's records in insertion order."""
+        """All of the user's records in insertion order (raw where it can, as :meth:`records_by_vector`)."""
+        raw = self._db.fixed_rows(_BY_VECTOR, (user_id,))
+        if raw is not None:
+            return list(_by_vector(raw).values())
         with self._db.session() as s:
             rows = s.exec(select(RecordRow).where(RecordRow.user_id == user_id).order_by(col(RecordRow.pk)))
             return [row.to_record() for row in rows]
