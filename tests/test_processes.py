@@ -18,12 +18,9 @@ ROUNDS = 20
 
 def _worker(name: str, root: str, rounds: int, barrier: Any, errors: Any) -> None:
     """Each round: wait for the other process, open the round's fresh folder, add, search, close."""
-    import torch
-
     from personamem import PersonaMem
     from personamem.encoder import default_encoder
 
-    torch.set_num_threads(1)
     encoder = default_encoder()
     encoder.encode(["warm up"])
     for r in range(rounds):
@@ -73,11 +70,8 @@ def test_two_processes_open_a_fresh_store_and_write_one_new_user(
 def _peer(root: str, commands: Any) -> None:
     """Another process over the store: runs each ``(method, args, kwargs)`` it is sent on its own
     PersonaMem, waits for the background indexer, and answers "ok" or the traceback."""
-    import torch
-
     from personamem import PersonaMem
 
-    torch.set_num_threads(1)
     with PersonaMem.open(root) as mem:
         while (command := commands.recv()) is not None:
             method, args, kwargs = command
