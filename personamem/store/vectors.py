@@ -476,26 +476,13 @@ class VectorIndex:
                 with contextlib.suppress(NotFoundError):
                     self._client.delete_collection(name)
             if self._folder is not None:
-                self._erase_unowned(self._folder)
-
-    def _erase_unowned(self, folder: Path) -> None:
-        """Remove segment folders no collection owns, then vacuum Chroma's database.
-
-        Folders are listed before the ``segments`` table is read: Chroma inserts a segment's row
-        before it creates the folder, so a folder without a row was dropped, never half-made.
-        """
-        folders = [p for p in folder.iterdir() if p.is_dir() and _SEGMENT_DIR.match(p.name)]
-        with contextlib.closing(sqlite3.connect(folder / CHROMA_DB, timeout=30)) as db:
-            owned = {row[0] for row in db.execute("SELECT id FROM segments")}
-        for segment in folders:
-            if segment.name not in owned:
-                _shred(segment)
-        vacuum_sqlite(folder / CHROMA_DB)  # rewrites the file without its free pages
+                _erase_unowned(self._folder)
 
     def _position(self, name: str) -> tuple[int, int]:
         """The collection's persisted watermark and newest log entry (0, 0 when absent or not embedded)."""
         if self._folder is None:
             return 0, 0
+        self._client  # noqa: B018  # started first: the start writes or migrates the schema read here
         with self._log_lock:
             if self._log is None:
                 self._log = sqlite3.connect(self._folder / CHROMA_DB, timeout=30, check_same_thread=False)
@@ -554,6 +541,21 @@ class VectorIndex:
         """Forget the cached collection handle."""
         with self._lock:
             self._collections.pop(name, None)
+
+
+def _erase_unowned(folder: Path) -> None:
+    """Remove segment folders no collection owns, then vacuum Chroma's database.
+
+    Folders are listed before the ``segments`` table is read: Chroma inserts a segment's row
+    before it creates the folder, so a folder without a row was dropped, never half-made.
+    """
+    folders = [p for p in folder.iterdir() if p.is_dir() and _SEGMENT_DIR.match(p.name)]
+    with contextlib.closing(sqlite3.connect(folder / CHROMA_DB, timeout=30)) as db:
+        owned = {row[0] for row in db.execute("SELECT id FROM segments")}
+    for segment in folders:
+        if segment.name not in owned:
+            _shred(segment)
+    vacuum_sqlite(folder / CHROMA_DB)  # rewrites the file without its free pages
 
 
 def _shred(folder: Path) -> None:
