@@ -24,10 +24,11 @@ from enum import StrEnum
 
 from sqlalchemy import Float, bindparam, case, insert, update
 from sqlalchemy import select as select_columns
-from sqlmodel import Field, SQLModel, col, select
+from sqlmodel import Field, col, select
 
 from personamem.errors import InvalidInputError, PermissionDeniedError
 from personamem.store.sql import SqlCatalog
+from personamem.store.tables import StoreTable
 from personamem.store.tenants import check_tenant
 
 __all__ = ["ApiKey", "KeyRing", "KeyScope", "check_rate", "require_scope", "retry_seconds"]
@@ -67,7 +68,7 @@ def require_scope(scope: KeyScope | None, needed: KeyScope, what: str) -> None:
         raise PermissionDeniedError(message, needed=needed.value, scope=have)
 
 
-class ApiKeyRow(SQLModel, table=True):
+class ApiKeyRow(StoreTable, table=True):
     """One API key: its public id, its tenant, the SHA-256 of its secret, its scope and its rate."""
 
     __tablename__ = "api_keys"
@@ -82,7 +83,7 @@ class ApiKeyRow(SQLModel, table=True):
     rate_per_minute: int | None = None  # NULL: no limit
 
 
-class KeyRateRow(SQLModel, table=True):
+class KeyRateRow(StoreTable, table=True):
     """A rated key's theoretical arrival time (GCRA): when its next request would be on schedule."""
 
     __tablename__ = "api_key_rates"
