@@ -33,6 +33,7 @@ from personamem.store.sql import SqlCatalog
 from personamem.store.vectors import VectorIndex
 from personamem.testing.postgres import find_postgres, postgres_cluster
 from personamem.testing.servers import free_port
+from tests.store.test_write_behind import CountingEncoder
 
 FIXTURE = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "store-after-crash"
 DAMAGED = "\x1ft1\x1fbob"  # the fixture's user whose vectors cannot be read back
@@ -235,17 +236,6 @@ def _survives_sigkills(store: Path, sql_url: str, reopen: Callable[[], PersonaMe
         assert sum(mem.tenant(t).count() for t in ("t1", "t2")) >= 5 * 4
 
 
-class CountingEncoder:
-    """The real encoder, counting the texts it is asked to encode."""
-
-    def __init__(self, encoder: SentenceEncoder) -> None:
-        self._encoder, self.name, self.dim, self.encoded = encoder, encoder.name, encoder.dim, 0
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        self.encoded += len(texts)
-        return self._encoder.encode(texts)
-
-
 def test_a_collection_lost_whole_is_rebuilt_from_the_vectors_sql_keeps(
     tmp_path: Path, encoder: SentenceEncoder
 ) -> None:
@@ -257,8 +247,8 @@ def test_a_collection_lost_whole_is_rebuilt_from_the_vectors_sql_keeps(
         before = [(r.id, round(s, 5)) for r, s in mem.store.nearest("ana", query, 5)]
         key = mem.store._key("ana")
         mem.store.index.drop([mem.store.names.collection(key)])  # the index lost every vector of ana
-        encoded = counting.encoded
+        encoded = counting.texts
         assert rebuild(mem.store, key) == 40
-        assert counting.encoded == encoded  # nothing encoded again: the rows kept their vectors
+        assert counting.texts == encoded  # nothing encoded again: the rows kept their vectors
         assert mem.store.check().ok
         assert [(r.id, round(s, 5)) for r, s in mem.store.nearest("ana", query, 5)] == before
