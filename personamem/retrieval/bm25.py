@@ -47,18 +47,24 @@ _FINDER = _WithoutUnused()
 
 
 def _bm25s() -> ModuleType:
-    """bm25s, imported on first use: it loads scipy (0.06 s), which a dense search never needs."""
-    if _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
-    _FINDER.importing.bm25s = True
-    try:
-        import bm25s
-    finally:
-        _FINDER.importing.bm25s = False
+    """bm25s, imported on first use: it loads scipy (0.06 s), which a dense search never needs.
 
-    # bm25s pins its logger to DEBUG on import, so once anything installs a root handler (absl does, via
-    # rouge-score) every index build prints a line; the application's logging config decides instead.
-    logging.getLogger("bm25s").setLevel(logging.NOTSET)
+    Every query tokenizes through here, so the finder and the logger are set up by the first call
+    alone.
+    """
+    if "bm25s" not in sys.modules:
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
+        _FINDER.importing.bm25s = True
+        try:
+            import bm25s
+        finally:
+            _FINDER.importing.bm25s = False
+        # bm25s pins its logger to DEBUG on import, so once anything installs a root handler (absl does,
+        # via rouge-score) every index build prints a line; the application's logging config decides.
+        logging.getLogger("bm25s").setLevel(logging.NOTSET)
+    import bm25s  # loaded: the import waits for a thread still running bm25s's own
+
     return bm25s
 
 

@@ -482,7 +482,8 @@ class VectorIndex:
         """The collection's persisted watermark and newest log entry (0, 0 when absent or not embedded)."""
         if self._folder is None:
             return 0, 0
-        self._client  # noqa: B018  # started first: the start writes or migrates the schema read here
+        if self._held is None:  # started first: the start writes or migrates the schema read here
+            self._start()
         with self._log_lock:
             if self._log is None:
                 self._log = sqlite3.connect(self._folder / CHROMA_DB, timeout=30, check_same_thread=False)
