@@ -38,7 +38,8 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,15 +136,15 @@ class UserSignals:
 
     index: UserIndex
     vectors: np.ndarray
-    token_sets: list[set[str]]
     vocabulary: set[str]
     words_log: np.ndarray
     position: np.ndarray
     kind: np.ndarray
     role: np.ndarray
-    names: list[set[str]]
-    numbers: list[set[str]]
-    dates: list[set[str]]
+    names: list[tuple[str, ...]]
+    numbers: list[tuple[str, ...]]
+    dates: list[tuple[str, ...]]
+    """Each record's cues (:mod:`~personamem.retrieval.cues`), distinct, as tuples of interned words."""
     stats: dict[str, float]
     profile: dict[str, float]
     """The history's shape, which the ranker's gate reads (``ranker_gate.history_profile``)."""
@@ -159,24 +160,22 @@ class UserSignals:
         records = index.records
         words = np.array([len(r.text.split()) for r in records], dtype=np.float32)
         n = len(records)
-        token_sets = [set(t) for t in index.tokens]
         roles = [r.role or "" for r in records]
         record_names = [names(r.text) for r in records]
         record_dates = [dates(r.text) for r in records]
         return cls(
             index=index,
             vectors=vectors,
-            token_sets=token_sets,
-            vocabulary=set().union(*token_sets),
+            vocabulary=set().union(*index.tokens),
             words_log=np.log1p(words),
             position=np.arange(n, dtype=np.float32) / max(n - 1, 1),
             kind=np.array([_KINDS.get(r.kind.value, 6) for r in records], dtype=np.float32),
             role=np.array(
                 [1.0 if r == "user" else 2.0 if r == "assistant" else 0.0 for r in roles], np.float32
             ),
-            names=record_names,
-            numbers=[numbers(r.text) for r in records],
-            dates=record_dates,
+            names=_compact(record_names),
+            numbers=_compact(numbers(r.text) for r in records),
+            dates=_compact(record_dates),
             stats={
                 "u_mean_words_log": float(np.log1p(words.mean())) if n else 0.0,
                 "u_median_words_log": float(np.log1p(np.median(words))) if n else 0.0,
@@ -187,6 +186,15 @@ class UserSignals:
                 words, roles, [bool(n) for n in record_names], [bool(d) for d in record_dates]
             ),
         )
+
+
+def _compact(cues: Iterable[set[str]]) -> list[tuple[str, ...]]:
+    """Per-record cue sets as tuples of interned words, which a user's signals keep for every record.
+
+    Most are empty (``()`` is shared) or hold a word or two, where a set takes 216 bytes and each
+    word its own string.
+    """
+    return [tuple(map(sys.intern, words)) for words in cues]
 
 
 def _top(scores: np.ndarray, k: int) -> np.ndarray:
@@ -202,8 +210,24 @@ def _top(scores: np.ndarray, k: int) -> np.ndarray:
     return rows[np.argsort(-scores[rows], kind="stable")][:k]
 
 
-def _two_best(scores: np.ndarray) -> np.ndarray:
-    """The two highest scores, highest first (fewer for fewer rows): what the margins read."""
+def _top_positive(scores: np.ndarray, k: int) -> np.ndarray:
+    """:func:`_top` among the rows scoring above zero: BM25's list, where most rows of a big user score 0.
+
+    Selecting among the positive rows first keeps a question that matches few records from sorting
+    all of them (a 50,000-record user's zeros tie at the k-th score).
+    """
+    positive = np.flatnonzero(scores > 0)
+    return positive[_top(scores[positive], k)]
+
+
+def _two_best(scores: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """The two highest scores, highest first (fewer for fewer rows): what the margins read.
+
+    ``top`` is :func:`_top`'s or :func:`_top_positive`'s list for ``scores``; where it holds fewer
+    than two rows and there are more, the scores are searched (a question with one matching record).
+    """
+    if len(top) >= 2 or len(top) == len(scores):
+        return scores[top[:2]]
     if len(scores) <= 2:
         return np.sort(scores)[::-1]
     return np.sort(np.partition(scores, len(scores) - 2)[-2:])[::-1]
@@ -233,7 +257,8 @@ def candidate_features(
     bm = user.index.scores(terms)[rows]
     n = len(rows)
     dense_b, dense_a = _top(cos_b, DEPTH), _top(cos_a, DEPTH)
-    bm_list = [int(i) for i in _top(bm, DEPTH) if bm[i] > 0]
+    bm_top = _top_positive(bm, DEPTH)
+    bm_list = [int(i) for i in bm_top]
     default = _fuse(
         [[int(i) for i in dense_a], bm_list], (DEFAULT_FUSION[0], 1 - DEFAULT_FUSION[0]), DEFAULT_FUSION[1]
     )
@@ -259,13 +284,16 @@ def candidate_features(
         fused_d[i], rank_d[i] = score, rank
     for i, score in plain:
         fused_p[i] = score
-    best_b, best_a, best_m = _two_best(cos_b), _two_best(cos_a), _two_best(bm)
+    best_b, best_a, best_m = _two_best(cos_b, dense_b), _two_best(cos_a, dense_a), _two_best(bm, bm_top)
     bm_max = float(best_m[0]) if n else 0.0
     query_terms = set(terms)
     q_names, q_numbers, q_dates = names(query[1:]), numbers(query), dates(query)
     picked = rows[pool]  # the candidates' rows in the user's signals
     cover = np.array(
-        [len(query_terms & user.token_sets[i]) / len(query_terms) if query_terms else 0.0 for i in picked],
+        [
+            len(query_terms.intersection(user.index.tokens[i])) / len(query_terms) if query_terms else 0.0
+            for i in picked
+        ],
         np.float32,
     )
     rr_m = 1.0 / (rank_m[pool] + 1)
@@ -303,9 +331,11 @@ def candidate_features(
         "rec_pos": user.position[picked],
         "kind": user.kind[picked],
         "role": user.role[picked],
-        "shared_names": np.array([len(q_names & user.names[i]) for i in picked], np.float32),
-        "shared_numbers": np.array([len(q_numbers & user.numbers[i]) for i in picked], np.float32),
-        "shared_dates": np.array([len(q_dates & user.dates[i]) for i in picked], np.float32),
+        "shared_names": np.array([len(q_names.intersection(user.names[i])) for i in picked], np.float32),
+        "shared_numbers": np.array(
+            [len(q_numbers.intersection(user.numbers[i])) for i in picked], np.float32
+        ),
+        "shared_dates": np.array([len(q_dates.intersection(user.dates[i])) for i in picked], np.float32),
         "q_cover_rec": cover,
         "q_cover_rec_x_rrbm": cover * rr_m,
         "rr_bm25_x_len": rr_m * shared["u_mean_words_log"],

@@ -124,7 +124,7 @@ class VectorReads:
         if view.matrix is not None:
             vector_ids, matrix = list(view.ids), view.matrix
         else:
-            vector_ids, matrix = self.index.vectors(self.names.collection(key))
+            vector_ids, matrix = self._all_indexed(key)
         if state.pending is not None:
             kept = set(state.pending_ids)
             indexed = [i for i, vid in enumerate(vector_ids) if vid not in kept]
@@ -134,6 +134,17 @@ class VectorReads:
         hidden = self.visibility.hidden_vectors(key, state.bounds_token)
         keep = [i for i, vid in enumerate(vector_ids) if vid in found and vid not in hidden]
         return [found[vector_ids[i]] for i in keep], matrix[keep] if keep else matrix[:0]
+
+    def _all_indexed(self, key: str) -> tuple[list[str], np.ndarray]:
+        """Every indexed vector of a user too large to copy: those SQL keeps, else the index's.
+
+        Read once, not kept. SQL's are a fifth of Chroma's memory and time to read (50,000 vectors:
+        140 MB and 0.35 s against 1.1 GB and 2.7 s for one ``get``).
+        """
+        kept = self.catalog.kept_vectors(key)
+        if kept is not None:
+            return kept[1], kept[2]
+        return self.index.vectors(self.names.collection(key))
 
     def record_vectors(self, key: str, record_ids: Sequence[str], dim: int) -> np.ndarray:
         """The stored vectors of ``record_ids``, rows aligned; a zero row where the user has no such vector.

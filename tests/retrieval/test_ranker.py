@@ -21,6 +21,7 @@ from personamem.retrieval.ranker import (
     SHIPPED_RANKERS,
     RankerModel,
     _top,
+    _top_positive,
     _two_best,
     score_fusion,
 )
@@ -141,9 +142,12 @@ def test_the_top_rows_are_a_stable_sorts_first_k_without_sorting_them_all() -> N
             rng.integers(0, 4, size=n),  # many ties, at the k-th score too
             np.where(rng.random(n) < 0.7, 0.0, rng.random(n)),  # BM25: mostly zero
         ][trial % 3].astype(np.float32)
+        positive = np.argsort(-scores, kind="stable")[: int((scores > 0).sum())]
         for k in (1, 7, 100):
             assert np.array_equal(_top(scores, k), np.argsort(-scores, kind="stable")[:k])
-        assert np.array_equal(_two_best(scores), np.sort(scores)[::-1][:2])
+            assert np.array_equal(_top_positive(scores, k), positive[:k])
+        for top in (_top(scores, 100), _top_positive(scores, 100)):
+            assert np.array_equal(_two_best(scores, top), np.sort(scores)[::-1][:2])
 
 
 def test_a_residual_fitted_before_the_score_fusion_keeps_the_start_it_was_fitted_on(tmp_path: Path) -> None:

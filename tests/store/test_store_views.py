@@ -101,3 +101,24 @@ def test_a_search_of_a_stored_user_starts_no_chroma(tmp_path: Path, encoder: Sen
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["['My", "bike", "is", "a", "red", "fixie.']", "False", "False"]
+
+
+def test_a_user_too_large_to_copy_is_read_whole_from_the_vectors_sql_keeps(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    """Past the copy limit, a corpus-level read gets SQL's kept vectors (a fifth of a Chroma ``get``'s
+    memory): the same rows as the index holds, pending rows in, deleted rows out."""
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.store.views.max_user_vectors = 10  # before the user's first read: no copy is ever made
+        mem.add_many([f"note {i}: the orchard has {i} beehives" for i in range(30)], user_id="u")
+        mem.store.flush()
+        mem.delete("u", [mem.store.records("u")[3].id])
+        mem.add("u", "I switched to oat milk last spring.", id="milk")  # may still be pending
+        records, matrix = mem.store.vectors("u")
+        assert mem.store.views.get("u", None) is None and len(records) == 30 == len(matrix)
+        assert "milk" in {r.id for r in records} and "note 3:" not in " ".join(r.text for r in records)
+        mem.store.flush()
+        ids, held = mem.store.index.vectors(mem.store.names.collection("u"))
+        rows = {vid: row for vid, row in zip(ids, held, strict=True)}
+        expected = np.stack([rows[mem.store.names.vector_id("u", r.id)] for r in records])
+        assert np.allclose(matrix, expected, rtol=0, atol=1e-6)
