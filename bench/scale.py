@@ -25,7 +25,8 @@ Targets (issue 60): at 50k vs 1k records search p50 <= 2.5x, single add <= 1.5x,
 fills k, peak RSS <= 1.5 GB; at 200k search p50 <= 4x and recall@10 >= 0.98; at 10,000 users open
 <= 1 s and a cold user's first search <= 3x a warm one; every method answers at every size. The
 verdict line counts the targets missed among the points run (a point not run is reported, not
-counted).
+counted). Each backend's curves are kept in ``--out`` when done, so a rerun with the same arguments
+starts at the first backend not finished (a backend's curve takes up to an hour at the full sizes).
 
     python bench/scale.py [--backend embedded,postgres] [--sizes 1000,10000,50000,200000]
         [--users 10,100,1000,10000] [--out runs/scale]
@@ -374,6 +375,25 @@ def tables(name: str, curves: dict[str, list[dict[str, Any]]], per_user: int) ->
     return "\n".join(lines)
 
 
+def run_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The arguments a backend's curves depend on: a checkpoint serves only a rerun with the same."""
+    return {k: v for k, v in vars(args).items() if k in ("sizes", "users", "per_user", "touch", "seed")}
+
+
+def checkpoint(args: argparse.Namespace, name: str) -> Path:
+    """Where a backend's finished curves are kept, so a run that stops resumes at the next backend."""
+    return args.out / f"scale-{name}.json"
+
+
+def finished(args: argparse.Namespace, name: str) -> dict[str, list[dict[str, Any]]]:
+    """The backend's curves from an earlier run with the same arguments (empty: none)."""
+    kept = checkpoint(args, name)
+    if not kept.exists():
+        return {}
+    saved = json.loads(kept.read_text())
+    return saved["curves"] if saved["run"] == run_of(args) else {}
+
+
 def main() -> int:
     parser = arguments(__doc__)
     ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
@@ -391,10 +411,15 @@ def main() -> int:
     load_pool(args.data, args.cache, default_encoder())  # encoded here once, read by each backend's process
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     spawn = multiprocessing.get_context("spawn")
+    args.out.mkdir(parents=True, exist_ok=True)
     for name in args.backend:
+        results[name] = finished(args, name)
+        if results[name]:
+            log(f"[{name}] kept from {args.out}: a rerun with the same arguments measures it no more")
+            continue
         with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as child:
             results[name] = child.submit(curves, name, args).result()
-    args.out.mkdir(parents=True, exist_ok=True)
+        checkpoint(args, name).write_text(json.dumps({"run": run_of(args), "curves": results[name]}))
     (args.out / "scale.json").write_text(json.dumps(results, indent=1))
     print(f"plot: {plot(results, args.out)}")
     for name, measured in results.items():
