@@ -17,13 +17,14 @@ from personamem.errors import ConfigError
 from personamem.llm.load import DEFAULT_RUNTIME, Runtime
 from personamem.pipeline.stage_table import (
     STAGES,
-    FirstStage,
+    FirstStageName,
     Stage,
     StageKind,
     choices,
     find_stage,
     stage_names,
 )
+from personamem.retrieval.hybrid import ADAPTER_FUSION, PLAIN_RRF, Fusion
 
 __all__ = [
     "ADAPTER_FUSION",
@@ -37,7 +38,7 @@ __all__ = [
     "PLAIN_RRF",
     "QUERY_ENCODERS",
     "SELECTORS",
-    "FirstStage",
+    "FirstStageName",
     "PipelineConfig",
     "load_pipeline",
     "pipeline_config",
@@ -65,13 +66,6 @@ DEFAULT_ADAPTER = "mixed"
 PersonaBench, TREC iKAT and PrefEval; see docs/RESULTS.md)."""
 DEFAULT_RANKER = "mixed"
 """The shipped learned ranker ``ranker = "auto"`` resolves to (see docs/RESULTS.md)."""
-ADAPTER_FUSION = (0.8, 2)
-"""Hybrid's (dense weight, RRF k) when the query goes through an adapter: chosen among weights
-0.7–1.0 and k 2, 10, 60 on the benchmarks' training and validation users (never the test users), as
-the setting whose worst change against the better of dense and hybrid, over every benchmark and
-recall@5, recall@10 and nDCG@10, is largest (docs/RESULTS.md)."""
-PLAIN_RRF = (0.5, 60)
-"""Plain reciprocal rank fusion: equal weights, Cormack et al.'s k = 60."""
 
 LLM_MEMORIES = frozenset(s.name for s in STAGES if s.kind == "memory" and s.needs_llm)
 """The memories the pipeline's LLM writes (a checkpoint brings its own model)."""
@@ -92,7 +86,7 @@ class PipelineConfig(BaseModel):
         description="Rewrites the query into a personalized vector before retrieval: "
         f"{choices('personalizer')}.",
     )
-    first_stage: FirstStage = Field(
+    first_stage: FirstStageName = Field(
         default="hybrid",
         description=f"Retrieval over the user's records: {choices('first_stage')} (hybrid: their "
         "reciprocal rank fusion). ``pgret:<checkpoint folder>`` is short for dense with "
@@ -112,12 +106,15 @@ class PipelineConfig(BaseModel):
     rrf_k: int | None = Field(default=None, ge=1)
     """k in hybrid's weight / (k + rank): 60 flattens the ranks (plain RRF), a small k lets the head
     of each list count, so the dense weight decides the top. None: 2 with an adapter, else 60."""
-    ranker: str = "auto"
-    """Reorders hybrid's candidates with a learned model (``personamem/retrieval/ranker.py``): auto (the
-    shipped ``mixed`` where the first stage is the default's: hybrid with ``adapter:mixed`` at its
-    fusion, no personalizer; else none), none, or a ranker's name or folder (``personamem train
-    ranker``), which needs hybrid with a query adapter. Its trees serve only users whose history is
-    shaped like one they gained on (``personamem analyze ranker``); others get the score fusion."""
+    ranker: str = Field(
+        default="auto",
+        description="Reorders hybrid's candidates with a learned model (``personamem/retrieval/ranker.py``): "
+        f"{choices('ranker')}. auto is the shipped ``mixed`` where the first stage is the default's "
+        "(hybrid with ``adapter:mixed`` at its fusion, no personalizer), else none; a ranker's name or "
+        "folder (``personamem train ranker``) needs hybrid with a query adapter. Its trees serve only "
+        "users whose history is shaped like one they gained on (``personamem analyze ranker``); others "
+        "get the score fusion.",
+    )
     chosen_by: str | None = None
     """Why this first stage serves: ``personamem improve`` writes what it fitted on and how it
     validated; ``context`` reports it with the stage (None: the package's default)."""
@@ -198,11 +195,12 @@ class PipelineConfig(BaseModel):
         for field, kind in _STAGE_FIELDS.items():
             if find_stage(kind, getattr(self, field)) is None:
                 raise ValueError(f"unknown {field} {getattr(self, field)!r}; choose from: {choices(kind)}")
-        if self.ranker not in ("auto", "none") and (
-            self.first_stage != "hybrid" or self.personalizer != "none"
-        ):
+        over = self.ranker_row.over
+        serves = (self.first_stage, self.personalizer) == (over, "none")
+        if self.ranker != "auto" and over is not None and not serves:
             raise ValueError(
-                f"ranker {self.ranker!r} reorders hybrid's candidates: use the hybrid first stage"
+                f"ranker {self.ranker!r} reorders {over}'s candidates: use the {over} first stage "
+                "without a personalizer"
             )
         explicit = self.query_encoder not in ("base", "auto")
         if explicit and not self.first_stage_row.takes_vector:
@@ -225,10 +223,10 @@ class PipelineConfig(BaseModel):
         """Whether ``auto`` resolves to the shipped adapter (given an encoder it was fitted to)."""
         return self.query_encoder == "auto" and self.personalizer == "none" and self.first_stage != "bm25"
 
-    def fusion(self, query_encoder: str) -> tuple[float, int]:
-        """Hybrid's (dense weight, RRF k) for the resolved ``query_encoder`` (see both fields)."""
+    def fusion(self, query_encoder: str) -> Fusion:
+        """Hybrid's fusion for the resolved ``query_encoder`` (see both fields)."""
         weight, k = ADAPTER_FUSION if query_encoder.startswith("adapter:") else PLAIN_RRF
-        return (
+        return Fusion(
             weight if self.dense_weight is None else self.dense_weight,
             k if self.rrf_k is None else self.rrf_k,
         )
@@ -236,9 +234,12 @@ class PipelineConfig(BaseModel):
     @property
     def first_stage_row(self) -> Stage:
         """The stage table's row of the first stage."""
-        row = find_stage("first_stage", self.first_stage)
-        assert row is not None  # the field's Literal and the table agree (checked at import)
-        return row
+        return _row("first_stage", self.first_stage)
+
+    @property
+    def ranker_row(self) -> Stage:
+        """The stage table's row of the ranker (``auto``'s for auto)."""
+        return _row("ranker", self.ranker)
 
     def _rows(self) -> list[Stage]:
         """The table's rows of the stages this config names (validated: every one exists)."""
@@ -258,11 +259,18 @@ class PipelineConfig(BaseModel):
 _STAGE_FIELDS: dict[str, StageKind] = {
     "personalizer": "personalizer",
     "first_stage": "first_stage",
+    "ranker": "ranker",
     "query_encoder": "query_encoder",
     "selector": "selector",
     "preference_memory": "memory",
 }
 """The config's fields that name a stage of the table, and the kind each names."""
+
+
+def _row(kind: StageKind, name: str) -> Stage:
+    row = find_stage(kind, name)
+    assert row is not None, f"{kind} {name!r} validated"  # the config's fields are checked against the rows
+    return row
 
 
 def read_pipeline_table(path: Path) -> dict[str, Any]:

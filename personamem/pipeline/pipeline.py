@@ -28,7 +28,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -52,10 +52,10 @@ from personamem.pipeline.diversity import distinct, mmr
 from personamem.pipeline.metered import MeteredLLM, metering
 from personamem.pipeline.prompt import render_record
 from personamem.pipeline.stages import (
+    build_first_stage,
     build_memories,
     build_personalizer,
     build_query_encoder,
-    build_ranker,
     build_selector,
     resolve_query_encoder,
     resolve_ranker,
@@ -63,8 +63,9 @@ from personamem.pipeline.stages import (
 from personamem.preference import PreferenceMemories
 from personamem.profile import ProfileSelector, QueryVectorSelector
 from personamem.records import check_user_id
-from personamem.retrieval import BM25Retriever, DenseRetriever, Hit, HybridRetriever, Preparable
+from personamem.retrieval import BM25Retriever, Hit, Preparable
 from personamem.retrieval.base import ranked
+from personamem.retrieval.first_stage import RankedStage
 from personamem.store import Store
 from personamem.telemetry import staged
 
@@ -132,11 +133,17 @@ class Pipeline:
             raise ValueError("a query personalizer gives a vector: use the dense or hybrid first stage")
         self.query_encoder_name = resolve_query_encoder(config, store)
         self.query_encoder = build_query_encoder(self.query_encoder_name, store)
-        self.dense_weight, self.rrf_k = config.fusion(self.query_encoder_name)
-        self._dense = DenseRetriever(store)
-        self._bm25 = bm25 or BM25Retriever(store)
+        self.dense_weight, self.rrf_k = fusion = config.fusion(self.query_encoder_name)
         self.ranker_name = resolve_ranker(config, self.query_encoder_name)
-        self.ranker = build_ranker(self.ranker_name, store, self.query_encoder, self._bm25)
+        self.first = build_first_stage(
+            config,
+            store,
+            query_encoder=self.query_encoder,
+            fusion=fusion,
+            bm25=bm25 or BM25Retriever(store),
+            ranker=self.ranker_name,
+        )
+        self.ranker = self.first.ranker if isinstance(self.first, RankedStage) else None
         # a user's records come back for many queries: their lines are counted once
         self._count_tokens = functools.lru_cache(maxsize=8192)(_token_counter(self.llm, store.encoder))
 
@@ -335,20 +342,9 @@ class Pipeline:
         The vector is None for BM25 and the ranker, which encode nothing here.
         """
         start = time.perf_counter()
-        stage = self.config.first_stage
-        if stage == "bm25":
-            hits = self._bm25.search(user_id, query, n)
-        elif self.ranker is not None and vector is None:
-            hits = self.ranker.search(user_id, query, n)
-        else:
-            if vector is None:
-                vector = self.query_encoder.encode([query])[0]
-            dense = _VectorSearch(self._dense, vector)
-            weights = (self.dense_weight, 1.0 - self.dense_weight)
-            both = HybridRetriever([dense, self._bm25], k_rrf=self.rrf_k, weights=weights)
-            hits = dense.search(user_id, query, n) if stage == "dense" else both.search(user_id, query, n)
+        found = self.first.candidates(user_id, query, n, vector)
         timings["first_stage"] = timings.get("first_stage", 0.0) + _ms(start)
-        return hits, vector
+        return found
 
     def _diverse(self, user_id: str, query: str, timings: dict[str, float]) -> list[Hit]:
         """The profile: the first stage's best distinct records, by MMR over its top ``candidates``.
@@ -397,17 +393,6 @@ class Pipeline:
             raise ValueError("the selector returned a record that was not among the candidates")
         timings["select"] = _ms(start)
         return profile
-
-
-@dataclass(frozen=True)
-class _VectorSearch:
-    """Dense search with a ready query vector, as a retriever (so hybrid fuses it like any other)."""
-
-    dense: DenseRetriever
-    vector: np.ndarray
-
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
-        return self.dense.search_vector(user_id, self.vector, k)
 
 
 def _render(item: str | Hit) -> str:

@@ -2,8 +2,9 @@
 
 Config validation (:class:`~personamem.pipeline.config.PipelineConfig`), the config's ``--help``
 text, the method presets (:mod:`personamem.methods`) and the builders (``pipeline/stages.py``) all
-read this table, so a new personalizer, selector or preference memory is its own module and one row
-here. A row's builder imports its module when called: reading the table imports nothing heavy.
+read this table, so a new personalizer, first stage, selector or preference memory is its own module
+and one row here. A row's builder imports its module when called: reading the table imports nothing
+heavy.
 
 A row whose name ends in ``<argument>`` (``purple:<folder>``) matches every name with its prefix and a
 non-empty argument, which the builder gets.
@@ -13,15 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import AfterValidator
 
 if TYPE_CHECKING:
+    from personamem.encoder import Encoder
     from personamem.llm.base import FrozenLLM
+    from personamem.retrieval.bm25 import BM25Retriever
+    from personamem.retrieval.first_stage import FirstStage
+    from personamem.retrieval.hybrid import Fusion
     from personamem.store import Store
 
 __all__ = [
     "STAGES",
-    "FirstStage",
+    "FirstStageName",
     "Stage",
     "StageInputs",
     "StageKind",
@@ -30,23 +37,26 @@ __all__ = [
     "stage_names",
 ]
 
-StageKind = Literal["personalizer", "first_stage", "query_encoder", "selector", "memory"]
-FirstStage = Literal["dense", "bm25", "hybrid"]
-"""The first stages' names as a type (the config field's, for validation and typed callers); the
-rows below say what they are, and an import-time check keeps the two equal."""
+StageKind = Literal["personalizer", "first_stage", "ranker", "query_encoder", "selector", "memory"]
 
 
 @dataclass(frozen=True)
 class StageInputs:
     """What a builder may use: the store, the pipeline's LLM (None: no LLM), its seed, a memory's words.
 
-    ``store`` is None only where an extractor is built on its own (it reads no store).
+    ``store`` is None only where an extractor is built on its own (it reads no store). A first
+    stage's builder gets the query encoder, the shared BM25 indexes and hybrid's fusion; a ranker's,
+    the stage it reorders (``under``).
     """
 
     store: Store | None = None
     llm: FrozenLLM | None = None
     seed: int = 0
     memory_words: int = 120
+    query_encoder: Encoder | None = None
+    bm25: BM25Retriever | None = None
+    fusion: Fusion | None = None
+    under: FirstStage | None = None
 
     @property
     def the_store(self) -> Store:
@@ -66,6 +76,7 @@ class Stage:
         needs_llm: it calls the pipeline's frozen LLM (refused without one).
         stochastic: its results depend on the seed (LLM sampling, random choice).
         takes_vector: a first stage that searches with a query vector (a personalizer's, a tower's).
+        over: the first stage a ranker reorders (its candidates and the config it needs).
         build: makes the component from the inputs and the argument (``""`` for a plain name);
             None for a name that builds nothing (``none``) or is built by the pipeline itself.
     """
@@ -76,6 +87,7 @@ class Stage:
     needs_llm: bool = False
     stochastic: bool = False
     takes_vector: bool = False
+    over: str | None = None
     build: Callable[[StageInputs, str], Any] | None = None
 
     @property
@@ -120,6 +132,46 @@ def _rewrite(strategy: str) -> Callable[[StageInputs, str], Any]:
         return RewritePersonalizer(inputs.the_store, inputs.llm, strategy, seed=inputs.seed)  # type: ignore[arg-type]
 
     return build
+
+
+def _dense(inputs: StageInputs, _: str) -> Any:
+    from personamem.retrieval.dense import DenseRetriever
+    from personamem.retrieval.first_stage import DenseStage
+
+    store = inputs.the_store
+    return DenseStage(DenseRetriever(store), inputs.query_encoder or store.encoder)
+
+
+def _lexical(inputs: StageInputs, _: str) -> Any:
+    from personamem.retrieval.bm25 import BM25Retriever
+    from personamem.retrieval.first_stage import LexicalStage
+
+    return LexicalStage(inputs.bm25 or BM25Retriever(inputs.the_store))
+
+
+def _hybrid(inputs: StageInputs, _: str) -> Any:
+    from personamem.retrieval.bm25 import BM25Retriever
+    from personamem.retrieval.first_stage import HybridStage
+    from personamem.retrieval.hybrid import PLAIN_RRF
+
+    bm25 = inputs.bm25 or BM25Retriever(inputs.the_store)
+    return HybridStage(_dense(inputs, ""), bm25, inputs.fusion or PLAIN_RRF)
+
+
+def _ranker(inputs: StageInputs, spec: str) -> Any:
+    from personamem.errors import MethodError
+    from personamem.retrieval.first_stage import HybridStage, RankedStage
+    from personamem.retrieval.query_adapter import QueryAdapter
+    from personamem.retrieval.ranker import LearnedRanker, RankerModel
+
+    hybrid = inputs.under
+    assert isinstance(hybrid, HybridStage), "a ranker is built over the hybrid first stage"
+    adapter = hybrid.dense.query_encoder
+    if not isinstance(adapter, QueryAdapter):
+        raise MethodError(
+            f"ranker {spec!r} reads a query adapter's vectors: set query_encoder to adapter:<name>"
+        )
+    return RankedStage(LearnedRanker(inputs.the_store, adapter, hybrid.bm25, RankerModel.load(spec)), hybrid)
 
 
 def _pgret(inputs: StageInputs, folder: str) -> Any:
@@ -243,10 +295,39 @@ STAGES: tuple[Stage, ...] = (
         Stage("personalizer", f"rewrite-{strategy}", summary, needs_llm=True, build=_rewrite(strategy))
         for strategy, summary in _REWRITES.items()
     ),
-    # first stages: built by the pipeline itself (pipeline/pipeline.py, _first_stage)
-    Stage("first_stage", "dense", "cosine between the query's and the records' vectors", takes_vector=True),
-    Stage("first_stage", "bm25", "BM25 over the user's records"),
-    Stage("first_stage", "hybrid", "reciprocal rank fusion of dense and BM25", takes_vector=True),
+    # first stages: (user, query or its vector) -> candidates (personamem/retrieval/first_stage.py)
+    Stage(
+        "first_stage",
+        "dense",
+        "cosine between the query's and the records' vectors",
+        takes_vector=True,
+        build=_dense,
+    ),
+    Stage("first_stage", "bm25", "BM25 over the user's records", build=_lexical),
+    Stage(
+        "first_stage",
+        "hybrid",
+        "reciprocal rank fusion of dense and BM25",
+        takes_vector=True,
+        build=_hybrid,
+    ),
+    # rankers: reorder a first stage's candidates (personamem/retrieval/ranker.py)
+    Stage(
+        "ranker",
+        "auto",
+        "the shipped ranker (mixed) where the first stage is the default's: hybrid with adapter:mixed "
+        "at its fusion, no personalizer; else none",
+        over="hybrid",
+    ),
+    Stage("ranker", "none", "the first stage's own order"),
+    Stage(
+        "ranker",
+        "<name or folder>",
+        "a learned ranker: a shipped one by name (mixed) or a folder from 'personamem train ranker' or "
+        "'personamem improve'; it reads a query adapter's vectors",
+        over="hybrid",
+        build=_ranker,
+    ),
     # query encoders: a query -> a vector in the store encoder's space
     Stage(
         "query_encoder",
@@ -310,7 +391,6 @@ STAGES: tuple[Stage, ...] = (
     ),
 )
 """Every stage, grouped by kind; within a kind, the order ``--help`` and the method table list."""
-assert {s.name for s in STAGES if s.kind == "first_stage"} == set(get_args(FirstStage)), "FirstStage ≠ rows"
 
 
 def find_stage(kind: StageKind, value: str) -> Stage | None:
@@ -326,3 +406,14 @@ def stage_names(kind: StageKind) -> dict[str, str]:
 def choices(kind: StageKind) -> str:
     """The names of ``kind`` as a comma-separated list, for messages and ``--help``."""
     return ", ".join(stage_names(kind))
+
+
+def _known_first_stage(name: str) -> str:
+    if find_stage("first_stage", name) is None:
+        raise ValueError(f"unknown first_stage {name!r}; choose from: {choices('first_stage')}")
+    return name
+
+
+FirstStageName = Annotated[str, AfterValidator(_known_first_stage)]
+"""A first stage's name as a pydantic field's type: validated against the rows, so a new first stage
+is its module and its row."""

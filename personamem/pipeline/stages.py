@@ -1,4 +1,4 @@
-"""Built-in stages by name: the components the rows of the stage table build, and the learned ranker.
+"""Built-in stages by name: the components the rows of the stage table build.
 
 Each builder returns ``None`` for ``"none"``; a user's own :class:`QueryPersonalizer` or
 :class:`ProfileSelector` is passed to :class:`~personamem.pipeline.Pipeline` directly instead. What
@@ -7,28 +7,28 @@ each name is and needs is in ``pipeline/stage_table.py``; here are the checks ev
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+import dataclasses
+from typing import Any, cast
 
 from personamem.encoder import Encoder
 from personamem.errors import MethodError
 from personamem.llm.base import FrozenLLM
 from personamem.personalize import QueryPersonalizer
-from personamem.pipeline.config import ADAPTER_FUSION, DEFAULT_ADAPTER, DEFAULT_RANKER, PipelineConfig
+from personamem.pipeline.config import DEFAULT_ADAPTER, DEFAULT_RANKER, PipelineConfig
 from personamem.pipeline.stage_table import StageInputs, StageKind, choices, find_stage
 from personamem.preference import PreferenceMemories, PromptedExtractor
 from personamem.profile import ProfileSelector
 from personamem.retrieval.bm25 import BM25Retriever
+from personamem.retrieval.first_stage import FirstStage
+from personamem.retrieval.hybrid import ADAPTER_FUSION, Fusion
 from personamem.store import Store
-
-if TYPE_CHECKING:
-    from personamem.retrieval.ranker import LearnedRanker
 
 __all__ = [
     "build_extractor",
+    "build_first_stage",
     "build_memories",
     "build_personalizer",
     "build_query_encoder",
-    "build_ranker",
     "build_selector",
     "resolve_query_encoder",
     "resolve_ranker",
@@ -100,7 +100,7 @@ def resolve_ranker(config: PipelineConfig, query_encoder: str) -> str | None:
     if config.ranker != "auto":
         return config.ranker
     default_shape = (
-        config.first_stage == "hybrid"
+        config.first_stage == config.ranker_row.over
         and config.personalizer == "none"
         and query_encoder == f"adapter:{DEFAULT_ADAPTER}"
         and config.fusion(query_encoder) == ADAPTER_FUSION
@@ -108,25 +108,28 @@ def resolve_ranker(config: PipelineConfig, query_encoder: str) -> str | None:
     return DEFAULT_RANKER if default_shape else None
 
 
-def build_ranker(
-    name: str | None, store: Store, query_encoder: Encoder, bm25: BM25Retriever
-) -> LearnedRanker | None:
-    """The learned ranker called ``name`` over ``store`` (None: none).
+def build_first_stage(
+    config: PipelineConfig,
+    store: Store,
+    *,
+    query_encoder: Encoder,
+    fusion: Fusion,
+    bm25: BM25Retriever,
+    ranker: str | None,
+) -> FirstStage:
+    """The first stage ``config`` names over ``store`` (a row of the stage table), and ``ranker`` over it.
+
+    ``ranker`` is resolved (:func:`resolve_ranker`); None: the first stage's own order.
 
     Raises:
-        MethodError: a query encoder that is not a query adapter (the ranker's features need one).
+        MethodError: a ranker over a query encoder that is not a query adapter (its features need one).
         CheckpointError: a ranker folder that is missing, broken or for other features.
     """
-    if name is None:
-        return None
-    from personamem.retrieval.query_adapter import QueryAdapter
-    from personamem.retrieval.ranker import LearnedRanker, RankerModel
-
-    if not isinstance(query_encoder, QueryAdapter):
-        raise MethodError(
-            f"ranker {name!r} reads a query adapter's vectors: set query_encoder to adapter:<name>"
-        )
-    return LearnedRanker(store, query_encoder, bm25, RankerModel.load(name))
+    inputs = StageInputs(store, seed=config.seed, query_encoder=query_encoder, bm25=bm25, fusion=fusion)
+    stage = cast(FirstStage, _built("first_stage", "first stage", config.first_stage, inputs))
+    if ranker is None:
+        return stage
+    return cast(FirstStage, _built("ranker", "ranker", ranker, dataclasses.replace(inputs, under=stage)))
 
 
 def build_selector(name: str, store: Store, llm: FrozenLLM | None, seed: int) -> ProfileSelector | None:

@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from personamem.records import Record
 from personamem.retrieval.base import Hit, Retriever, ranked
 
-__all__ = ["HybridRetriever", "reciprocal_rank_fusion"]
+__all__ = ["ADAPTER_FUSION", "PLAIN_RRF", "Fusion", "HybridRetriever", "reciprocal_rank_fusion"]
+
+
+class Fusion(NamedTuple):
+    """Hybrid's weighted RRF of a dense and a lexical ranking: the dense one's weight and RRF's k."""
+
+    dense_weight: float
+    """The dense ranking's weight; BM25's is 1 − it."""
+    k: int
+    """k in weight / (k + rank): 60 flattens the ranks, a small k lets the head of each list count."""
+
+    @property
+    def weights(self) -> tuple[float, float]:
+        """(dense, lexical) weights, as :func:`reciprocal_rank_fusion` takes them."""
+        return self.dense_weight, 1.0 - self.dense_weight
+
+
+ADAPTER_FUSION = Fusion(0.8, 2)
+"""Hybrid's fusion when the query goes through an adapter, and the fused score the learned ranker
+starts from: chosen among weights 0.7–1.0 and k 2, 10, 60 on the benchmarks' training and validation
+users (never the test users), as the setting whose worst change against the better of dense and
+hybrid, over every benchmark and recall@5, recall@10 and nDCG@10, is largest (docs/RESULTS.md)."""
+PLAIN_RRF = Fusion(0.5, 60)
+"""Plain reciprocal rank fusion: equal weights, Cormack et al.'s k = 60."""
 
 
 def reciprocal_rank_fusion(

@@ -51,6 +51,7 @@ from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
 from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers
+from personamem.retrieval.hybrid import ADAPTER_FUSION, PLAIN_RRF, Fusion
 from personamem.retrieval.ranker_gate import GateDecision, RankerGate, as_profile, history_profile
 from personamem.store import Store
 from personamem.telemetry import staged
@@ -84,9 +85,6 @@ DEPTH = 100
 SCORE_FUSION = 0.4
 """BM25's weight in :func:`score_fusion`: the best worst fold of leave-one-benchmark-out among the
 weights and fusions tried, and the one chosen on three folds for the fourth in each of the four."""
-DEFAULT_FUSION = (0.8, 2)
-"""The default's (dense weight, RRF k): the fused score the ranker starts from."""
-PLAIN_FUSION = (0.5, 60)
 
 FEATURES: tuple[str, ...] = (
     "cos_base", "cos_adapt", "gap_base", "gap_adapt", "z_adapt", "bm25", "bm25_rel", "bm25_z",
@@ -233,12 +231,12 @@ def _two_best(scores: np.ndarray, top: np.ndarray) -> np.ndarray:
     return np.sort(np.partition(scores, len(scores) - 2)[-2:])[::-1]
 
 
-def _fuse(lists: list[list[int]], weights: tuple[float, float], k: int) -> list[tuple[int, float]]:
-    """Weighted reciprocal rank fusion of row lists; ties keep first-seen order."""
+def _fuse(lists: list[list[int]], fusion: Fusion) -> list[tuple[int, float]]:
+    """Weighted reciprocal rank fusion of (dense, lexical) row lists; ties keep first-seen order."""
     fused: dict[int, float] = {}
-    for rows, weight in zip(lists, weights, strict=True):
+    for rows, weight in zip(lists, fusion.weights, strict=True):
         for rank, row in enumerate(rows, start=1):
-            fused[row] = fused.get(row, 0.0) + weight / (k + rank)
+            fused[row] = fused.get(row, 0.0) + weight / (fusion.k + rank)
     return sorted(fused.items(), key=lambda pair: pair[1], reverse=True)
 
 
@@ -259,12 +257,8 @@ def candidate_features(
     dense_b, dense_a = _top(cos_b, DEPTH), _top(cos_a, DEPTH)
     bm_top = _top_positive(bm, DEPTH)
     bm_list = [int(i) for i in bm_top]
-    default = _fuse(
-        [[int(i) for i in dense_a], bm_list], (DEFAULT_FUSION[0], 1 - DEFAULT_FUSION[0]), DEFAULT_FUSION[1]
-    )
-    plain = _fuse(
-        [[int(i) for i in dense_b], bm_list], (PLAIN_FUSION[0], 1 - PLAIN_FUSION[0]), PLAIN_FUSION[1]
-    )
+    default = _fuse([[int(i) for i in dense_a], bm_list], ADAPTER_FUSION)
+    plain = _fuse([[int(i) for i in dense_b], bm_list], PLAIN_RRF)
     pool = np.array(
         list(dict.fromkeys([*map(int, dense_a[:POOL]), *map(int, dense_b[:POOL]), *bm_list[:POOL]])),
         dtype=np.int64,

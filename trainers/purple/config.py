@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from personamem.llm.load import REFERENCE_RUNTIME, Runtime
-from personamem.pipeline.config import FirstStage
+from personamem.pipeline.config import FirstStageName
 from personamem.profile.purple.config import PurpleConfig
 from personamem.trainers.loop import LoopConfig, LoopData
 from personamem.trainers.run import TrainerRun
@@ -50,7 +50,7 @@ class PurpleDataConfig(LoopData):
     :class:`~personamem.datasets.DataSource`'s.
     """
 
-    first_stage: FirstStage = "hybrid"
+    first_stage: FirstStageName = "hybrid"
     """Candidate retriever."""
     candidates: int = Field(default=20, ge=1)
     """Candidates per question (the paper: 20)."""
