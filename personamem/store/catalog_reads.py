@@ -157,12 +157,23 @@ class RecordReads:
                 stmt = stmt.where(RecordRow.status == status.value)
             return set(s.exec(stmt))
 
-    def pending(self, user_id: str | None = None) -> dict[str, list[tuple[Record, np.ndarray | None]]]:
-        """Records not yet indexed (written just now, or interrupted), by user, with kept vectors."""
+    def pending(
+        self, user_id: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> dict[str, list[tuple[Record, np.ndarray | None]]]:
+        """Records not yet indexed (written just now, or interrupted), by user, with kept vectors.
+
+        ``limit``: at most that many, in record id order from past ``after`` (a big user in batches).
+        """
         out: dict[str, list[tuple[Record, np.ndarray | None]]] = {}
         with self._db.session() as s:
             stmt = select(RecordRow).where(RecordRow.status == RecordStatus.PENDING.value)
-            rows = s.exec(stmt if user_id is None else stmt.where(RecordRow.user_id == user_id))
+            if user_id is not None:
+                stmt = stmt.where(RecordRow.user_id == user_id)
+            if after is not None:
+                stmt = stmt.where(col(RecordRow.record_id) > after)
+            if limit is not None:
+                stmt = stmt.order_by(col(RecordRow.record_id)).limit(limit)
+            rows = s.exec(stmt)
             for row in rows:
                 vector = None if row.pending_vector is None else np.frombuffer(row.pending_vector, "<f4")
                 out.setdefault(row.user_id, []).append((row.to_record(), vector))

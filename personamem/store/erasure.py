@@ -23,7 +23,7 @@ from personamem.store.cache import UserCaches
 from personamem.store.indexing import Indexing
 from personamem.store.interaction_writer import InteractionWriter
 from personamem.store.pgvectors import PgVectorIndex
-from personamem.store.recovery import readable
+from personamem.store.recovery import index_again, to_keep
 
 __all__ = ["Erasure"]
 
@@ -73,12 +73,11 @@ class Erasure:
             # the SQL delete and the rebuild as one step for other processes: a backup never copies
             # the vectors of records whose rows it does not copy
             with indexing.index.exclusive():
-                indexing.index.refresh(collection)  # another process may have indexed vectors to keep
-                kept = readable(indexing.index, collection)
+                kept = to_keep(indexing, key)
                 deleted = indexing.catalog.delete_records(key, record_ids, kept, indexing.names, event)
+                del kept  # the rows keep them now; a big user's are indexed again in batches
                 if deleted:
                     indexing.views.evict(key)
                     indexing.index.drop([collection])
-                    for pending in indexing.catalog.pending(key).values():
-                        indexing.index_pending(pending)
+                    index_again(indexing, key)
             return deleted

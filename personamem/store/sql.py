@@ -311,9 +311,11 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
         """Vector ids of the user's records, optionally only those in one write state."""
         return self._reads.vector_ids(user_id, status)
 
-    def pending(self, user_id: str | None = None) -> dict[str, list[tuple[Record, np.ndarray | None]]]:
-        """Records not yet indexed (written just now, or interrupted), by user, with kept vectors."""
-        return self._reads.pending(user_id)
+    def pending(
+        self, user_id: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> dict[str, list[tuple[Record, np.ndarray | None]]]:
+        """See :meth:`RecordReads.pending`."""
+        return self._reads.pending(user_id, after=after, limit=limit)
 
     def search_state(self, user_id: str) -> SearchState | None:
         """The user's index token and pending vectors, in one statement; None for an unknown user."""

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import personamem.store.recovery as recovery
 import personamem.store.vectors as vectors
 from personamem import PersonaMem, SentenceEncoder
 
@@ -40,3 +41,21 @@ def test_reads_and_deletes_of_many_ids_go_in_chunks(
             ids[20:]
         )
         assert mem.store.check().ok
+
+
+def test_a_delete_and_a_rebuild_index_a_big_users_rows_again_in_batches(
+    tmp_path: Path, encoder: SentenceEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both keep the vectors SQL holds and index the rows again a batch at a time, every row once."""
+    monkeypatch.setattr(recovery, "_REBUILD_BATCH", 4)
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        ids = [mem.add("ana", f"Note {i}: I planted {i} tulips.").id for i in range(30)]
+        mem.store.flush()
+        key = mem.store._key("ana")
+        collection = mem.store.names.collection(key)
+        assert sorted(mem.delete("ana", ids[:3])) == sorted(ids[:3])
+        assert len(mem.store.index.ids(collection)) == 27 and not mem.store.catalog.pending(key)
+        recovery.rebuild(mem.store, key)
+        assert len(mem.store.index.ids(collection)) == 27 and not mem.store.catalog.pending(key)
+        found = mem.search("ana", "tulips", k=30, method="dense")
+        assert sorted(h.record.id for h in found) == sorted(ids[3:])
