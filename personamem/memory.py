@@ -414,19 +414,13 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
 
         The vector must come from the store's encoder space (``self.store.encoder``).
         """
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        dim = self.store.encoder.dim
-        if vector.shape != (dim,):
-            raise ValueError(f"vector must have shape ({dim},), got {vector.shape}")
+        _check_vector(vector, self.store.encoder.dim, k)
         return DenseRetriever(self.store).search_vector(check_user_id(user_id), vector, k)
 
     @traced("get")
     def get(self, user_id: str, record_id: str) -> Record | None:
         """The user's record with this id, or None."""
-        if not isinstance(record_id, str):
-            raise InvalidInputError(f"record_id must be a string, got {record_id!r}")
-        return self.store.get(check_user_id(user_id), record_id)
+        return self.store.get(check_user_id(user_id), _record_id(record_id))
 
     @traced("records")
     def records(self, user_id: str) -> list[Record]:
@@ -442,9 +436,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         ``forget`` only the events, their times and actors are left, with no text. A record id the
         user never had has no events.
         """
-        if not isinstance(record_id, str):
-            raise InvalidInputError(f"record_id must be a string, got {record_id!r}")
-        return self.store.history(check_user_id(user_id), record_id)
+        return self.store.history(check_user_id(user_id), _record_id(record_id))
 
     @traced("users")
     def users(self) -> list[str]:
@@ -455,6 +447,19 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
     def count(self, user_id: str | None = None) -> int:
         """Records of one user, or of all users."""
         return self.store.count(None if user_id is None else check_user_id(user_id))
+
+
+def _record_id(record_id: object) -> str:
+    if not isinstance(record_id, str):
+        raise InvalidInputError(f"record_id must be a string, got {record_id!r}")
+    return record_id
+
+
+def _check_vector(vector: np.ndarray, dim: int, k: int) -> None:
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    if vector.shape != (dim,):
+        raise ValueError(f"vector must have shape ({dim},), got {vector.shape}")
 
 
 def _replaced(store: Store, llm: FrozenLLM | None, record: Record) -> Record | None:

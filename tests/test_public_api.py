@@ -206,6 +206,19 @@ def test_no_import_loops() -> None:
     graphlib.TopologicalSorter(graph).prepare()  # raises CycleError naming the loop
 
 
+def test_no_class_is_over_400_lines_and_no_function_over_120() -> None:
+    """Small units anywhere in the library (personamem/, trainers/, adapters/), as issue 62 asks."""
+    too_long = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            limit = 400 if isinstance(node, ast.ClassDef) else 120
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > limit:
+                    too_long.append(f"{name}.{node.name}: {lines} lines (at most {limit})")
+    assert too_long == []
+
+
 def test_every_package_folder_is_in_the_wheel() -> None:
     """A folder missing from pyproject's package list works when installed editable, not from a wheel."""
     import tomllib

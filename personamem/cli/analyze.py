@@ -357,14 +357,7 @@ def improve_gain(
 
     from personamem.datasets.vectors import default_vector_cache
     from personamem.encoder import default_encoder
-    from personamem.eval.improve_eval import (
-        LOGGED,
-        append_trial,
-        improve_trial,
-        load_trials,
-        read_benchmark,
-        summarize_trials,
-    )
+    from personamem.eval import improve_eval
 
     signals = signal or ["feedback"]
     unknown = sorted(set(signals) - {"feedback", "answers", "llm-answers", "synthetic"})
@@ -372,7 +365,7 @@ def improve_gain(
         raise typer.BadParameter(f"--signal {unknown[0]!r}: use feedback, answers, llm-answers or synthetic")
     benchmarks = benchmark or [BenchmarkName("locomo"), BenchmarkName("personabench")]
     trials_file = out_file.with_suffix(".trials.jsonl")
-    trials = load_trials(trials_file)
+    trials = improve_eval.load_trials(trials_file)
     done = {t.key for t in trials}
     encoder = default_encoder()
     settings = {"llm": llm, "max_synthetic": max_synthetic, "synthetic_live": synthetic_live}
@@ -383,13 +376,13 @@ def improve_gain(
         writer = load_llm(answer_llm, runtime=answer_runtime)
     with progress_bar() as progress:
         for name in benchmarks:
-            loaded = read_benchmark(data_root, name)
+            loaded = improve_eval.read_benchmark(data_root, name)
             for kind in signals:
-                used_share = share if kind in LOGGED else 0.0
+                used_share = share if kind in improve_eval.LOGGED else 0.0
                 for seed in range(seeds):
                     if (name.value, kind, seed, used_share, ranker, synthetic_live) in done:
                         continue
-                    trial = improve_trial(
+                    trial = improve_eval.improve_trial(
                         loaded,
                         name=name.value,
                         signal=kind,
@@ -402,7 +395,7 @@ def improve_gain(
                         progress=progress,
                         writer=writer,
                     )
-                    append_trial(trials_file, trial)
+                    improve_eval.append_trial(trials_file, trial)
                     trials.append(trial)
     given = ["--data-root", str(data_root), *[a for b in benchmarks for a in ("--benchmark", b.value)]]
     given += [a for k in signals for a in ("--signal", k)] + ["--share", f"{share:g}", "--seeds", str(seeds)]
@@ -412,7 +405,7 @@ def improve_gain(
     given += ["--synthetic-live"] if synthetic_live else []
     asked = {(b.value, k, ranker, synthetic_live) for b in benchmarks for k in signals}
     trials = [t for t in trials if (t.benchmark, t.signal, t.ranker, t.synthetic_live) in asked]
-    rows = summarize_trials([t for t in trials if t.seed < seeds])
+    rows = improve_eval.summarize_trials([t for t in trials if t.seed < seeds])
     report = {
         "command": shlex.join(["personamem", "analyze", "improve", *given, "--out", str(out_file)]),
         "rows": rows,

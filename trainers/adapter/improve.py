@@ -130,104 +130,23 @@ def improve(
             f"the store's live pipeline's personalizer {live.personalizer!r} builds its own query "
             "vector; improve fits a query adapter and fusion, for pipelines without a personalizer"
         )
-    users = store.users()
-    if len(users) < settings.min_users:
-        raise InsufficientDataError(
-            f"too few users to improve on: {len(users)} with records; need at least {settings.min_users} "
-            f"(some to train on, {settings.validation_share:.0%} to validate on)"
-        )
-    picker = random.Random(settings.seed)
-    shuffled = sorted(users)
-    picker.shuffle(shuffled)
-    held = max(1, round(settings.validation_share * len(shuffled)))
-    validation_users, train_users = sorted(shuffled[:held]), sorted(shuffled[held:])
-    train, validation, signal = _feedback_sets(memory, train_users, validation_users, settings)
-    if signal != "feedback":
-        from personamem.llm.load import load_llm
-
-        llm = llm or load_llm(settings.llm)
-        train, validation = store_query_sets(
-            store,
-            llm,
-            train_users,
-            validation_users,
-            per_user=settings.synthetic_per_user,
-            max_total=settings.max_synthetic,
-            consistency_k=settings.consistency_k,
-            seed=settings.seed,
-            progress=progress,
-        )
-    counts = {
-        "users": len(users),
-        "train_users": len(set(train.users)),
-        "train_questions": len(train),
-        "validation_users": len(set(validation.users)),
-        "validation_questions": len(validation),
-    }
-    if signal == "synthetic":  # the questions' quality: what the filters refused
-        counts["synthetic_asked"] = train.asked + validation.asked
-    if len(train) < settings.min_train_questions or len(validation) < settings.min_validation_questions:
-        raise InsufficientDataError(
-            f"too little data to improve on: {len(train)} training and {len(validation)} validation "
-            f"question(s) ({signal}) from {len(users)} user(s); need at least "
-            f"{settings.min_train_questions} and {settings.min_validation_questions}. Add records or users, "
-            "or log calls with feedback (log_interactions = true, then PersonaMem.feedback with "
-            "used_record_ids)."
-        )
+    train_users, validation_users = _split_users(store.users(), settings)
+    train, validation, signal = _question_sets(memory, train_users, validation_users, settings, llm, progress)
+    counts = _counts(len(train_users) + len(validation_users), train, validation, signal, settings)
     default_dir = store.folder / "adapters" if store.folder else Path("personamem-adapters")
     adapters_dir = (settings.adapters_dir or default_dir).resolve()
-    shipped = fits(DEFAULT_ADAPTER, store.encoder)
     # the dense weight is chosen on training users the adapter did not fit: on its own questions
     # every weight scores alike (the map has learned them), and a tie says nothing
     tune_users = set(train_users[:: max(2, round(1 / settings.tune_share))])
     fitting, tuning = train.only(sorted(set(train.users) - tune_users)), train.only(sorted(tune_users))
     if not len(fitting):  # every question from a left-out user: fit on all, keep the shipped weight
         fitting, tuning = train, train.only([])
-    fit = fit_adapter(
-        [fitting],
-        [],
-        AdapterTrainConfig(steps=settings.steps, seed=settings.seed),
-        init=QueryAdapter.load(DEFAULT_ADAPTER, store.encoder).weight if shipped else None,
-        out_dir=adapters_dir / ".work",
-        resume=True,
-        progress=progress,
-    )
-    created = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    folder = adapters_dir / created
-    recipe = {"improve": settings.model_dump(mode="json"), "signal": signal}
-    save_query_adapter(
-        folder,
-        fit.weight,
-        record_encoder=store.encoder,
-        info={
-            "created": created,
-            "recipe": {**recipe, "init": DEFAULT_ADAPTER if shipped else "identity"},
-            "sources": [fitting.describe()],
-            # counts, not ids: this file lives outside the store, where forget would not reach an id
-            "split": {"store": {"train_users": len(train_users), "validation_users": len(validation_users)}},
-        },
-    )
-    encoder = f"adapter:{folder}"
-    fitted = ("query_encoder", "dense_weight", "rrf_k", "ranker", "chosen_by")
-    fixed = {k: v for k, v in live.model_dump().items() if k not in fitted}
-    rrf_k = ADAPTER_FUSION[1]
-    candidates = {
-        f"adapter, dense weight {w}": pipeline_config(
-            {
-                **fixed,
-                "first_stage": "hybrid" if w < 1 else "dense",
-                "query_encoder": encoder,
-                "dense_weight": w,
-                "rrf_k": rrf_k,
-                "ranker": "auto",  # the live ranker's features are another adapter's
-            }
-        )
-        for w in settings.weights
-    }
+    split = {"train_users": len(train_users), "validation_users": len(validation_users)}
+    folder = _fitted_adapter(memory, fitting, adapters_dir, settings, split, signal, progress)
+    candidates = _adapter_candidates(live, f"adapter:{folder}", settings)
     sample = _subset(tuning, settings.max_weight_questions, settings.seed)
-    ranker_dir = adapters_dir / f"{created}-ranker"
     residual = (
-        _residual(memory, live, fitting, sample, ranker_dir, settings, progress)
+        _residual(memory, live, fitting, sample, adapters_dir / f"{folder.name}-ranker", settings, progress)
         if signal == "feedback"
         else SYNTHETIC_RANKER
     )
@@ -269,42 +188,185 @@ def improve(
             f"no fit saw, {metric}: " + "; ".join(f"{n}: {score:.3f}" for n, score in scored.items()),
             f"validation questions better / worse with the candidate: {wins} / {losses}"
             + ("" if signal == "feedback" else f" (sign test p {sign_test(wins, losses):.2g})"),
+            *_synthetic_notes(signal, counts, len(train) + len(validation), settings),
         ],
     )
-    if signal == "synthetic" and not settings.synthetic_live:
-        result.notes.append(SYNTHETIC_LIVE)
-    if "synthetic_asked" in counts:
-        kept = len(train) + len(validation)
-        result.notes.append(
-            f"synthetic questions kept: {kept} of {counts['synthetic_asked']} asked "
-            f"({kept / max(counts['synthetic_asked'], 1):.0%}; refused: not a question, a loop, a repeat, "
-            "or one the base encoder does not match to its record)"
-        )
     if result.live:
         chosen_by = (
-            f"personamem improve {created}: {name}, fitted on {len(train)} "
+            f"personamem improve {folder.name}: {name}, fitted on {len(train)} "
             f"{signal} question(s) of {counts['train_users']} user(s); validation {metric} "
             f"{before:.3f} -> {after:.3f} on {len(validation)} question(s) of "
             f"{counts['validation_users']} user(s)"
         )
-        table = json.loads(store.live_pipeline or "{}")
-        table.update(_stage(chosen), chosen_by=chosen_by)
-        table = {key: value for key, value in table.items() if value is not None}
-        pipeline_config(table, source="the candidate")  # never put live a table that fails to load
-        if settings.go_live == "trial":
-            result.live, result.trial = False, memory.trials.start(table, share=settings.trial_share).id
-            result.notes.append(
-                f"on trial: served interleaved with the live pipeline on {settings.trial_share:.0%} of "
-                "calls; it goes live when the answers there prefer it (personamem improve --status)"
-            )
-            return result
-        store.set_live_pipeline(table)
-        if memory.config != stored_pipeline(store.live_pipeline):
-            result.notes.append(
-                "this memory was opened with a pipeline of its own and keeps serving it; processes that "
-                "open the store without one serve the new live pipeline"
-            )
+        _put_live(memory, result, chosen, chosen_by, settings)
     return result
+
+
+def _split_users(users: list[str], settings: ImproveConfig) -> tuple[list[str], list[str]]:
+    """The store's users split at random (seeded) into training and validation users.
+
+    Raises:
+        InsufficientDataError: fewer users than ``settings.min_users``.
+    """
+    if len(users) < settings.min_users:
+        raise InsufficientDataError(
+            f"too few users to improve on: {len(users)} with records; need at least {settings.min_users} "
+            f"(some to train on, {settings.validation_share:.0%} to validate on)"
+        )
+    shuffled = sorted(users)
+    random.Random(settings.seed).shuffle(shuffled)
+    held = max(1, round(settings.validation_share * len(shuffled)))
+    return sorted(shuffled[held:]), sorted(shuffled[:held])
+
+
+def _question_sets(
+    memory: PersonaMem,
+    train_users: list[str],
+    validation_users: list[str],
+    settings: ImproveConfig,
+    llm: FrozenLLM | None,
+    progress: Progress | None,
+) -> tuple[QuerySet, QuerySet, str]:
+    """Training and validation questions, and their signal: feedback where there is enough, else synthetic."""
+    train, validation, signal = _feedback_sets(memory, train_users, validation_users, settings)
+    if signal != "feedback":
+        from personamem.llm.load import load_llm
+
+        train, validation = store_query_sets(
+            memory.store,
+            llm or load_llm(settings.llm),
+            train_users,
+            validation_users,
+            per_user=settings.synthetic_per_user,
+            max_total=settings.max_synthetic,
+            consistency_k=settings.consistency_k,
+            seed=settings.seed,
+            progress=progress,
+        )
+    return train, validation, signal
+
+
+def _counts(
+    users: int, train: QuerySet, validation: QuerySet, signal: str, settings: ImproveConfig
+) -> dict[str, int]:
+    """Users and questions on each side (with synthetic questions, how many were asked).
+
+    Raises:
+        InsufficientDataError: fewer questions than the settings' minimums on either side.
+    """
+    counts = {
+        "users": users,
+        "train_users": len(set(train.users)),
+        "train_questions": len(train),
+        "validation_users": len(set(validation.users)),
+        "validation_questions": len(validation),
+    }
+    if signal == "synthetic":  # the questions' quality: what the filters refused
+        counts["synthetic_asked"] = train.asked + validation.asked
+    if len(train) < settings.min_train_questions or len(validation) < settings.min_validation_questions:
+        raise InsufficientDataError(
+            f"too little data to improve on: {len(train)} training and {len(validation)} validation "
+            f"question(s) ({signal}) from {users} user(s); need at least "
+            f"{settings.min_train_questions} and {settings.min_validation_questions}. Add records or users, "
+            "or log calls with feedback (log_interactions = true, then PersonaMem.feedback with "
+            "used_record_ids)."
+        )
+    return counts
+
+
+def _fitted_adapter(
+    memory: PersonaMem,
+    fitting: QuerySet,
+    adapters_dir: Path,
+    settings: ImproveConfig,
+    split: dict[str, int],
+    signal: str,
+    progress: Progress | None,
+) -> Path:
+    """The query adapter fitted on ``fitting`` (from the shipped one where it fits), saved in a new folder."""
+    store = memory.store
+    shipped = fits(DEFAULT_ADAPTER, store.encoder)
+    fit = fit_adapter(
+        [fitting],
+        [],
+        AdapterTrainConfig(steps=settings.steps, seed=settings.seed),
+        init=QueryAdapter.load(DEFAULT_ADAPTER, store.encoder).weight if shipped else None,
+        out_dir=adapters_dir / ".work",
+        resume=True,
+        progress=progress,
+    )
+    created = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    recipe = {"improve": settings.model_dump(mode="json"), "signal": signal}
+    save_query_adapter(
+        adapters_dir / created,
+        fit.weight,
+        record_encoder=store.encoder,
+        info={
+            "created": created,
+            "recipe": {**recipe, "init": DEFAULT_ADAPTER if shipped else "identity"},
+            "sources": [fitting.describe()],
+            # counts, not ids: this file lives outside the store, where forget would not reach an id
+            "split": {"store": split},
+        },
+    )
+    return adapters_dir / created
+
+
+def _adapter_candidates(
+    live: PipelineConfig, encoder: str, settings: ImproveConfig
+) -> dict[str, PipelineConfig]:
+    """The live pipeline with the fitted adapter at each of hybrid's dense weights (1: dense alone)."""
+    fitted = ("query_encoder", "dense_weight", "rrf_k", "ranker", "chosen_by")
+    fixed = {k: v for k, v in live.model_dump().items() if k not in fitted}
+    return {
+        f"adapter, dense weight {w}": pipeline_config(
+            {
+                **fixed,
+                "first_stage": "hybrid" if w < 1 else "dense",
+                "query_encoder": encoder,
+                "dense_weight": w,
+                "rrf_k": ADAPTER_FUSION.k,
+                "ranker": "auto",  # the live ranker's features are another adapter's
+            }
+        )
+        for w in settings.weights
+    }
+
+
+def _synthetic_notes(signal: str, counts: dict[str, int], kept: int, settings: ImproveConfig) -> list[str]:
+    """What a run on synthetic questions says: that it stays off unless asked, and what the filters kept."""
+    notes = [SYNTHETIC_LIVE] if signal == "synthetic" and not settings.synthetic_live else []
+    if "synthetic_asked" in counts:
+        notes.append(
+            f"synthetic questions kept: {kept} of {counts['synthetic_asked']} asked "
+            f"({kept / max(counts['synthetic_asked'], 1):.0%}; refused: not a question, a loop, a repeat, "
+            "or one the base encoder does not match to its record)"
+        )
+    return notes
+
+
+def _put_live(
+    memory: PersonaMem, result: ImproveResult, chosen: PipelineConfig, chosen_by: str, settings: ImproveConfig
+) -> None:
+    """Make ``chosen`` the live pipeline, or put it on trial (``go_live="trial"``); ``result`` says which."""
+    store = memory.store
+    table = json.loads(store.live_pipeline or "{}")
+    table.update(_stage(chosen), chosen_by=chosen_by)
+    table = {key: value for key, value in table.items() if value is not None}
+    pipeline_config(table, source="the candidate")  # never put live a table that fails to load
+    if settings.go_live == "trial":
+        result.live, result.trial = False, memory.trials.start(table, share=settings.trial_share).id
+        result.notes.append(
+            f"on trial: served interleaved with the live pipeline on {settings.trial_share:.0%} of "
+            "calls; it goes live when the answers there prefer it (personamem improve --status)"
+        )
+        return
+    store.set_live_pipeline(table)
+    if memory.config != stored_pipeline(store.live_pipeline):
+        result.notes.append(
+            "this memory was opened with a pipeline of its own and keeps serving it; processes that "
+            "open the store without one serve the new live pipeline"
+        )
 
 
 def rollback(memory: PersonaMem) -> None:

@@ -107,6 +107,28 @@ def calibration_pairs(
     return labelled_pairs(items, rng=rng)
 
 
+def _check_data(train: PGRetData, validation: PGRetData, config: PGRetTrainConfig) -> None:
+    """Refuse a variant without a reward and data with no training or validation query."""
+    if config.variant not in VARIANT_REWARDS:
+        raise ValueError(f"variant {config.variant!r} has no reward: train it with train_infonce")
+    if not train.queries or not validation.queries:
+        raise ValueError(
+            f"need training and validation queries, got {len(train.queries)} and {len(validation.queries)}"
+        )
+
+
+def _policy(
+    start: Path, resumed: dict[str, Any], config: PGRetTrainConfig, device: torch.device
+) -> tuple[QueryPolicy, torch.optim.Optimizer]:
+    """The tower from ``start`` (the base encoder, or the last checkpoint) and its optimizer, restored."""
+    policy = QueryPolicy(SentenceTransformer(str(start), device=str(device))).to(device)
+    _freeze_unused(policy)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr)
+    if resumed:
+        optimizer.load_state_dict(resumed["optimizer"])
+    return policy, optimizer
+
+
 def train_pgret(
     train: PGRetData,
     validation: PGRetData,
@@ -140,12 +162,7 @@ def train_pgret(
         ValueError: no training or validation queries, or the infonce variant (which has no reward:
             train it with :func:`~personamem.trainers.pgret.infonce.train_infonce`).
     """
-    if config.variant not in VARIANT_REWARDS:
-        raise ValueError(f"variant {config.variant!r} has no reward: train it with train_infonce")
-    if not train.queries or not validation.queries:
-        raise ValueError(
-            f"need training and validation queries, got {len(train.queries)} and {len(validation.queries)}"
-        )
+    _check_data(train, validation, config)
     started = time.perf_counter()
     accelerator = accelerator_for(config.device)
     main = accelerator.is_main_process
@@ -158,12 +175,7 @@ def train_pgret(
     resumed: dict[str, Any] = {}
     if resume and (last / _STATE).is_file():
         resumed = torch.load(last / _STATE, weights_only=False)
-    model = SentenceTransformer(str(last if resumed else base_model_path), device=str(device))
-    policy = QueryPolicy(model).to(device)
-    _freeze_unused(policy)
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr)
-    if resumed:
-        optimizer.load_state_dict(resumed["optimizer"])
+    policy, optimizer = _policy(last if resumed else base_model_path, resumed, config, device)
     wrapped, optimizer = accelerator.prepare(policy, optimizer)
     loop = LoopState.restore(resumed) if resumed else LoopState()
     rng = random.Random(config.seed)
