@@ -88,18 +88,20 @@ class HybridStage:
 
 @dataclass(frozen=True)
 class RankedStage:
-    """The learned ranker's order of hybrid's candidates; a personalizer's vector searches hybrid itself.
+    """The learned ranker's order of hybrid's candidates; hybrid's own where the ranker cannot serve.
 
     The ranker encodes the query itself (its features read both the store encoder's vector and the
-    adapter's), so it returns no vector.
+    adapter's), so it returns no vector. Hybrid serves a personalizer's vector, and a user whose
+    signals are larger than the store's cache for them (:meth:`LearnedRanker.fits`): the ranker
+    would build them again for every search, seconds each, where hybrid answers in milliseconds.
     """
 
     ranker: LearnedRanker
     hybrid: HybridStage
 
     def candidates(self, user_id: str, query: str, n: int, vector: np.ndarray | None = None) -> Candidates:
-        """The ranker's top ``n``; hybrid's for a ready ``vector``."""
-        if vector is not None:
+        """The ranker's top ``n``; hybrid's for a ready ``vector`` or a user too large to keep signals of."""
+        if vector is not None or not self.ranker.fits(user_id):
             return self.hybrid.candidates(user_id, query, n, vector)
         return Candidates(self.ranker.search(user_id, query, n), None)
 

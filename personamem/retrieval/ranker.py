@@ -490,6 +490,14 @@ class LearnedRanker:
     def _build(self, user_id: str) -> UserSignals:
         return UserSignals.of(self.store, self._bm25.index(user_id), user_id)
 
+    def fits(self, user_id: str) -> bool:
+        """Whether the user's signals stay cached between searches.
+
+        False once they were built larger than the store's whole cache for derived values: every
+        search would build them again (14 s a search at 200,000 records; ``bench/scale.py``).
+        """
+        return not self._signals.oversized(user_id)
+
     def decide(self, user_id: str) -> GateDecision:
         """Whether the trees serve ``user_id``'s history, and why (``personamem analyze ranker`` shows it)."""
         return self.model.decide(self.profile(user_id))

@@ -97,7 +97,8 @@ class UserCache(Generic[T]):
     process invalidates the entry too; ``evict`` drops a user at once (used by ``forget``). Entries are
     kept under the store's user key (``key`` maps a tenant's user id to it), so ``forget`` finds them
     whichever tenant view built them. Each value's size is estimated once, when built (``size``); the
-    pool evicts by those bytes, and a value larger than the whole pool is returned and not kept.
+    pool evicts by those bytes, and a value larger than the whole pool is returned and not kept (the
+    user is then :meth:`oversized`, so a caller can serve it by cheaper means than a rebuild per read).
     ``max_users`` bounds the count of users as well (None: bytes alone).
     """
 
@@ -117,6 +118,7 @@ class UserCache(Generic[T]):
         self._max_users = max_users
         self._size = size
         self._entries: OrderedDict[str, tuple[str, T]] = OrderedDict()
+        self._oversized: set[str] = set()  # keys whose value, when last built, was larger than the pool
         self._pool = pool if pool is not None else BytePool()
         self._number = self._pool.join(self)
 
@@ -142,16 +144,28 @@ class UserCache(Generic[T]):
         nbytes = self._size(value)
         with self._pool.lock:
             self._entries.pop(key, None)
-            if self._pool.admit(self._number, key, nbytes):
+            if not self._pool.admit(self._number, key, nbytes):
+                self._oversized.add(key)
+            else:
+                self._oversized.discard(key)
                 self._entries[key] = (revision, value)
                 while self._max_users is not None and len(self._entries) > self._max_users:
                     oldest, _ = self._entries.popitem(last=False)
                     self._pool.drop(self._number, oldest)
         return value
 
+    def oversized(self, user_id: str) -> bool:
+        """Whether the user's value, when last built, was larger than the whole pool (so it is not kept).
+
+        Remembered across the user's revisions until :meth:`evict`: a history that outgrew the pool
+        rarely shrinks back, and finding out again would cost a build.
+        """
+        return self._key(user_id) in self._oversized
+
     def evict(self, key: str) -> None:
         """Drop the entry of the user stored under ``key``."""
         with self._pool.lock:
+            self._oversized.discard(key)
             self.forget_entry(key)
             self._pool.drop(self._number, key)
 

@@ -13,6 +13,7 @@ import pytest
 
 from personamem import PersonaMem, Record, SentenceEncoder
 from personamem.retrieval.bm25 import BM25Retriever
+from personamem.retrieval.first_stage import RankedStage
 from personamem.retrieval.ranker import UserSignals
 from personamem.store.budget import MIB, MIN_COLLECTIONS, MemoryBudget
 from personamem.store.cache import BytePool, UserCache
@@ -51,6 +52,9 @@ def test_caches_sharing_a_pool_evict_the_least_recently_used_of_any_of_them_by_b
     first.get("c")  # 120 bytes: b, the least recently used of either cache, goes
     assert (len(first), len(second), pool.nbytes, first.nbytes, second.nbytes) == (2, 0, 80, 80, 0)
     assert second.get("huge") == "huge" and len(second) == 0 and pool.nbytes == 80  # returned, not kept
+    assert second.oversized("huge") and not second.oversized("b") and not first.oversized("huge")
+    second.evict("huge")
+    assert not second.oversized("huge")
     first.evict("a")
     assert pool.nbytes == first.nbytes == 40
     del first
@@ -148,3 +152,22 @@ def test_estimates_are_near_what_building_a_value_allocates(tmp_path: Path, enco
             finally:
                 tracemalloc.stop()
             assert 0.7 <= footprint(value) / held <= 1.5, (type(value).__name__, footprint(value), held)
+
+
+def test_a_user_too_large_for_the_rankers_cache_is_served_by_hybrid_not_rebuilt_per_search(
+    mem: PersonaMem,
+) -> None:
+    """Rebuilt per search, a 200,000-record user's signals made a default search take 14 s."""
+    mem.add_many(
+        [f"Note {i}: the hive by the {['fence', 'pond'][i % 2]} gave {i} jars." for i in range(40)],
+        user_id="u",
+    )
+    pipeline = mem.pipeline()
+    stage = pipeline.first
+    assert isinstance(stage, RankedStage) and stage.ranker.fits("u")
+    query = "how many jars did the hive by the pond give?"
+    mem.store.caches.pool.max_bytes = footprint(stage.hybrid.bm25.index("u")) + 1  # the signals hold it too
+    assert [h.record.id for h in pipeline.search("u", query, 5)]  # built, served once, not kept
+    assert not stage.ranker.fits("u")
+    hybrid = [h.record.id for h in stage.hybrid.candidates("u", query, 5).hits]
+    assert [h.record.id for h in pipeline.search("u", query, 5)] == hybrid
