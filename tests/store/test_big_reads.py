@@ -8,6 +8,8 @@ is made small, so a user of 30 records crosses many chunk boundaries in every re
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ import pytest
 import personamem.store.recovery as recovery
 import personamem.store.vectors as vectors
 from personamem import PersonaMem, SentenceEncoder
+from personamem.store.catalog_reads import _USER_VECTORS
 
 
 def test_reads_and_deletes_of_many_ids_go_in_chunks(
@@ -59,3 +62,16 @@ def test_a_delete_and_a_rebuild_index_a_big_users_rows_again_in_batches(
         assert len(mem.store.index.ids(collection)) == 27 and not mem.store.catalog.pending(key)
         found = mem.search("ana", "tulips", k=30, method="dense")
         assert sorted(h.record.id for h in found) == sorted(ids[3:])
+
+
+def test_a_users_indexed_rows_are_found_through_the_user_and_status_index(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    """Without statistics, SQLite's planner walked the status index: every indexed row of the store,
+    for each cold user's first search (39 ms at 54,000 rows)."""
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        mem.add("u", "I keep bees on the roof.")
+        mem.store.flush()
+    with contextlib.closing(sqlite3.connect(tmp_path / "personamem.sqlite")) as db:
+        plan = db.execute(f"EXPLAIN QUERY PLAN {_USER_VECTORS}", ("indexed", "u")).fetchall()
+    assert "ix_records_user_status (user_id=? AND status=?)" in plan[-1][-1]
