@@ -325,6 +325,10 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
         """See :meth:`RecordReads.kept_vectors`."""
         return self._reads.kept_vectors(user_id)
 
+    def vectors_of(self, user_id: str, vector_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """See :meth:`RecordReads.vectors_of`."""
+        return self._reads.vectors_of(user_id, vector_ids)
+
     def timeline(self, user_id: str) -> Timeline:
         """The user's bounded records (validity, expiry), for reads to filter by."""
         return self._reads.timeline(user_id)

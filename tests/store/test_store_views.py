@@ -106,8 +106,8 @@ def test_a_search_of_a_stored_user_starts_no_chroma(tmp_path: Path, encoder: Sen
 def test_a_user_too_large_to_copy_is_read_whole_from_the_vectors_sql_keeps(
     tmp_path: Path, encoder: SentenceEncoder
 ) -> None:
-    """Past the copy limit, a corpus-level read gets SQL's kept vectors (a fifth of a Chroma ``get``'s
-    memory): the same rows as the index holds, pending rows in, deleted rows out."""
+    """Past the copy limit, a corpus-level read and a read by id get SQL's kept vectors (a fifth of a
+    Chroma ``get``'s memory and time): the same rows as the index holds, pending rows in, deleted out."""
     with PersonaMem.open(tmp_path, encoder=encoder) as mem:
         mem.store.views.max_user_vectors = 10  # before the user's first read: no copy is ever made
         mem.add_many([f"note {i}: the orchard has {i} beehives" for i in range(30)], user_id="u")
@@ -122,3 +122,5 @@ def test_a_user_too_large_to_copy_is_read_whole_from_the_vectors_sql_keeps(
         rows = {vid: row for vid, row in zip(ids, held, strict=True)}
         expected = np.stack([rows[mem.store.names.vector_id("u", r.id)] for r in records])
         assert np.allclose(matrix, expected, rtol=0, atol=1e-6)
+        by_id = mem.store.record_vectors("u", [r.id for r in records][::-1])  # by id, as the ranker reads
+        assert np.allclose(by_id, expected[::-1], rtol=0, atol=1e-6)
