@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
-from sqlalchemy import Connection, Engine, event, inspect, text
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine.url import make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
-from sqlmodel import Session, SQLModel, create_engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlmodel import Session, create_engine
 
 from personamem.errors import StoreError, StoreUnavailableError
 from personamem.store.disk import disk_full, low_on_space, says_full, sqlite_io_error
-from personamem.store.tables import ADDED_COLUMNS
+from personamem.store.migrations import upgrade
 from personamem.telemetry import step
 
 __all__ = ["IN_CHUNK", "Database", "chunks", "connection_lost", "vacuum_sqlite"]
@@ -91,10 +91,6 @@ def connection_lost(error: BaseException) -> bool:
     return bool(state.startswith("08") or state in _LOST_STATES)
 
 
-def _is_already_exists(error: Exception) -> bool:
-    return "already exists" in str(error).lower()
-
-
 def vacuum_sqlite(database: Path, *, wal: bool = False, attempts: int = 50) -> None:
     """Rewrite a SQLite file without free pages or stale bytes; with ``wal``, then empty the WAL.
 
@@ -153,31 +149,12 @@ class Database:
         self._readers: list[sqlite3.Connection] = []
 
     def _create_schema(self) -> None:
-        """Create missing tables and columns; losing the race to another process is not an error."""
+        """Bring the schema to the migrations' head (``store/migrations``); SQLite under its lock file."""
         if self._sqlite_file is not None:
             with FileLock(f"{self._sqlite_file}.lock"):
-                self._create_missing()
+                upgrade(self._writer)
             return
-        try:
-            self._create_missing()
-        except (OperationalError, ProgrammingError, IntegrityError) as error:
-            if not _is_already_exists(error) and not isinstance(error, IntegrityError):
-                raise
-            self._create_missing()  # the other process finished; check again
-
-    def _create_missing(self) -> None:
-        SQLModel.metadata.create_all(self._writer)
-        # columns added since a table was first created (create_all leaves existing tables alone)
-        tables = SQLModel.metadata.tables
-        for table, column in ADDED_COLUMNS:
-            present = {c["name"] for c in inspect(self._writer).get_columns(table)}
-            if column not in present:
-                kind = tables[table].c[column].type.compile(dialect=self._writer.dialect)
-                default = " NOT NULL DEFAULT false" if column == "bounded" else ""
-                with self._writer.begin() as connection:
-                    connection.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {kind}{default}"))
-        for index in tables["records"].indexes:  # indexes on the columns just added
-            index.create(self._writer, checkfirst=True)
+        upgrade(self._writer)  # PostgreSQL: under an advisory lock
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:

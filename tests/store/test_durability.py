@@ -188,6 +188,7 @@ def test_a_store_from_before_kept_vectors_gains_the_column(tmp_path: Path, encod
         mem.add_many(["I keep bees"], user_id="ana")
     with sqlite3.connect(tmp_path / "personamem.sqlite") as db:
         db.execute("ALTER TABLE records DROP COLUMN pending_vector")  # the table as older versions made it
+        db.execute("DROP TABLE alembic_version")  # which had no migrations
     with PersonaMem.open(tmp_path, encoder=encoder) as mem:
         mem.add("ana", "my hives are in the orchard")
         assert [h.record.text for h in mem.search("ana", "orchard hives", k=1)] == [
@@ -207,6 +208,7 @@ def test_a_store_from_before_validity_gains_its_columns(tmp_path: Path, encoder:
         for column in ("valid_from", "valid_until", "supersedes", "expires_at", "bounded"):
             db.execute(f"ALTER TABLE records DROP COLUMN {column}")
         db.execute("ALTER TABLE users DROP COLUMN bounds_token")
+        db.execute("DROP TABLE alembic_version")
     with PersonaMem.open(tmp_path, encoder=encoder) as mem:
         assert mem.get("ana", kept.id) == kept  # its content hash is unchanged: re-adding is a no-op
         mem.supersede("ana", kept.id, "I gave my hives to a neighbour.")

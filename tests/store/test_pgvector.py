@@ -154,3 +154,27 @@ def test_two_servers_on_one_database_serve_each_others_writes(url: str, tmp_path
         with Client(reader_url, key) as reader:
             assert reader.search("u", "balcony", k=3, method="dense") == []
     assert not (tmp_path / "a" / "chroma").exists() and not (tmp_path / "b" / "chroma").exists()
+
+
+def test_a_postgres_store_made_before_migrations_is_brought_to_the_head(
+    url: str, encoder: SentenceEncoder
+) -> None:
+    from personamem.store.migrations import HEAD, VERSION_TABLE
+
+    with PersonaMem.connect(url, encoder=encoder) as mem:
+        kept = mem.add("ana", "I keep bees on the roof.")
+    catalog = SqlCatalog(url)
+    try:
+        with catalog.engine.begin() as connection:  # as a store made before migrations was
+            connection.execute(text("DROP INDEX ix_records_user_status"))
+            connection.execute(text(f"DROP TABLE {VERSION_TABLE}"))
+    finally:
+        catalog.close()
+    with PersonaMem.connect(url, encoder=encoder) as mem:
+        assert [h.record.id for h in mem.search("ana", "bees", k=1)] == [kept.id]
+        with mem.store.catalog.engine.connect() as connection:
+            assert connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar() == HEAD
+            found = connection.execute(
+                text("SELECT 1 FROM pg_indexes WHERE indexname = 'ix_records_user_status'")
+            )
+            assert found.scalar() == 1
