@@ -96,6 +96,8 @@ class Pipeline:
         memories: the users' preference memories (None: the pipeline has none).
         query_encoder: encodes the query for dense search (the store's encoder, an adapter, a tower).
         query_encoder_name: its name, ``auto`` resolved (``adapter:mixed`` or ``base``).
+        first: the first stage the config's row built (``retrieval/first_stage.py``), with the ranker
+            over it where one runs; the one thing a search calls for candidates.
         ranker, ranker_name: the learned ranker reordering hybrid's candidates (None: none).
         dense_weight, rrf_k: hybrid's weight of the dense ranking (BM25's is 1 − it) and RRF's k.
 
