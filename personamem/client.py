@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from personamem import errors, remote
 from personamem.contract import Context, Hits, MemoryApi, method_of
@@ -27,6 +27,9 @@ from personamem.preference import PreferenceMemory
 from personamem.records import Record, RecordEvent
 from personamem.remote import RETRY_SECONDS, Call, Request, Retries, error_from, unreachable
 from personamem.store.duplicates import DuplicatePolicy
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["AsyncClient", "Client"]
 
@@ -68,14 +71,24 @@ class Client(MemoryApi):
             id) is repeated while the server answers 503 with ``Retry-After`` (its database restarting)
             or the connection breaks under it; then the error is raised
             (:class:`~personamem.errors.ServiceUnavailableError`). 0 repeats nothing.
+        transport: an httpx transport to send requests through instead of the network (e.g. one that
+            calls the server's app in this process); None: HTTP to ``base_url``.
     """
 
     def __init__(
-        self, base_url: str, api_key: str, *, timeout: float = 30.0, retry_seconds: float = RETRY_SECONDS
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        retry_seconds: float = RETRY_SECONDS,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         httpx = _httpx()
         headers = {"Authorization": f"Bearer {api_key}"}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
         self._broken = _broken(httpx)
         self._retry_seconds = retry_seconds
 
@@ -270,14 +283,24 @@ class AsyncClient:
     """:class:`Client` for an event loop: the same methods, arguments, results and errors, awaited.
 
     Calls from many tasks share one connection pool; use it as ``async with AsyncClient(...)``.
+    ``transport`` is an async httpx transport, e.g. ``httpx.ASGITransport(app=create_app(mem))`` to
+    call a server's app in this process.
     """
 
     def __init__(
-        self, base_url: str, api_key: str, *, timeout: float = 30.0, retry_seconds: float = RETRY_SECONDS
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        retry_seconds: float = RETRY_SECONDS,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         httpx = _httpx()
         headers = {"Authorization": f"Bearer {api_key}"}
-        self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
         self._transport_error = httpx.TransportError
         self._broken = _broken(httpx)
         self._retry_seconds = retry_seconds

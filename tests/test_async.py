@@ -114,3 +114,28 @@ def test_async_client_answers_as_the_client_does_under_concurrency(tmp_path: Pat
 
     with personamem_server(tmp_path) as url:
         asyncio.run(scenario(url))
+
+
+def test_async_client_calls_a_servers_app_in_this_process_through_its_transport(
+    mem: PersonaMem,
+) -> None:
+    """``transport=``: the client over the server's app itself, no port (its routes need no lifespan)."""
+    import httpx
+
+    from personamem.server.app import create_app
+
+    key, _ = KeyRing(mem.store.catalog).create("acme")
+    transport = httpx.ASGITransport(app=create_app(mem))
+
+    async def scenario() -> None:
+        async with AsyncClient("http://personamem.test", key, transport=transport) as client:
+            await client.add("ana", FACTS[3], id="f3")
+            await client.add("ana", FACTS[4], id="f4")
+            found = await client.search("ana", FACTS[4], k=1)
+            assert [hit.record.id for hit in found] == ["f4"] and await client.count("ana") == 2
+        async with AsyncClient("http://personamem.test", "pm_bad_key", transport=transport) as stranger:
+            with pytest.raises(AuthenticationError):
+                await stranger.count("ana")
+
+    asyncio.run(scenario())
+    assert mem.tenant("acme").count("ana") == 2  # written to the store the app serves
