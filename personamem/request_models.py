@@ -34,6 +34,7 @@ __all__ = [
     "RefreshIn",
     "RerankIn",
     "SearchIn",
+    "StrictBody",
     "SupersedeIn",
     "TtlIn",
     "UpdateIn",
@@ -61,7 +62,9 @@ def problems_text(problems: Iterable[Mapping[str, Any]]) -> str:
     )
 
 
-class _Body(BaseModel):
+class StrictBody(BaseModel):
+    """A request body that refuses keys it does not declare (a misspelt field is a 422, not ignored)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -95,7 +98,7 @@ class UpdateIn(_Fields):
         return self
 
 
-class SearchIn(_Body):
+class SearchIn(StrictBody):
     """``POST /v1/search``."""
 
     user_id: str
@@ -116,7 +119,7 @@ class SearchIn(_Body):
         return k
 
 
-class ContextIn(_Body):
+class ContextIn(StrictBody):
     """``POST /v1/context``; ``method`` names a method run over the server's config.
 
     ``pipeline`` is still read as ``method``'s deprecated name (the SDK's rule: ``pipeline``
@@ -146,7 +149,7 @@ class ContextIn(_Body):
         return data
 
 
-class SupersedeIn(_Body):
+class SupersedeIn(StrictBody):
     """``POST /v1/records/supersede``: the new record's fields replace record ``old_id`` as the fact."""
 
     user_id: str
@@ -154,27 +157,27 @@ class SupersedeIn(_Body):
     record: dict[str, Any]
 
 
-class TtlIn(_Body):
+class TtlIn(StrictBody):
     """``PUT /v1/ttl``: the tenant's default time-to-live of new records, in seconds (null: none)."""
 
     seconds: float | None = Field(default=None, gt=0)
 
 
-class BatchIn(_Body):
+class BatchIn(StrictBody):
     """``POST /v1/records/batch``: records (dicts with Record fields or texts), one transaction."""
 
     records: list[dict[str, Any] | str] = Field(min_length=1, max_length=MAX_BATCH)
     user_id: str | None = None
 
 
-class DeleteIn(_Body):
+class DeleteIn(StrictBody):
     """``POST /v1/records/delete``."""
 
     user_id: str
     ids: list[str] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class RefreshIn(_Body):
+class RefreshIn(StrictBody):
     """``POST /v1/memory/refresh``: the users named, or ``"all": true`` for every user of the tenant."""
 
     user_ids: list[str] | None = Field(default=None, min_length=1, max_length=MAX_BATCH)
@@ -188,7 +191,7 @@ class RefreshIn(_Body):
         return self
 
 
-class RerankIn(_Body):
+class RerankIn(StrictBody):
     """``POST /v1/rerank``: candidate texts to order for the user's request."""
 
     user_id: str

@@ -219,6 +219,20 @@ def test_no_class_is_over_400_lines_and_no_function_over_120() -> None:
     assert too_long == []
 
 
+def test_no_class_name_is_defined_twice() -> None:
+    """One meaning per name; the framework adapters alone share theirs (switching frameworks: one import)."""
+    defined: dict[str, set[str]] = {}
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, set()).add(name)
+    twice = {cls: sorted(where) for cls, where in defined.items() if len(where) > 1}
+    adapters = {
+        cls for cls, where in twice.items() if all(m.startswith("personamem.adapters.") for m in where)
+    }
+    assert {cls: twice[cls] for cls in sorted(set(twice) - adapters)} == {}
+
+
 def test_every_package_folder_is_in_the_wheel() -> None:
     """A folder missing from pyproject's package list works when installed editable, not from a wheel."""
     import tomllib

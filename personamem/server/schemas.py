@@ -7,18 +7,15 @@ operation's row in :data:`~personamem.contract.ROUTES`.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from personamem.request_models import StrictBody
 from personamem.store.keys import ApiKey, KeyScope
 
 __all__ = ["KeyIn", "KeyOut", "KeysOut", "NewKeyOut"]
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class KeyIn(_Body):
+class KeyIn(StrictBody):
     """``POST /v1/keys``: a new key for the caller's own tenant."""
 
     scope: KeyScope = KeyScope.WRITE

@@ -46,7 +46,7 @@ class CompareIn(BaseModel):
     k: int = Field(default=10, ge=1, le=MAX_K)
 
 
-class UserRow(BaseModel):
+class UserEntry(BaseModel):
     """A user in the inspector's list: their record count and the time of their latest logged call."""
 
     user_id: str
@@ -58,10 +58,10 @@ class UserPage(BaseModel):
     """``GET /v1/ui/users``: how many users match, and a page of them."""
 
     count: int
-    users: list[UserRow]
+    users: list[UserEntry]
 
 
-class RecordPage(BaseModel):
+class InspectorRecords(BaseModel):
     """``GET /v1/ui/records``: how many records match, their kinds, and a page of them."""
 
     count: int
@@ -96,7 +96,7 @@ class Moved(BaseModel):
     right: int | None
 
 
-class Comparison(BaseModel):
+class RankingComparison(BaseModel):
     """``POST /v1/ui/compare``: each method's hits and the records that moved."""
 
     left: list[dict[str, Any]]
@@ -148,7 +148,7 @@ def users(tenant: Reader, q: str = "", offset: int = 0, limit: int = 100) -> Use
     _page(offset, limit)
     counts, last = tenant.record_counts(), tenant.last_calls()
     names = sorted(u for u in tenant.users() if q.lower() in u.lower())
-    rows = [UserRow(user_id=u, records=counts.get(u, 0), last_call=last.get(u)) for u in names]
+    rows = [UserEntry(user_id=u, records=counts.get(u, 0), last_call=last.get(u)) for u in names]
     return UserPage(count=len(rows), users=rows[offset : offset + limit])
 
 
@@ -161,7 +161,7 @@ def records(
     validity: str = "all",
     offset: int = 0,
     limit: int = 100,
-) -> RecordPage:
+) -> InspectorRecords:
     """A page of the user's records by kind, category and validity (current, superseded, all)."""
     _page(offset, limit)
     if validity not in _VALIDITY:
@@ -173,7 +173,7 @@ def records(
         and (not category or r.category == category)
         and (validity == "all" or is_current(r) == (validity == "current"))
     ]
-    return RecordPage(
+    return InspectorRecords(
         count=len(found),
         kinds=sorted({r.kind.value for r in found}),
         records=[record_json(r) for r in found[offset : offset + limit]],
@@ -196,7 +196,7 @@ def calls(user_id: str, tenant: Reader, limit: int = 50) -> Calls:
 
 
 @router.post("/compare")
-def compare(body: CompareIn, tenant: Reader) -> Comparison:
+def compare(body: CompareIn, tenant: Reader) -> RankingComparison:
     """Both methods' top k for one query, and each record's rank under each (``moved``: rank changes)."""
     user = check_user_id(body.user_id)
     left = tenant.search(user, body.query, k=body.k, method=body.left)
@@ -208,7 +208,9 @@ def compare(body: CompareIn, tenant: Reader) -> Comparison:
         for rid in dict.fromkeys([*rank_left, *rank_right])
         if rank_left.get(rid) != rank_right.get(rid)
     ]
-    return Comparison(left=[hit_json(h) for h in left], right=[hit_json(h) for h in right], moved=moved)
+    return RankingComparison(
+        left=[hit_json(h) for h in left], right=[hit_json(h) for h in right], moved=moved
+    )
 
 
 @router.get("/pipeline")

@@ -41,7 +41,7 @@ __all__ = [
     "OPERATORS",
     "Filter",
     "FilterIndex",
-    "Verdict",
+    "FilterVerdict",
     "filtering",
     "parse_filters",
     "read_filter",
@@ -115,7 +115,7 @@ def filtering(read: Filter | None) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class FilterVerdict:
     """One filter over one user's records: the record ids it rejects, the vector ids it keeps (in order)."""
 
     rejected: frozenset[str]
@@ -132,10 +132,10 @@ class FilterIndex:
 
     def __init__(self, records: Sequence[Record], vector_ids: Sequence[str]) -> None:
         self.records = list(zip(records, vector_ids, strict=True))
-        self._verdicts: dict[str, Verdict] = {}
+        self._verdicts: dict[str, FilterVerdict] = {}
         self._lock = threading.Lock()
 
-    def verdict(self, read: Filter) -> Verdict:
+    def verdict(self, read: Filter) -> FilterVerdict:
         """Which of the user's records ``read`` rejects and which vectors it keeps."""
         found = self._verdicts.get(read.key)
         if found is not None:
@@ -146,7 +146,7 @@ class FilterIndex:
                 kept.append(vid)
             else:
                 rejected.append(record.id)
-        found = Verdict(frozenset(rejected), tuple(kept), frozenset(kept))
+        found = FilterVerdict(frozenset(rejected), tuple(kept), frozenset(kept))
         with self._lock:
             if len(self._verdicts) >= _MAX_VERDICTS:
                 self._verdicts.clear()

@@ -9,7 +9,7 @@ index while the user's revision holds.
 from __future__ import annotations
 
 from personamem.store.cache import UserCaches
-from personamem.store.filters import FilterIndex, Verdict, read_filter
+from personamem.store.filters import FilterIndex, FilterVerdict, read_filter
 from personamem.store.sql import SqlCatalog
 from personamem.store.timeline import Timeline
 
@@ -38,7 +38,7 @@ class Visibility:
         """Vector ids of the user's records hidden from the read time in force, as of bounds ``token``."""
         return set() if token is None else self._timeline(key, token).hidden()[1]
 
-    def verdict(self, key: str) -> Verdict | None:
+    def verdict(self, key: str) -> FilterVerdict | None:
         """What the filter in force says of the user's records (None: no filter)."""
         read = read_filter()
         return None if read is None else self._filters.get(key).verdict(read)
