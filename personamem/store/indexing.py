@@ -166,6 +166,11 @@ class Indexing:
                 else:
                     self.views.advance(user_id, *tokens, vector_ids, vectors[rows])
 
+    @property
+    def encoder(self) -> Encoder:
+        """The store's encoder (loaded on first use), for rows that kept no vector."""
+        return self._encoder()
+
     def index_pending(self, pending: list[tuple[Record, np.ndarray | None]]) -> int:
         """Index pending rows, encoding only those whose vector was not kept; return how many."""
         records = [record for record, _ in pending]

@@ -7,9 +7,12 @@ puts every row back to ``pending`` *with* its vector before it drops
 the collection, so a search from any process scores that user from SQL while the rebuild runs,
 and a crash midway leaves pending rows that opening the store indexes. :func:`scan` is the full
 scan an operator runs (``personamem check``): it also reads every vector back, since an index can
-list ids whose vectors it lost (see ``store/vectors.py``) while counts and ids agree. :func:`repair`
-runs on every open: it finishes interrupted forgets and indexes the rows a crash left pending
+list ids whose vectors it lost (see ``store/vectors.py``) while counts and ids agree. Opening a
+store (``Store.repair``) finishes interrupted forgets and indexes the rows a crash left pending
 (:func:`index_pending_rows`, which the background indexer also runs to retry after a failed write).
+Each works on the store's :class:`~personamem.store.indexing.Indexing`, not the store, so this
+module imports neither the store nor its erasure (which calls :func:`to_keep` and
+:func:`index_again`).
 """
 
 from __future__ import annotations
@@ -25,9 +28,8 @@ from personamem.errors import UnreadableIndexError
 from personamem.store.tables import RecordStatus
 
 if TYPE_CHECKING:
+    from personamem.indexing import Indexing
     from personamem.records import Record
-    from personamem.store.indexing import Indexing
-    from personamem.store.store import Store
     from personamem.store.vector_home import VectorHome
 
 __all__ = [
@@ -37,7 +39,6 @@ __all__ = [
     "index_pending_rows",
     "readable",
     "rebuild",
-    "repair",
     "scan",
     "to_keep",
 ]
@@ -77,24 +78,24 @@ class ConsistencyReport:
         return set(self.missing_vectors) | set(self.orphan_vectors) | set(self.unreadable_vectors)
 
 
-def scan(store: Store, progress: Callable[[int, int], None] | None = None) -> ConsistencyReport:
+def scan(indexing: Indexing, progress: Callable[[int, int], None] | None = None) -> ConsistencyReport:
     """Compare SQL rows with the vectors the index can read, for every user of the store.
 
     ``progress(done, total)`` is called after each user (a full scan takes minutes on a large store).
     """
-    store.flush()
+    indexing.flush()
     report = ConsistencyReport()
-    users = sorted(store.catalog.all_users())
-    report.orphan_collections = store.index.names() - {store.names.collection(u) for u in users}
+    users = sorted(indexing.catalog.all_users())
+    report.orphan_collections = indexing.index.names() - {indexing.names.collection(u) for u in users}
     for done, user in enumerate(users):
-        collection = store.names.collection(user)
-        rows = store.catalog.vector_ids(user)
-        pending = store.catalog.vector_ids(user, RecordStatus.PENDING)
+        collection = indexing.names.collection(user)
+        rows = indexing.catalog.vector_ids(user)
+        pending = indexing.catalog.vector_ids(user, RecordStatus.PENDING)
         try:  # one read gives the ids and shows that every vector reads back
-            vectors = set(store.index.vectors(collection)[0])
+            vectors = set(indexing.index.vectors(collection)[0])
         except UnreadableIndexError:
-            vectors = store.index.ids(collection)
-            report.unreadable_vectors[user] = store.index.salvage(collection)[2] or vectors
+            vectors = indexing.index.ids(collection)
+            report.unreadable_vectors[user] = indexing.index.salvage(collection)[2] or vectors
         if pending:
             report.pending[user] = pending
         if rows - pending - vectors:
@@ -138,36 +139,36 @@ def index_again(indexing: Indexing, key: str) -> int:
     return done
 
 
-def rebuild(store: Store, user: str) -> int:
+def rebuild(indexing: Indexing, user: str) -> int:
     """Rebuild the collection of the user with store key ``user`` from SQL; return the rows indexed.
 
     Also what repair does for a delete that died before its own rebuild: the vectors of rows SQL no
     longer has are not kept.
     """
-    with store.write_lock:
-        collection = store.names.collection(user)
+    with indexing.lock:
+        collection = indexing.names.collection(user)
         ids: list[str] = []
         lost: set[str] = set()
         missing: dict[str, Record] = {}
-        in_sql = store.catalog.kept_vectors(user)
+        in_sql = indexing.catalog.kept_vectors(user)
         from_sql = 0 if in_sql is None else len(in_sql[1])
         if in_sql is not None:  # every indexed row keeps its vector: neither the index nor the encoder
             kept = dict(zip(in_sql[1], in_sql[2], strict=True))
         else:  # rows indexed before they kept vectors: what the index still has, the rest encoded
-            store.index.refresh(collection)
-            ids, matrix, lost = store.index.salvage(collection)
-            indexed = store.catalog.vector_ids(user, RecordStatus.INDEXED)
+            indexing.index.refresh(collection)
+            ids, matrix, lost = indexing.index.salvage(collection)
+            indexed = indexing.catalog.vector_ids(user, RecordStatus.INDEXED)
             kept = {vid: row for vid, row in zip(ids, matrix, strict=True) if vid in indexed}
-            missing = store.catalog.by_vector_ids(user, sorted(indexed - kept.keys()))
+            missing = indexing.catalog.by_vector_ids(user, sorted(indexed - kept.keys()))
             if missing:
-                encoded = store.encoder.encode([record.text for record in missing.values()])
+                encoded = indexing.encoder.encode([record.text for record in missing.values()])
                 kept.update(zip(missing, encoded, strict=True))
         vectors = np.stack(list(kept.values())) if kept else np.zeros((0, 0), dtype=np.float32)
-        store.catalog.requeue(user, (list(kept), vectors))  # searchable from SQL from here on
+        indexing.catalog.requeue(user, (list(kept), vectors))  # searchable from SQL from here on
         del in_sql, kept, vectors  # a big user's rows are indexed again in batches: hold one at a time
-        store.views.evict(user)
-        store.index.drop([collection])
-        indexed_again = index_again(store.indexing, user)  # none for a user whose rows are all gone
+        indexing.views.evict(user)
+        indexing.index.drop([collection])
+        indexed_again = index_again(indexing, user)  # none for a user whose rows are all gone
     log.warning(
         "rebuilt the vector collection of a user from SQL: %d vector(s) kept in SQL, %d read back, "
         "%d encoded again (%d could not be read)",
@@ -179,41 +180,32 @@ def rebuild(store: Store, user: str) -> int:
     return indexed_again
 
 
-def repair(store: Store) -> int:
-    """Finish interrupted forgets and index pending rows; return how many rows were repaired."""
-    with store.write_lock:
-        for user in store.catalog.users_being_forgotten():
-            store.erasure.finish_forget(user)
-        return index_pending_rows(store)
-
-
-def index_pending_rows(store: Store) -> int:
+def index_pending_rows(indexing: Indexing) -> int:
     """Index every pending row, as SQL has it now; return how many.
 
     Under the write lock, so a row this process deletes or changes is never indexed in an older
     form: the background indexer's retry after a failed write (``store/indexer.py``) runs this.
     """
-    with store.write_lock:
+    with indexing.lock:
         repaired = 0
-        for user, pending in store.catalog.pending().items():
-            if store.index.ids(store.names.collection(user)) - store.catalog.vector_ids(user):
+        for user, pending in indexing.catalog.pending().items():
+            if indexing.index.ids(indexing.names.collection(user)) - indexing.catalog.vector_ids(user):
                 # a delete died between its SQL commit and its rebuild: the collection still
                 # holds the deleted vectors, so rebuild it rather than index into it
-                repaired += rebuild(store, user)
+                repaired += rebuild(indexing, user)
             else:
-                repaired += store.index_pending(pending)
+                repaired += indexing.index_pending(pending)
         return repaired
 
 
-def heal(store: Store, report: ConsistencyReport) -> list[str]:
-    """Fix what ``report`` found: rebuild damaged users, erase orphan collections, index pending rows.
+def heal(indexing: Indexing, report: ConsistencyReport) -> list[str]:
+    """Fix what ``report`` found: rebuild damaged users and erase orphan collections.
 
-    Returns the store keys of the users rebuilt.
+    Returns the store keys of the users rebuilt; ``Store.heal`` then indexes the pending rows.
     """
     rebuilt = sorted(report.damaged_users)
     for user in rebuilt:
-        rebuild(store, user)
+        rebuild(indexing, user)
     if report.orphan_collections:
-        store.index.drop(report.orphan_collections)
-    store.repair()
+        indexing.index.drop(report.orphan_collections)
     return rebuilt

@@ -55,7 +55,7 @@ from personamem.store.interaction_log import InteractionLog, retention_cutoff
 from personamem.store.interaction_writer import InteractionWriter
 from personamem.store.keys import KeyRing
 from personamem.store.live_pipeline import LivePipeline
-from personamem.store.recovery import ConsistencyReport, heal, index_pending_rows, rebuild, repair, scan
+from personamem.store.recovery import ConsistencyReport, heal, index_pending_rows, rebuild, scan
 from personamem.store.sql import SqlCatalog
 from personamem.store.tenants import Scope
 from personamem.store.timeline import supersession
@@ -104,9 +104,15 @@ class Store:
         self.expiry = Expiry(catalog)
         self.live = LivePipeline(catalog)
         self.names = claim_names(catalog, index)
-        retry = functools.partial(index_pending_rows, self)  # the indexer's, after a failed write
-        self.indexing = Indexing(catalog, index, self.names, self.views, lambda: self.encoder, retry)
-        rebuild_user = functools.partial(rebuild, self)
+        self.indexing: Indexing = Indexing(  # the indexer retries a failed write from SQL's pending rows
+            catalog,
+            index,
+            self.names,
+            self.views,
+            lambda: self.encoder,
+            lambda: index_pending_rows(self.indexing),
+        )
+        rebuild_user = functools.partial(rebuild, self.indexing)
         self.reads = VectorReads(catalog, index, self.names, self.views, self.visibility, rebuild_user)
         self.duplicates = Duplicates(self.reads, self.indexing)
         self.logged = InteractionWriter(catalog.log_interactions)
@@ -344,7 +350,10 @@ class Store:
 
     def repair(self) -> int:
         """Finish interrupted forgets and index pending rows; return how many rows were repaired."""
-        return repair(self)
+        with self.write_lock:
+            for user in self.catalog.users_being_forgotten():
+                self.erasure.finish_forget(user)
+            return index_pending_rows(self.indexing)
 
     def index_pending(self, pending: list[tuple[Record, np.ndarray | None]]) -> int:
         """Index pending rows, encoding only those whose vector was not kept; return how many."""
@@ -461,7 +470,7 @@ class Store:
         It covers the whole store, every tenant, and reports by store key; ``progress(done, total)``
         is called after each user.
         """
-        return scan(self, progress)
+        return scan(self.indexing, progress)
 
     def heal(self, report: ConsistencyReport | None = None) -> list[str]:
         """Fix what :meth:`check` found (it runs first when ``report`` is None); return users rebuilt.
@@ -469,7 +478,9 @@ class Store:
         Damaged users' collections are rebuilt from SQL (a search heals its user by itself too),
         collections of no user erased, pending rows indexed. Store keys, as in the report.
         """
-        return heal(self, self.check() if report is None else report)
+        rebuilt = heal(self.indexing, self.check() if report is None else report)
+        self.repair()
+        return rebuilt
 
     @property
     def write_lock(self) -> contextlib.AbstractContextManager[bool]:

@@ -58,7 +58,7 @@ def test_a_delete_and_a_rebuild_index_a_big_users_rows_again_in_batches(
         collection = mem.store.names.collection(key)
         assert sorted(mem.delete("ana", ids[:3])) == sorted(ids[:3])
         assert len(mem.store.index.ids(collection)) == 27 and not mem.store.catalog.pending(key)
-        recovery.rebuild(mem.store, key)
+        recovery.rebuild(mem.store.indexing, key)
         assert len(mem.store.index.ids(collection)) == 27 and not mem.store.catalog.pending(key)
         found = mem.search("ana", "tulips", k=30, method="dense")
         assert sorted(h.record.id for h in found) == sorted(ids[3:])

@@ -248,7 +248,7 @@ def test_a_collection_lost_whole_is_rebuilt_from_the_vectors_sql_keeps(
         key = mem.store._key("ana")
         mem.store.index.drop([mem.store.names.collection(key)])  # the index lost every vector of ana
         encoded = counting.texts
-        assert rebuild(mem.store, key) == 40
+        assert rebuild(mem.store.indexing, key) == 40
         assert counting.texts == encoded  # nothing encoded again: the rows kept their vectors
         assert mem.store.check().ok
         assert [(r.id, round(s, 5)) for r, s in mem.store.nearest("ana", query, 5)] == before
