@@ -62,10 +62,12 @@ def test_a_wait_that_would_outlast_the_budget_is_not_waited() -> None:
     assert (response.status_code, len(seen)) == (503, 1)
 
 
-def test_the_client_reports_a_refused_connection_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_client_reports_a_refused_connection_at_once() -> None:
     transport, seen = _server(httpx.ConnectError("connection refused"), 200)
-    monkeypatch.setattr(httpx, "Client", functools.partial(httpx.Client, transport=transport))
-    with Client("http://server", "key") as client, pytest.raises(RemoteError, match="cannot reach"):
+    with (
+        Client("http://server", "key", transport=transport) as client,
+        pytest.raises(RemoteError, match="cannot reach"),
+    ):
         client.health()
     assert seen == ["GET /v1/health"]
 

@@ -7,12 +7,12 @@ puts every row back to ``pending`` *with* its vector before it drops
 the collection, so a search from any process scores that user from SQL while the rebuild runs,
 and a crash midway leaves pending rows that opening the store indexes. :func:`scan` is the full
 scan an operator runs (``personamem check``): it also reads every vector back, since an index can
-list ids whose vectors it lost (see ``store/vectors.py``) while counts and ids agree. Opening a
-store (``Store.repair``) finishes interrupted forgets and indexes the rows a crash left pending
+list ids whose vectors it lost (see ``store/vectors.py``) while counts and ids agree. :func:`repair`
+runs on every open: it finishes interrupted forgets and indexes the rows a crash left pending
 (:func:`index_pending_rows`, which the background indexer also runs to retry after a failed write).
-Each works on the store's :class:`~personamem.store.indexing.Indexing`, not the store, so this
-module imports neither the store nor its erasure (which calls :func:`to_keep` and
-:func:`index_again`).
+Each works on the store's :class:`~personamem.store.indexing.Indexing` (and the erasure's
+``finish_forget``), not the store, so this module imports neither the store nor its erasure (which
+calls :func:`to_keep` and :func:`index_again`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "index_pending_rows",
     "readable",
     "rebuild",
+    "repair",
     "scan",
     "to_keep",
 ]
@@ -180,6 +181,14 @@ def rebuild(indexing: Indexing, user: str) -> int:
     return indexed_again
 
 
+def repair(indexing: Indexing, finish_forget: Callable[[str], None]) -> int:
+    """Finish interrupted forgets (the erasure's ``finish_forget``), index pending rows; return how many."""
+    with indexing.lock:
+        for user in indexing.catalog.users_being_forgotten():
+            finish_forget(user)
+        return index_pending_rows(indexing)
+
+
 def index_pending_rows(indexing: Indexing) -> int:
     """Index every pending row, as SQL has it now; return how many.
 
@@ -198,14 +207,15 @@ def index_pending_rows(indexing: Indexing) -> int:
         return repaired
 
 
-def heal(indexing: Indexing, report: ConsistencyReport) -> list[str]:
-    """Fix what ``report`` found: rebuild damaged users and erase orphan collections.
+def heal(indexing: Indexing, report: ConsistencyReport, finish_forget: Callable[[str], None]) -> list[str]:
+    """Fix what ``report`` found: rebuild damaged users, erase orphan collections, :func:`repair`.
 
-    Returns the store keys of the users rebuilt; ``Store.heal`` then indexes the pending rows.
+    Returns the store keys of the users rebuilt.
     """
     rebuilt = sorted(report.damaged_users)
     for user in rebuilt:
         rebuild(indexing, user)
     if report.orphan_collections:
         indexing.index.drop(report.orphan_collections)
+    repair(indexing, finish_forget)
     return rebuilt

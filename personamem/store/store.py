@@ -55,7 +55,7 @@ from personamem.store.interaction_log import InteractionLog, retention_cutoff
 from personamem.store.interaction_writer import InteractionWriter
 from personamem.store.keys import KeyRing
 from personamem.store.live_pipeline import LivePipeline
-from personamem.store.recovery import ConsistencyReport, heal, index_pending_rows, rebuild, scan
+from personamem.store.recovery import ConsistencyReport, heal, index_pending_rows, rebuild, repair, scan
 from personamem.store.sql import SqlCatalog
 from personamem.store.tenants import Scope
 from personamem.store.timeline import supersession
@@ -350,10 +350,7 @@ class Store:
 
     def repair(self) -> int:
         """Finish interrupted forgets and index pending rows; return how many rows were repaired."""
-        with self.write_lock:
-            for user in self.catalog.users_being_forgotten():
-                self.erasure.finish_forget(user)
-            return index_pending_rows(self.indexing)
+        return repair(self.indexing, self.erasure.finish_forget)
 
     def index_pending(self, pending: list[tuple[Record, np.ndarray | None]]) -> int:
         """Index pending rows, encoding only those whose vector was not kept; return how many."""
@@ -466,21 +463,13 @@ class Store:
     def check(self, progress: Callable[[int, int], None] | None = None) -> ConsistencyReport:
         """Compare SQL rows with the vectors the index can read back, for every user (a full scan).
 
-        Records queued by :meth:`add` are indexed first, so only interrupted writes show as pending.
-        It covers the whole store, every tenant, and reports by store key; ``progress(done, total)``
-        is called after each user.
+        Queued records are indexed first; every tenant, by store key; ``progress(done, total)`` per user.
         """
         return scan(self.indexing, progress)
 
     def heal(self, report: ConsistencyReport | None = None) -> list[str]:
-        """Fix what :meth:`check` found (it runs first when ``report`` is None); return users rebuilt.
-
-        Damaged users' collections are rebuilt from SQL (a search heals its user by itself too),
-        collections of no user erased, pending rows indexed. Store keys, as in the report.
-        """
-        rebuilt = heal(self.indexing, self.check() if report is None else report)
-        self.repair()
-        return rebuilt
+        """Fix what :meth:`check` found (run first without ``report``); return the users rebuilt."""
+        return heal(self.indexing, self.check() if report is None else report, self.erasure.finish_forget)
 
     @property
     def write_lock(self) -> contextlib.AbstractContextManager[bool]:
