@@ -60,6 +60,12 @@ def _broken(httpx: Any) -> tuple[type[Exception], ...]:
     return (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 
 
+def _http_options(base_url: str, api_key: str, timeout: float, transport: object) -> dict[str, Any]:
+    """What both clients give their httpx client: the server, the key's header, the timeout, a transport."""
+    headers = {"Authorization": f"Bearer {api_key}"}
+    return {"base_url": base_url.rstrip("/"), "headers": headers, "timeout": timeout, "transport": transport}
+
+
 class Client(MemoryApi):
     """A personamem server, called like :class:`~personamem.memory.PersonaMem`; safe across threads.
 
@@ -85,10 +91,7 @@ class Client(MemoryApi):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         httpx = _httpx()
-        headers = {"Authorization": f"Bearer {api_key}"}
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
-        )
+        self._http = httpx.Client(**_http_options(base_url, api_key, timeout, transport))
         self._broken = _broken(httpx)
         self._retry_seconds = retry_seconds
 
@@ -297,10 +300,7 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         httpx = _httpx()
-        headers = {"Authorization": f"Bearer {api_key}"}
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
-        )
+        self._http = httpx.AsyncClient(**_http_options(base_url, api_key, timeout, transport))
         self._transport_error = httpx.TransportError
         self._broken = _broken(httpx)
         self._retry_seconds = retry_seconds

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -77,23 +74,3 @@ def test_a_store_from_a_newer_personamem_is_refused_and_left_as_it_is(
         PersonaMem.open(tmp_path, encoder=encoder)
     assert _sql(tmp_path, "SELECT count(*) FROM records") == [(1,)]
     assert _sql(tmp_path, "SELECT version_num FROM alembic_version") == [("9999",)]
-
-
-def test_opening_a_current_store_imports_no_alembic(tmp_path: Path, encoder: SentenceEncoder) -> None:
-    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
-        mem.add("ana", "I keep bees on the roof.")
-    read = (
-        "import sys\n"
-        "from personamem import PersonaMem\n"
-        f"with PersonaMem.open({str(tmp_path)!r}) as mem:\n"
-        "    print(mem.count('ana'), 'alembic' in sys.modules)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", read],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["1", "False"]

@@ -80,7 +80,8 @@ def test_a_view_is_built_from_the_vectors_sql_keeps_exactly_as_chroma_holds_them
 
 def test_a_search_of_a_stored_user_starts_no_chroma(tmp_path: Path, encoder: SentenceEncoder) -> None:
     """A one-shot read (the CLI's) needs neither chromadb's import nor its client's start (0.4 s), nor
-    numba, which bm25s imports only to offer a backend this library does not run (0.12 s)."""
+    numba, which bm25s imports only to offer a backend this library does not run (0.12 s), nor
+    Alembic, which opening a store runs only when its schema is behind (``store/migrations``)."""
     with PersonaMem.open(tmp_path, encoder=encoder) as mem:
         mem.add_many(
             ["I keep bees on the roof.", "My bike is a red fixie.", "I drink oat milk."], user_id="u"
@@ -90,7 +91,8 @@ def test_a_search_of_a_stored_user_starts_no_chroma(tmp_path: Path, encoder: Sen
         "from personamem import PersonaMem\n"
         f"with PersonaMem.open({str(tmp_path)!r}) as mem:\n"
         "    hits = mem.search('u', 'what do I ride?', k=1)\n"
-        "    print([h.record.text for h in hits], 'chromadb' in sys.modules, 'numba' in sys.modules)\n"
+        "    loaded = [m in sys.modules for m in ('chromadb', 'numba', 'alembic')]\n"
+        "    print([h.record.text for h in hits], *loaded)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", read],
@@ -100,7 +102,7 @@ def test_a_search_of_a_stored_user_starts_no_chroma(tmp_path: Path, encoder: Sen
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["['My", "bike", "is", "a", "red", "fixie.']", "False", "False"]
+    assert done.stdout.split() == ["['My", "bike", "is", "a", "red", "fixie.']", "False", "False", "False"]
 
 
 def test_a_user_too_large_to_copy_is_read_whole_from_the_vectors_sql_keeps(
