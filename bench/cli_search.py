@@ -3,8 +3,8 @@
 A user's first command pays for everything a process loads. The store (5 records of one user, put
 there by ``personamem ingest``, not timed) lives in a temporary folder. Then ``--rounds`` rounds
 each start three fresh processes of the installed ``personamem`` script: ``--help``, ``search QUERY
---user u`` (dense, the default) and ``context QUERY --user u`` (the default pipeline: hybrid, the
-token budget), each timed from start to exit with its output discarded. Interleaving puts the three
+--user u`` and ``context QUERY --user u`` (the default pipeline; context also fits the token
+budget), each timed from start to exit with its output discarded. Interleaving puts the three
 under the same contention; which goes first rotates every round. The interpreter's own start
 (``python -c pass``) is timed in every round too and printed as the floor, with the load average:
 this is an absolute target on a shared 2-core machine, so a slow run says first how busy the

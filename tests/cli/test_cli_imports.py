@@ -57,3 +57,20 @@ def test_a_dense_search_imports_no_torch_and_no_bm25(tmp_path: Path) -> None:
     default = _loaded([*store, "search", "which bike?", "--user", "ana"])  # hybrid and the learned ranker
     assert [m for m in default if m.split(".")[0] in ("torch", "transformers", "sentence_transformers")] == []
     assert "personamem.cli.train" not in loaded and "personamem.cli.evals" not in loaded
+
+
+def test_only_the_one_shot_reads_load_the_encoder_aside_and_run_without_the_cycle_collector() -> None:
+    code = (
+        "import gc, json, threading\n"
+        "from personamem.cli.app import COMMANDS\n"
+        "rows = {row.name: row for row in COMMANDS}\n"
+        "gc.disable(); rows['users'].load(); after_users = gc.isenabled()\n"
+        "gc.disable(); rows['search'].load(); after_search = gc.isenabled()\n"
+        "loading = [t for t in threading.enumerate() if t.name == 'personamem-encoder-load']\n"
+        "[t.join() for t in loading]\n"
+        "import personamem.encoder as e\n"
+        "print(json.dumps([after_users, after_search, len(loading), e._default is not None]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) == [True, False, 1, True]
+    assert sorted(row.name for row in COMMANDS if row.one_shot_read) == ["context", "search"]
