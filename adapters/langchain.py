@@ -66,6 +66,7 @@ from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind, check_user_id, parse_record
 from personamem.retrieval.base import Hit
 from personamem.store.filters import parse_filters
+from personamem.store.read import ReadOptions
 
 __all__ = [
     "PersonaMemAnswerReporter",
@@ -180,7 +181,7 @@ class PersonaMemRetriever(BaseRetriever):
             raise ValueError(f"k must be at least 1, got {k}")
         return k
 
-    def _reading(self) -> dict[str, Any]:
+    def _reading(self) -> ReadOptions:
         """The read options every search passes: ``as_of``, ``include_superseded``, ``filters``."""
         return {"as_of": self.as_of, "include_superseded": self.include_superseded, "filters": self.filters}
 

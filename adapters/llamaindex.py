@@ -58,7 +58,7 @@ from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordKind, check_user_id
 from personamem.retrieval.base import Hit
 from personamem.store.filters import parse_filters
-from personamem.store.timeline import epoch, reading
+from personamem.store.read import ReadOptions, epoch
 
 try:
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -212,7 +212,7 @@ class PersonaMemRetriever(BaseRetriever):
         )
         return [_node(hit, found.interaction_id) for hit in found]
 
-    def _reading(self) -> dict[str, Any]:
+    def _reading(self) -> ReadOptions:
         """The read options every search passes: ``as_of``, ``include_superseded``, ``filters``."""
         return {"as_of": self.as_of, "include_superseded": self.include_superseded, "filters": self.filters}
 
@@ -230,8 +230,7 @@ class PersonaMemRetriever(BaseRetriever):
                 f"{encoder.name!r} makes vectors of shape ({encoder.dim},): embed the query in the store "
                 "encoder's space (e.g. with PersonaMemEmbedding over mem.store.encoder)"
             )
-        with reading(self.as_of, include_superseded=self.include_superseded, filters=self.filters):
-            hits = self.memory.search_vector(self.user_id, vector, self.k)
+        hits = self.memory.search_vector(self.user_id, vector, self.k, **self._reading())
         return [_node(hit) for hit in hits]
 
 

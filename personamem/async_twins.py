@@ -7,13 +7,12 @@ stage's wait do not block the loop; the arguments, results and exceptions are th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from personamem.contract import Context, Hits, method_of
 from personamem.pipeline import PipelineConfig
 from personamem.records import Record
+from personamem.store.read import ReadOptions
 
 __all__ = ["AsyncTwins"]
 
@@ -29,10 +28,7 @@ class _Sync(Protocol):
         query: str,
         k: int = 5,
         method: PipelineConfig | str | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Hits: ...
 
     def context(
@@ -42,9 +38,7 @@ class _Sync(Protocol):
         *,
         budget_tokens: int | None = None,
         method: PipelineConfig | str | None = None,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Context: ...
 
 
@@ -61,22 +55,10 @@ class AsyncTwins:
         query: str,
         k: int = 5,
         method: PipelineConfig | str | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Hits:
         """:meth:`search` without blocking the event loop."""
-        return await asyncio.to_thread(
-            self.search,
-            user_id,
-            query,
-            k,
-            method,
-            as_of=as_of,
-            include_superseded=include_superseded,
-            filters=filters,
-        )
+        return await asyncio.to_thread(self.search, user_id, query, k, method, **read)
 
     async def acontext(
         self: _Sync,
@@ -85,10 +67,8 @@ class AsyncTwins:
         *,
         budget_tokens: int | None = None,
         method: PipelineConfig | str | None = None,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
         pipeline: PipelineConfig | str | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Context:
         """:meth:`context` without blocking the event loop (an LLM stage's wait included)."""
         return await asyncio.to_thread(
@@ -97,7 +77,5 @@ class AsyncTwins:
             query,
             budget_tokens=budget_tokens,
             method=method_of(method, pipeline),
-            as_of=as_of,
-            include_superseded=include_superseded,
-            filters=filters,
+            **read,
         )

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from personamem import errors, remote
 from personamem.contract import Context, Hits, MemoryApi, method_of
@@ -27,6 +27,7 @@ from personamem.preference import PreferenceMemory
 from personamem.records import Record, RecordEvent
 from personamem.remote import RETRY_SECONDS, Call, Request, Retries, error_from, unreachable
 from personamem.store.duplicates import DuplicatePolicy
+from personamem.store.read import ReadOptions
 
 if TYPE_CHECKING:
     import httpx
@@ -191,13 +192,10 @@ class Client(MemoryApi):
         query: str,
         k: int = 5,
         method: str | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Hits:
         """The user's top ``k`` records for ``query`` by ``method`` (``interaction_id`` where logged)."""
-        return self._run(remote.search(user_id, query, k, method, as_of, include_superseded, filters))
+        return self._run(remote.search(user_id, query, k, method, read))
 
     def feedback(
         self,
@@ -217,19 +215,14 @@ class Client(MemoryApi):
         *,
         budget_tokens: int | None = None,
         method: str | None = None,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
         pipeline: str | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Context:
         """What to paste into the LLM's prompt for ``query`` (``method``: a method name).
 
         ``pipeline`` is ``method``'s deprecated name, as in :meth:`PersonaMem.context`.
         """
-        chosen = method_of(method, pipeline)
-        return self._run(
-            remote.context(user_id, query, budget_tokens, chosen, as_of, include_superseded, filters)
-        )
+        return self._run(remote.context(user_id, query, budget_tokens, method_of(method, pipeline), read))
 
     def memory(self, user_id: str) -> PreferenceMemory:
         """The user's preference memory (``stale`` when the server could not rebuild it in time)."""
@@ -408,13 +401,10 @@ class AsyncClient:
         query: str,
         k: int = 5,
         method: str | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Hits:
         """:meth:`Client.search`."""
-        return await self._run(remote.search(user_id, query, k, method, as_of, include_superseded, filters))
+        return await self._run(remote.search(user_id, query, k, method, read))
 
     async def feedback(
         self,
@@ -434,15 +424,12 @@ class AsyncClient:
         *,
         budget_tokens: int | None = None,
         method: str | None = None,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
         pipeline: str | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Context:
         """:meth:`Client.context`."""
-        chosen = method_of(method, pipeline)
         return await self._run(
-            remote.context(user_id, query, budget_tokens, chosen, as_of, include_superseded, filters)
+            remote.context(user_id, query, budget_tokens, method_of(method, pipeline), read)
         )
 
     async def memory(self, user_id: str) -> PreferenceMemory:

@@ -26,9 +26,9 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, Self, TypeVar, Unpack
 from urllib.parse import quote
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainSerializer, RootModel, computed_field
@@ -57,6 +57,7 @@ from personamem.request_models import (
     UserQuery,
 )
 from personamem.retrieval.base import Hit
+from personamem.store.read import ReadOptions
 
 if TYPE_CHECKING:
     from personamem.preference import PreferenceMemory
@@ -545,10 +546,7 @@ class MemoryApi(Protocol):
         query: str,
         k: int = 5,
         method: str | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Hits:
         """The user's top ``k`` records for ``query`` by ``method`` (None: the pipeline the memory serves)."""
         ...
@@ -560,9 +558,7 @@ class MemoryApi(Protocol):
         *,
         budget_tokens: int | None = None,
         method: str | None = None,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Context:
         """What to paste into the LLM's prompt for ``query``, within the budget."""
         ...

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, TypeVar
 
 from personamem.retrieval.base import Hit
+from personamem.store.read import Read
 
 __all__ = [
     "ALPHA",
@@ -181,9 +182,9 @@ class Trial:
 class Ranking(Protocol):
     """What a trial's candidate offers: its top ``k`` and its profile for a call (``Pipeline`` does)."""
 
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]: ...
+    def search(self, user_id: str, query: str, k: int, read: Read) -> list[Hit]: ...
 
-    def profile(self, user_id: str, query: str) -> list[Hit]: ...
+    def profile(self, user_id: str, query: str, read: Read) -> list[Hit]: ...
 
 
 class Draft:
@@ -195,13 +196,13 @@ class Draft:
         self._rng = rng or random.Random()
         self.teams: dict[str, Team] = {}
 
-    def search(self, user_id: str, query: str, live: list[Hit], k: int) -> list[Hit]:
-        """The live search's hits interleaved with the candidate's top ``k``."""
-        return self._merge(live, self.candidate.search(user_id, query, k), k)
+    def search(self, user_id: str, query: str, live: list[Hit], k: int, read: Read) -> list[Hit]:
+        """The live search's hits interleaved with the candidate's top ``k``, read as the live one was."""
+        return self._merge(live, self.candidate.search(user_id, query, k, read), k)
 
-    def profile(self, user_id: str, query: str, live: list[Hit]) -> list[Hit]:
+    def profile(self, user_id: str, query: str, live: list[Hit], read: Read) -> list[Hit]:
         """The live profile interleaved with the candidate's, as long as the longer of the two."""
-        theirs = self.candidate.profile(user_id, query)
+        theirs = self.candidate.profile(user_id, query, read)
         return self._merge(live, theirs, max(len(live), len(theirs)))
 
     def _merge(self, live: list[Hit], candidate: list[Hit], n: int) -> list[Hit]:

@@ -13,9 +13,9 @@ which must be its own); it inherits the rest: opening, the pipeline each call ru
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 from sqlalchemy.engine import make_url
@@ -42,7 +42,7 @@ from personamem.retrieval import DenseRetriever, Hit
 from personamem.serving import Serving, stored_pipeline
 from personamem.store import Store
 from personamem.store.duplicates import DuplicatePolicy, check_duplicates
-from personamem.store.timeline import reading
+from personamem.store.read import Read, ReadOptions
 from personamem.telemetry import traced
 
 __all__ = ["PersonaMem", "open_memory", "stored_pipeline"]
@@ -225,10 +225,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         query: str,
         k: int = 5,
         method: PipelineConfig | str | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Hits:
         """The user's top ``k`` records for ``query`` by ``method`` (see :mod:`personamem.methods`).
 
@@ -236,12 +233,12 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         the package default, hybrid with the shipped query adapter), as :meth:`context` ranks. A
         method with a profile selector ranks its profile first, then the other candidates. An
         unknown user gets an empty list. With ``log_interactions`` on, ``hits.interaction_id`` names
-        the logged call for :meth:`feedback`. Only facts current now are searched, unless ``as_of``
-        (a datetime or ISO 8601 string; naive means UTC) names another time or
-        ``include_superseded`` asks for every version; expired records never are. ``filters``
-        keeps only the records it admits, e.g. ``{"metadata.topic": "food", "timestamp": {"gte":
-        "2025-01-01"}}`` (the grammar: :mod:`personamem.store.filters`); the top ``k`` is filled from
-        those, whatever the method.
+        the logged call for :meth:`feedback`. The read options (:class:`~personamem.store.read.ReadOptions`):
+        only facts current now are searched, unless ``as_of`` (a datetime or ISO 8601 string; naive
+        means UTC) names another time or ``include_superseded`` asks for every version; expired
+        records never are. ``filters`` keeps only the records it admits, e.g. ``{"metadata.topic":
+        "food", "timestamp": {"gte": "2025-01-01"}}`` (the grammar: :mod:`personamem.store.filters`);
+        the top ``k`` is filled from those, whatever the method.
 
         Raises:
             MethodError: an unknown method, or one that needs an LLM when none is configured.
@@ -249,8 +246,8 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        with reading(as_of, include_superseded=include_superseded, filters=filters):
-            return self.pipeline(method).search(user_id, query, k, draft=self.draft(method))
+        parsed = Read.of(**read)  # checked before the pipeline is built
+        return self.pipeline(method).search(user_id, query, k, parsed, draft=self.draft(method))
 
     @traced("context")
     def context(
@@ -260,10 +257,8 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         *,
         budget_tokens: int | None = None,
         method: PipelineConfig | str | None = None,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-        filters: Mapping[str, Any] | None = None,
         pipeline: PipelineConfig | str | None = None,
+        **read: Unpack[ReadOptions],
     ) -> Context:
         """What to paste into the LLM's prompt for ``query``: the user's profile, within the budget.
 
@@ -273,21 +268,21 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
             budget_tokens: most tokens of context (default: the pipeline's ``budget_tokens``).
             method: a method name applied over the configured pipeline, or another config
                 (default: the configured pipeline).
-            as_of: build it from the facts current at this time (default: now).
-            include_superseded: from every version of every fact instead.
-            filters: only from the records this filter admits, as in :meth:`search` (the
-                preference memory, a summary of the whole history, is not narrowed).
             pipeline: the deprecated name of ``method`` (a
                 :class:`~personamem.errors.PersonaMemDeprecationWarning`).
+            read: :meth:`search`'s read options: the context is built from the facts current at
+                ``as_of`` (default: now), or from every version, of the records ``filters`` admits
+                (the preference memory, a summary of the whole history, is not narrowed).
 
         Raises:
             MethodError: an unknown method, or one that needs an LLM when none is configured.
             InvalidInputError: both ``method`` and ``pipeline``, or a bad filter.
         """
-        chosen = method_of(method, pipeline)
-        with reading(as_of, include_superseded=include_superseded, filters=filters):
-            draft = self.draft(chosen)
-            return self.pipeline(chosen).context(user_id, query, budget_tokens=budget_tokens, draft=draft)
+        chosen, parsed = method_of(method, pipeline), Read.of(**read)
+        draft = self.draft(chosen)
+        return self.pipeline(chosen).context(
+            user_id, query, budget_tokens=budget_tokens, draft=draft, read=parsed
+        )
 
     @traced("feedback")
     def feedback(
@@ -409,13 +404,16 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         return _rerank(lambda: self.memory(user_id), self._llm, query, candidates, k)
 
     @traced("search_vector")
-    def search_vector(self, user_id: str, vector: np.ndarray, k: int = 5) -> list[Hit]:
+    def search_vector(
+        self, user_id: str, vector: np.ndarray, k: int = 5, **read: Unpack[ReadOptions]
+    ) -> list[Hit]:
         """The user's top ``k`` records for a ready query vector (e.g. a personalized one from PBR).
 
-        The vector must come from the store's encoder space (``self.store.encoder``).
+        The vector must come from the store's encoder space (``self.store.encoder``). The read
+        options are :meth:`search`'s.
         """
         _check_vector(vector, self.store.encoder.dim, k)
-        return DenseRetriever(self.store).search_vector(check_user_id(user_id), vector, k)
+        return DenseRetriever(self.store).search_vector(check_user_id(user_id), vector, k, Read.of(**read))
 
     @traced("get")
     def get(self, user_id: str, record_id: str) -> Record | None:

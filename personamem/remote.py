@@ -57,8 +57,7 @@ from personamem.records import Record, RecordEvent, parse_record, parse_records
 from personamem.request_models import MAX_BATCH, problems_text
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
 from personamem.store.expiry import check_ttl
-from personamem.store.filters import parse_filters
-from personamem.store.timeline import epoch
+from personamem.store.read import Read, ReadOptions
 
 if TYPE_CHECKING:
     import httpx
@@ -187,14 +186,12 @@ def search(
     query: str,
     k: int,
     method: str | None,
-    as_of: datetime | str | None,
-    include_superseded: bool,
-    filters: Mapping[str, Any] | None,
+    read: ReadOptions,
 ) -> Call[Hits]:
     request: dict[str, object] = {"user_id": _user(user_id), "query": query, "k": k}
     if method is not None:  # none: the server's served pipeline
         request["method"] = method
-    body = yield _to("search", {**request, **_read(as_of, include_superseded, filters)})
+    body = yield _to("search", {**request, **_read(read)})
     return SearchResult.model_validate(body).to_hits()
 
 
@@ -206,16 +203,10 @@ def feedback(
 
 
 def context(
-    user_id: str,
-    query: str,
-    budget_tokens: int | None,
-    method: str | None,
-    as_of: datetime | str | None,
-    include_superseded: bool,
-    filters: Mapping[str, Any] | None,
+    user_id: str, query: str, budget_tokens: int | None, method: str | None, read: ReadOptions
 ) -> Call[Context]:
     request = {"user_id": _user(user_id), "query": query, "budget_tokens": budget_tokens, "method": method}
-    body = yield _to("context", {**request, **_read(as_of, include_superseded, filters)})
+    body = yield _to("context", {**request, **_read(read)})
     return Context.model_validate(body)
 
 
@@ -301,16 +292,14 @@ def health() -> Call[dict[str, Any]]:
     return dict((yield Request("GET", "/v1/health", repeatable=True)))
 
 
-def _read(
-    as_of: datetime | str | None, include_superseded: bool, filters: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def _read(options: ReadOptions) -> dict[str, Any]:
     """The read time and filter of a search or context request, checked as the SDK checks them."""
-    seconds = epoch(as_of)
-    at = None if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat()
-    read: dict[str, Any] = {"as_of": at, "include_superseded": bool(include_superseded)}
-    if parse_filters(filters) is not None:  # sent only when given: older servers refuse the key
-        read["filters"] = dict(filters or {})
-    return read
+    read = Read.of(**options)
+    at = None if read.as_of is None else datetime.fromtimestamp(read.as_of, UTC).isoformat()
+    body: dict[str, Any] = {"as_of": at, "include_superseded": read.include_superseded}
+    if read.filter is not None:  # sent only when given: older servers refuse the key
+        body["filters"] = dict(options.get("filters") or {})
+    return body
 
 
 def _user(user_id: str) -> str:

@@ -37,17 +37,25 @@ def test_every_surface_offers_the_operation_with_its_signature(surface: type, na
     declared = inspect.signature(getattr(MemoryApi, name))
     offered = inspect.signature(getattr(surface, name))
     assert inspect.iscoroutinefunction(getattr(surface, name)) == (surface is AsyncClient)
-    wanted = list(declared.parameters.values())
-    given = list(offered.parameters.values())
+    wanted, wanted_rest = _split(declared)
+    given, given_rest = _split(offered)
     assert [(p.name, p.kind, p.default) for p in given[: len(wanted)]] == [
         (p.name, p.kind, p.default) for p in wanted
     ], f"{surface.__name__}.{name}{offered} differs from MemoryApi.{name}{declared}"
+    assert [(p.name, p.annotation) for p in given_rest] == [(p.name, p.annotation) for p in wanted_rest]
     for extra in given[len(wanted) :]:  # only optional keywords may be added, before a trailing **
         optional = (
             extra.kind is inspect.Parameter.KEYWORD_ONLY and extra.default is not inspect.Parameter.empty
         )
         assert optional, f"{surface.__name__}.{name} adds a required parameter {extra.name}"
     assert offered.return_annotation == declared.return_annotation, f"{surface.__name__}.{name}"
+
+
+def _split(signature: inspect.Signature) -> tuple[list[inspect.Parameter], list[inspect.Parameter]]:
+    """The named parameters, and the trailing ``**`` (the read options' ``**read``) if there is one."""
+    named = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    rest = [p for p in signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    return named, rest
 
 
 def test_the_sync_surfaces_are_the_protocol_for_type_checkers_too() -> None:

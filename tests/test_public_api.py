@@ -233,6 +233,24 @@ def test_no_class_name_is_defined_twice() -> None:
     assert {cls: twice[cls] for cls in sorted(set(twice) - adapters)} == {}
 
 
+def test_no_context_variable_carries_a_read_option() -> None:
+    """The read is an argument (``store/read.py``): the context variables left are per-call tallies and the
+    audit actor, none of which changes what a read sees."""
+    names = set()
+    for path in _modules().values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "ContextVar":
+                names.add(ast.literal_eval(node.args[0]))
+    assert names == {
+        "personamem_actor",  # who wrote a record's event (store/history.py)
+        "personamem_encoder_tokens",
+        "personamem_fallbacks",
+        "personamem_llm_deadline",
+        "personamem_llm_usage",
+        "personamem_outputs",
+    }
+
+
 def test_every_package_folder_is_in_the_wheel() -> None:
     """A folder missing from pyproject's package list works when installed editable, not from a wheel."""
     import tomllib

@@ -32,7 +32,7 @@ from personamem.server.routes import row_handler, serves
 _NOT_FOR_AGENTS = "absent: an agent recalls and remembers; store administration stays with people"
 _NOT_YET_CLI = "absent: no command yet (the SDK and both clients rerank candidates by the user's memory)"
 
-_READ = {"as_of": None, "include_superseded": False, "filters": None}  # search's and context's read options
+_READ = {"read": {"as_of": None, "include_superseded": False, "filters": None}}  # search's and context's
 
 SURFACES: dict[str, tuple[dict[str, Any], str, str]] = {
     # operation: (the remote call's arguments, CLI command, MCP tool)
@@ -166,6 +166,6 @@ def test_an_operation_the_row_cannot_serve_alone_needs_a_handler(monkeypatch: py
 
 def test_a_request_the_server_would_refuse_never_leaves_the_client() -> None:
     with pytest.raises(InvalidInputError, match=r"^body\.k: k must be at least 1"):
-        next(remote.search("u", "q", 0, None, None, False, None))
+        next(remote.search("u", "q", 0, None, {}))
     with pytest.raises(InvalidInputError, match=r"^body\.batch_size: .* less than or equal to 64"):
         next(remote.refresh_memories(["u"], None, 65))

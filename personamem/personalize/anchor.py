@@ -253,7 +253,7 @@ class PAnchor:
         self._anchors = store.user_cache(self._build, max_users=max_users)
 
     def _build(self, user_id: str) -> np.ndarray | None:
-        _, matrix = self.store.vectors(user_id)
+        _, matrix = self.store.vectors(user_id)  # now: kept per revision, as the history stands
         if matrix.shape[0] == 0:
             return None
         anchor = anchor_vector(matrix, theta=self.theta, k2=self.k2, alpha=self.alpha, teleport=self.teleport)

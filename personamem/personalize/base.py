@@ -12,6 +12,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from personamem.store.read import NOW, Read
+
 __all__ = ["QueryPersonalizer"]
 
 
@@ -19,6 +21,10 @@ __all__ = ["QueryPersonalizer"]
 class QueryPersonalizer(Protocol):
     """Maps a user's query to a query vector in the store encoder's space."""
 
-    def personalize(self, user_id: str, query: str) -> np.ndarray:
-        """The personalized query vector (any norm; it is normalized before search)."""
+    def personalize(self, user_id: str, query: str, read: Read = NOW) -> np.ndarray:
+        """The personalized query vector (any norm; it is normalized before search).
+
+        ``read`` is the call's time and filter: what a personalizer searches the user's records
+        for (PBR's pseudo feedback) is searched under it.
+        """
         ...

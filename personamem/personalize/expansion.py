@@ -32,6 +32,7 @@ from personamem.llm.parsing import extract_string_list
 from personamem.personalize.pbr import cached_llm_outputs
 from personamem.retrieval.dense import DenseRetriever
 from personamem.store import Store
+from personamem.store.read import NOW, Read
 
 __all__ = ["EXPANSIONS", "Expansion", "LLMExpansion"]
 
@@ -86,10 +87,13 @@ class LLMExpansion:
         self.temperature = temperature
         self._dense = DenseRetriever(store)
 
-    def personalize(self, user_id: str, query: str) -> np.ndarray:
-        """The query vector moved toward the expansions' mean embedding (the query alone on fallback)."""
+    def personalize(self, user_id: str, query: str, read: Read = NOW) -> np.ndarray:
+        """The query vector moved toward the expansions' mean embedding (the query alone on fallback).
+
+        The expansions that read the user's notes (``thinkqe``, ``mill``) search what ``read`` sees.
+        """
         q = self.store.encoder.encode([query])[0]
-        texts = self.expansions([(user_id, query)], q[None])[0]
+        texts = self.expansions([(user_id, query)], q[None], read)[0]
         return q if texts is None else q + self.store.encoder.encode(texts).mean(axis=0)
 
     def prepare(self, requests: Sequence[tuple[str, str]]) -> None:
@@ -98,7 +102,7 @@ class LLMExpansion:
             self.expansions(requests, self.store.encoder.encode([query for _, query in requests]))
 
     def expansions(
-        self, requests: Sequence[tuple[str, str]], query_vectors: np.ndarray
+        self, requests: Sequence[tuple[str, str]], query_vectors: np.ndarray, read: Read = NOW
     ) -> list[list[str] | None]:
         """The expansion texts per (user id, query), from the cache or batched LLM calls.
 
@@ -108,7 +112,7 @@ class LLMExpansion:
             self.store,
             f"expansion-{self.kind}",
             [(user_id, self._cache_key(query)) for user_id, query in requests],
-            lambda missing: self._expand([requests[i] for i in missing], query_vectors[missing]),
+            lambda missing: self._expand([requests[i] for i in missing], query_vectors[missing], read),
             who=self.kind,
             fallback="searching with the query",
         )
@@ -129,7 +133,7 @@ class LLMExpansion:
         )
         return [[t.strip() for t in texts] for texts in out]
 
-    def _expand(self, asks: list[tuple[str, str]], vectors: np.ndarray) -> list[list[str]]:
+    def _expand(self, asks: list[tuple[str, str]], vectors: np.ndarray, read: Read) -> list[list[str]]:
         """The expansion texts for each (user id, query), with one batched LLM call per round."""
         queries = [query for _, query in asks]
         if self.kind == "hyde":
@@ -159,10 +163,10 @@ class LLMExpansion:
             ]
             return [[t for t in group if t] for group in self._generate(prompts)]
         if self.kind == "thinkqe":
-            return self._thinkqe(asks)
-        return self._mill(asks, vectors)
+            return self._thinkqe(asks, read)
+        return self._mill(asks, vectors, read)
 
-    def _thinkqe(self, asks: list[tuple[str, str]]) -> list[list[str]]:
+    def _thinkqe(self, asks: list[tuple[str, str]], read: Read) -> list[list[str]]:
         thinks = [
             _ask(
                 "Think about what this question is really asking and what information would answer it, then "
@@ -178,7 +182,7 @@ class LLMExpansion:
         for (user_id, query), first, vector in zip(asks, firsts, expanded, strict=True):
             seen = "\n".join(
                 f"- {hit.record.text[:400]}"
-                for hit in self._dense.search_vector(user_id, vector, _FEEDBACK_DOCS)
+                for hit in self._dense.search_vector(user_id, vector, _FEEDBACK_DOCS, read)
             )
             refines.append(
                 _ask(
@@ -193,7 +197,7 @@ class LLMExpansion:
             for first, second in zip(firsts, seconds, strict=True)
         ]
 
-    def _mill(self, asks: list[tuple[str, str]], vectors: np.ndarray) -> list[list[str]]:
+    def _mill(self, asks: list[tuple[str, str]], vectors: np.ndarray, read: Read) -> list[list[str]]:
         prompts = []
         for _, query in asks:
             prompts += [
@@ -209,7 +213,9 @@ class LLMExpansion:
         for i, ((user_id, _), q) in enumerate(zip(asks, vectors, strict=True)):
             generated = extract_string_list(out[2 * i][0], limit=self.n, stage="mill sub-questions")
             candidates = [t for t in (*generated, out[2 * i + 1][0]) if t]
-            retrieved = [hit.record.text for hit in self._dense.search_vector(user_id, q, _FEEDBACK_DOCS)]
+            retrieved = [
+                hit.record.text for hit in self._dense.search_vector(user_id, q, _FEEDBACK_DOCS, read)
+            ]
             if not candidates or not retrieved:
                 kept.append(candidates)
                 continue

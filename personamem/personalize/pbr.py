@@ -32,6 +32,7 @@ from personamem.llm.parsing import extract_string_list
 from personamem.records import Record
 from personamem.retrieval.dense import DenseRetriever
 from personamem.store import Store
+from personamem.store.read import NOW, Read
 
 __all__ = ["PBR", "PseudoFeedback", "UserAnchor", "cached_llm_outputs", "fuse"]
 
@@ -152,12 +153,12 @@ class PBR:
         self.temperature = temperature
         self._dense = DenseRetriever(store)
 
-    def personalize(self, user_id: str, query: str) -> np.ndarray:
-        """q* for this user and query (not normalized)."""
+    def personalize(self, user_id: str, query: str, read: Read = NOW) -> np.ndarray:
+        """q* for this user and query (not normalized); the pseudo feedback searches what ``read`` sees."""
         encoder = self.store.encoder
         q = encoder.encode([query])[0]
         anchor = self.anchor.anchor(user_id) if self.anchor is not None else None
-        feedback = self.feedback([(user_id, query)], q[None])[0] if self.llm is not None else None
+        feedback = self.feedback([(user_id, query)], q[None], read)[0] if self.llm is not None else None
         utterances = reasoning = None
         if feedback is not None:
             texts = [*feedback.utterances, *([feedback.reasoning] if feedback.reasoning else [])]
@@ -172,7 +173,7 @@ class PBR:
             self.feedback(requests, self.store.encoder.encode([query for _, query in requests]))
 
     def feedback(
-        self, requests: Sequence[tuple[str, str]], query_vectors: np.ndarray
+        self, requests: Sequence[tuple[str, str]], query_vectors: np.ndarray, read: Read = NOW
     ) -> list[PseudoFeedback | None]:
         """P-PRF per (user id, query), from the cache or batched LLM calls.
 
@@ -181,7 +182,7 @@ class PBR:
         assert self.llm is not None
         llm = self.llm
         asks = [
-            ([hit.record for hit in self._dense.search_vector(user_id, vector, self.k1)], query)
+            ([hit.record for hit in self._dense.search_vector(user_id, vector, self.k1, read)], query)
             for (user_id, query), vector in zip(requests, query_vectors, strict=True)
         ]
         keys = [

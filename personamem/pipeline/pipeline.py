@@ -67,6 +67,7 @@ from personamem.retrieval import BM25Retriever, Hit, Preparable
 from personamem.retrieval.base import ranked
 from personamem.retrieval.first_stage import RankedStage
 from personamem.store import Store
+from personamem.store.read import NOW, Read
 from personamem.telemetry import staged
 
 __all__ = ["MEMORY_HEADER", "RECORDS_HEADER", "Context", "Hits", "Pipeline"]
@@ -149,26 +150,30 @@ class Pipeline:
         # a user's records come back for many queries: their lines are counted once
         self._count_tokens = functools.lru_cache(maxsize=8192)(_token_counter(self.llm, store.encoder))
 
-    def search(self, user_id: str, query: str, k: int, *, draft: Draft | None = None) -> Hits:
+    def search(
+        self, user_id: str, query: str, k: int, read: Read = NOW, *, draft: Draft | None = None
+    ) -> Hits:
         """The profile, then the other candidates, cut to ``k`` (no selector: the first stage's top ``k``).
 
-        ``diversity`` and near-duplicates change only what :meth:`context` shows, never this ranking,
-        so a search without a method stays the first stage's. A ``draft`` interleaves a candidate's
-        ranking with it (``personamem/interleaving.py``) and the log keeps which placed what.
+        Every stage reads the user's records as ``read`` sees them (its time and filter).
+        ``diversity`` and near-duplicates change only what :meth:`context` shows, never this
+        ranking, so a search without a method stays the first stage's. A ``draft`` interleaves a
+        candidate's ranking with it (``personamem/interleaving.py``) and the log keeps which placed
+        what.
         """
         _check(user_id, query)
         timings: dict[str, float] = {}
         with metering(self.config.llm_timeout_s) as meter:
             if self.selector is None:
-                found, _ = self._candidates(user_id, query, k, timings)
+                found, _ = self._candidates(user_id, query, k, timings, read)
             else:
-                pool, vector = self._candidates(user_id, query, self.config.candidates, timings)
+                pool, vector = self._candidates(user_id, query, self.config.candidates, timings, read)
                 profile = self._select(user_id, query, pool, vector, timings)
                 chosen = {hit.record.id for hit in profile}
                 rest = [(hit.record, 0.0) for hit in pool if hit.record.id not in chosen]
                 found = ranked([(hit.record, hit.score) for hit in profile] + rest)[:k]
             if draft is not None:
-                found = draft.search(user_id, query, found, k)
+                found = draft.search(user_id, query, found, k, read)
         return Hits(
             found,
             interaction_id=self._log(user_id, "search", query, found, draft=draft),
@@ -177,9 +182,15 @@ class Pipeline:
         )
 
     def context(
-        self, user_id: str, query: str, *, budget_tokens: int | None = None, draft: Draft | None = None
+        self,
+        user_id: str,
+        query: str,
+        *,
+        budget_tokens: int | None = None,
+        draft: Draft | None = None,
+        read: Read = NOW,
     ) -> Context:
-        """The profile for ``query``, rendered and fitted to ``budget_tokens`` (default: the config's).
+        """The profile for ``query`` from what ``read`` sees, fitted to ``budget_tokens`` (default: config's).
 
         Without a selector the profile is the first stage's top ``profile_k`` with near-duplicates
         skipped and, at a ``diversity`` above 0, picked for coverage too (``pipeline/diversity.py``); so it
@@ -194,9 +205,9 @@ class Pipeline:
         timings: dict[str, float] = {}
         with collect_fallbacks() as notes, metering(self.config.llm_timeout_s) as meter:
             memory = self._memory(user_id, timings)
-            profile = self._profile(user_id, query, timings)
+            profile = self._profile(user_id, query, timings, read)
             if draft is not None:
-                profile = draft.profile(user_id, query, profile)
+                profile = draft.profile(user_id, query, profile, read)
             start = time.perf_counter()
             fitted, shown = self._fit(memory, profile, budget)
             timings["fit"] = _ms(start)
@@ -237,16 +248,16 @@ class Pipeline:
         served["chosen_by"] = config.chosen_by or "default"
         return served
 
-    def profile(self, user_id: str, query: str) -> list[Hit]:
+    def profile(self, user_id: str, query: str, read: Read = NOW) -> list[Hit]:
         """What :meth:`context` would show before the budget is fitted (a trial's candidate side)."""
         _check(user_id, query)
         with metering(self.config.llm_timeout_s):
-            return self._profile(user_id, query, {})
+            return self._profile(user_id, query, {}, read)
 
-    def _profile(self, user_id: str, query: str, timings: dict[str, float]) -> list[Hit]:
+    def _profile(self, user_id: str, query: str, timings: dict[str, float], read: Read) -> list[Hit]:
         if self.selector is None:
-            return self._diverse(user_id, query, timings)
-        pool, vector = self._candidates(user_id, query, self.config.candidates, timings)
+            return self._diverse(user_id, query, timings, read)
+        pool, vector = self._candidates(user_id, query, self.config.candidates, timings, read)
         return self._select(user_id, query, pool, vector, timings)
 
     def _log(
@@ -313,42 +324,51 @@ class Pipeline:
             self.personalizer.prepare(requests)
 
     def _candidates(
-        self, user_id: str, query: str, n: int, timings: dict[str, float]
+        self, user_id: str, query: str, n: int, timings: dict[str, float], read: Read
     ) -> tuple[list[Hit], np.ndarray | None]:
         """The first stage's top ``n`` (for the personalized vector where there is one) and its query vector.
 
         The vector is returned only where it is the store encoder's own encoding of the query, the one
         a selector on vectors would compute again; None elsewhere.
         """
-        personalized = self._personalized(user_id, query, timings)
-        hits, vector = self._first_stage(user_id, query, personalized, n, timings)
+        personalized = self._personalized(user_id, query, timings, read)
+        hits, vector = self._first_stage(user_id, query, personalized, n, timings, read)
         plain = personalized is None and self.query_encoder_name == "base"
         return hits, vector if plain else None
 
     @staged("personalize")
-    def _personalized(self, user_id: str, query: str, timings: dict[str, float]) -> np.ndarray | None:
+    def _personalized(
+        self, user_id: str, query: str, timings: dict[str, float], read: Read
+    ) -> np.ndarray | None:
         """The personalizer's query vector (None: no personalizer)."""
         if self.personalizer is None:
             return None
         start = time.perf_counter()
-        vector = _unit(np.asarray(self.personalizer.personalize(user_id, query), dtype=np.float32), user_id)
+        personalized = self.personalizer.personalize(user_id, query, read)
+        vector = _unit(np.asarray(personalized, dtype=np.float32), user_id)
         timings["personalize"] = _ms(start)
         return vector
 
     @staged("first_stage")
     def _first_stage(
-        self, user_id: str, query: str, vector: np.ndarray | None, n: int, timings: dict[str, float]
+        self,
+        user_id: str,
+        query: str,
+        vector: np.ndarray | None,
+        n: int,
+        timings: dict[str, float],
+        read: Read,
     ) -> tuple[list[Hit], np.ndarray | None]:
         """The first stage's top ``n`` for ``query`` (or ``vector``) and the vector it searched with.
 
         The vector is None for BM25 and the ranker, which encode nothing here.
         """
         start = time.perf_counter()
-        found = self.first.candidates(user_id, query, n, vector)
+        found = self.first.candidates(user_id, query, n, vector, read)
         timings["first_stage"] = timings.get("first_stage", 0.0) + _ms(start)
         return found
 
-    def _diverse(self, user_id: str, query: str, timings: dict[str, float]) -> list[Hit]:
+    def _diverse(self, user_id: str, query: str, timings: dict[str, float], read: Read) -> list[Hit]:
         """The profile: the first stage's best distinct records, by MMR over its top ``candidates``.
 
         A record within ``duplicate_cosine`` of a better-ranked one is skipped; while the skipped
@@ -357,11 +377,11 @@ class Pipeline:
         results only (read as a search reads them; encoding 20 candidates would cost about 75 ms).
         """
         config = self.config
-        vector = self._personalized(user_id, query, timings)
+        vector = self._personalized(user_id, query, timings, read)
         want = config.profile_k if config.diversity == 0 else max(config.candidates, config.profile_k)
         depth = max(config.candidates, config.profile_k)
         while True:
-            hits, _ = self._first_stage(user_id, query, vector, depth, timings)
+            hits, _ = self._first_stage(user_id, query, vector, depth, timings, read)
             start = time.perf_counter()
             matrix = self.store.record_vectors(user_id, [hit.record.id for hit in hits])
             pool = distinct(matrix, config.duplicate_cosine) if hits else []

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from personamem.records import Record
+from personamem.store.read import NOW, Read
 
 __all__ = ["Hit", "Preparable", "Retriever", "ranked"]
 
@@ -24,8 +25,12 @@ class Hit:
 class Retriever(Protocol):
     """Finds a user's records for a query; never returns another user's records."""
 
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
-        """The user's top ``k`` records for ``query``, best first."""
+    def search(self, user_id: str, query: str, k: int, read: Read = NOW) -> list[Hit]:
+        """The user's top ``k`` records for ``query``, best first, of those ``read`` sees.
+
+        ``read`` is the call's time and filter (:class:`~personamem.store.read.Read`); a retriever
+        over the store passes it to the store's reads (``Store.nearest``, ``Store.hidden``).
+        """
         ...
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.store import Store
+from personamem.store.read import NOW, Read
 from personamem.telemetry import staged
 
 if TYPE_CHECKING:
@@ -109,12 +110,12 @@ class BM25Retriever:
         return UserIndex(records, bm25, tokens)
 
     @staged("bm25")
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
+    def search(self, user_id: str, query: str, k: int, read: Read = NOW) -> list[Hit]:
         """The user's top ``k`` records by BM25; records sharing no term with the query are left out."""
         index = self._indexes.get(user_id)
         if index.bm25 is None or k <= 0:
             return []
-        hidden = self.store.hidden(user_id)  # superseded, not yet valid, expired: asked for beyond k
+        hidden = self.store.hidden(user_id, read)  # superseded, not yet valid, expired: asked for beyond k
         docs, scores = index.bm25.retrieve(
             tokenize([query]), k=min(k + len(hidden), len(index.records)), show_progress=False, n_threads=1
         )

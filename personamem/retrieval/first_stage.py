@@ -18,6 +18,7 @@ from personamem.retrieval.base import Hit
 from personamem.retrieval.bm25 import BM25Retriever
 from personamem.retrieval.dense import DenseRetriever
 from personamem.retrieval.hybrid import Fusion, HybridRetriever
+from personamem.store.read import NOW, Read
 
 if TYPE_CHECKING:
     from personamem.retrieval.ranker import LearnedRanker
@@ -39,8 +40,10 @@ class Candidates(NamedTuple):
 class FirstStage(Protocol):
     """Finds a user's candidates for a query, or for a ready query vector where it takes one."""
 
-    def candidates(self, user_id: str, query: str, n: int, vector: np.ndarray | None = None) -> Candidates:
-        """The user's top ``n`` records for ``query`` (``vector``: the query vector to search with)."""
+    def candidates(
+        self, user_id: str, query: str, n: int, vector: np.ndarray | None = None, read: Read = NOW
+    ) -> Candidates:
+        """The user's top ``n`` records for ``query`` (or ``vector``) that ``read`` sees."""
         ...
 
 
@@ -51,11 +54,13 @@ class DenseStage:
     dense: DenseRetriever
     query_encoder: Encoder
 
-    def candidates(self, user_id: str, query: str, n: int, vector: np.ndarray | None = None) -> Candidates:
+    def candidates(
+        self, user_id: str, query: str, n: int, vector: np.ndarray | None = None, read: Read = NOW
+    ) -> Candidates:
         """The ``n`` nearest records to ``vector``, else to the query's encoding."""
         if vector is None:
             vector = self.query_encoder.encode([query])[0]
-        return Candidates(self.dense.search_vector(user_id, vector, n), vector)
+        return Candidates(self.dense.search_vector(user_id, vector, n, read), vector)
 
 
 @dataclass(frozen=True)
@@ -64,9 +69,11 @@ class LexicalStage:
 
     bm25: BM25Retriever
 
-    def candidates(self, user_id: str, query: str, n: int, vector: np.ndarray | None = None) -> Candidates:
+    def candidates(
+        self, user_id: str, query: str, n: int, vector: np.ndarray | None = None, read: Read = NOW
+    ) -> Candidates:
         """BM25's top ``n`` (records sharing no term with the query left out)."""
-        return Candidates(self.bm25.search(user_id, query, n), None)
+        return Candidates(self.bm25.search(user_id, query, n, read), None)
 
 
 @dataclass(frozen=True)
@@ -77,13 +84,15 @@ class HybridStage:
     bm25: BM25Retriever
     fusion: Fusion
 
-    def candidates(self, user_id: str, query: str, n: int, vector: np.ndarray | None = None) -> Candidates:
+    def candidates(
+        self, user_id: str, query: str, n: int, vector: np.ndarray | None = None, read: Read = NOW
+    ) -> Candidates:
         """The fused top ``n`` of both rankings, each searched to depth ``max(n, 50)``."""
         if vector is None:
             vector = self.dense.query_encoder.encode([query])[0]
         dense = _VectorSearch(self.dense.dense, vector)
         fused = HybridRetriever([dense, self.bm25], k_rrf=self.fusion.k, weights=self.fusion.weights)
-        return Candidates(fused.search(user_id, query, n), vector)
+        return Candidates(fused.search(user_id, query, n, read), vector)
 
 
 @dataclass(frozen=True)
@@ -99,11 +108,13 @@ class RankedStage:
     ranker: LearnedRanker
     hybrid: HybridStage
 
-    def candidates(self, user_id: str, query: str, n: int, vector: np.ndarray | None = None) -> Candidates:
+    def candidates(
+        self, user_id: str, query: str, n: int, vector: np.ndarray | None = None, read: Read = NOW
+    ) -> Candidates:
         """The ranker's top ``n``; hybrid's for a ready ``vector`` or a user too large to keep signals of."""
         if vector is not None or not self.ranker.fits(user_id):
-            return self.hybrid.candidates(user_id, query, n, vector)
-        return Candidates(self.ranker.search(user_id, query, n), None)
+            return self.hybrid.candidates(user_id, query, n, vector, read)
+        return Candidates(self.ranker.search(user_id, query, n, read), None)
 
 
 @dataclass(frozen=True)
@@ -113,5 +124,5 @@ class _VectorSearch:
     dense: DenseRetriever
     vector: np.ndarray
 
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
-        return self.dense.search_vector(user_id, self.vector, k)
+    def search(self, user_id: str, query: str, k: int, read: Read = NOW) -> list[Hit]:
+        return self.dense.search_vector(user_id, self.vector, k, read)

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from personamem.records import Record
 from personamem.retrieval.base import Hit, Retriever, ranked
+from personamem.store.read import NOW, Read
 
 __all__ = ["ADAPTER_FUSION", "PLAIN_RRF", "Fusion", "HybridRetriever", "reciprocal_rank_fusion"]
 
@@ -69,8 +70,8 @@ class HybridRetriever:
         self.k_rrf = k_rrf
         self.weights = None if weights is None else list(weights)
 
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
-        """The user's top ``k`` records by fused rank."""
+    def search(self, user_id: str, query: str, k: int, read: Read = NOW) -> list[Hit]:
+        """The user's top ``k`` records by fused rank, of those ``read`` sees."""
         depth = max(k, self.depth)
-        rankings = [r.search(user_id, query, depth) for r in self.retrievers]
+        rankings = [r.search(user_id, query, depth, read) for r in self.retrievers]
         return ranked(reciprocal_rank_fusion(rankings, k_rrf=self.k_rrf, weights=self.weights)[:k])

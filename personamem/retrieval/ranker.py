@@ -54,6 +54,7 @@ from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbe
 from personamem.retrieval.hybrid import ADAPTER_FUSION, PLAIN_RRF, Fusion
 from personamem.retrieval.ranker_gate import GateDecision, RankerGate, as_profile, history_profile
 from personamem.store import Store
+from personamem.store.read import NOW, Read
 from personamem.telemetry import staged
 
 if TYPE_CHECKING:
@@ -341,9 +342,9 @@ def candidate_features(
     return picked, matrix, [(int(rows[i]), score) for i, score in default]
 
 
-def visible_rows(store: Store, user_id: str, records: Sequence[Record]) -> np.ndarray:
-    """Which of the user's ``records`` this read may see (its time and filter), as a boolean mask."""
-    hidden = store.hidden(user_id)
+def visible_rows(store: Store, user_id: str, records: Sequence[Record], read: Read) -> np.ndarray:
+    """Which of the user's ``records`` ``read`` may see (its time and filter), as a boolean mask."""
+    hidden = store.hidden(user_id, read)
     if not hidden:  # the usual read: every record, and no loop over them
         return np.ones(len(records), dtype=bool)
     return np.array([r.id not in hidden for r in records], dtype=bool)
@@ -507,13 +508,13 @@ class LearnedRanker:
         return self._signals.get(user_id).profile
 
     @staged("ranker")
-    def search(self, user_id: str, query: str, k: int) -> list[Hit]:
-        """The user's top ``k``: the candidates in the model's order, then the default's."""
+    def search(self, user_id: str, query: str, k: int, read: Read = NOW) -> list[Hit]:
+        """The top ``k`` of what ``read`` sees: the candidates in the model's order, then the default's."""
         user = self._signals.get(user_id)
         records = user.index.records
         if not records or k <= 0:
             return []
-        visible = visible_rows(self.store, user_id, records)
+        visible = visible_rows(self.store, user_id, records, read)
         if not visible.any():
             return []
         base = self.store.encoder.encode([query])

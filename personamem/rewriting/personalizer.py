@@ -47,6 +47,7 @@ from personamem.rewriting.prompts import rewrite_prompt, select_and_rewrite_prom
 from personamem.rewriting.rewriter import rewrite_with_statements
 from personamem.rewriting.turn import Turn
 from personamem.store import Store
+from personamem.store.read import NOW, Read
 
 __all__ = ["NAMESPACE", "PERSONAL_STRATEGIES", "PROMPT_VERSION", "PersonalStrategy", "RewritePersonalizer"]
 
@@ -118,8 +119,12 @@ class RewritePersonalizer:
         self.config = RewriteConfig(strategy=strategy, temperature=temperature, max_tokens=max_tokens)
         self._knowledge = store.user_cache(self._load_knowledge)
 
-    def personalize(self, user_id: str, query: str) -> np.ndarray:
-        """The rewritten query's vector (the raw query's when there is no usable rewrite)."""
+    def personalize(self, user_id: str, query: str, read: Read = NOW) -> np.ndarray:
+        """The rewritten query's vector (the raw query's when there is no usable rewrite).
+
+        The rewrite reads the user's knowledge records whole, as the persona they state, whatever
+        ``read`` narrows the search to.
+        """
         return self.store.encoder.encode([self.rewrite(user_id, query)])[0]
 
     def prepare(self, requests: Sequence[tuple[str, str]]) -> None:

@@ -65,6 +65,7 @@ from personamem.server.job_routes import jobs_router
 from personamem.server.schemas import KeyIn, KeyOut, KeysOut, NewKeyOut
 from personamem.server.webhook_routes import webhooks_router
 from personamem.store.keys import KeyScope
+from personamem.store.read import ReadOptions
 
 __all__ = ["ROUTERS", "row_handler", "serves"]
 
@@ -124,7 +125,7 @@ def row_handler(operation: str) -> Callable[..., Response]:
         raise TypeError(f"{operation!r} has no handler and its answer model has no of(result, notes)")
     if "{" in route.path:
         raise TypeError(f"{operation!r} has no handler and its path {route.path} holds a parameter")
-    arguments = inspect.signature(getattr(MemoryApi, operation)).parameters
+    arguments = _keywords(getattr(MemoryApi, operation))
     fields = [name for model in (route.body, route.query) if model is not None for name in model.model_fields]
     unknown = [name for name in fields if name not in arguments]
     if unknown:
@@ -150,6 +151,17 @@ def row_handler(operation: str) -> Callable[..., Response]:
     handler.__name__ = handler.__qualname__ = operation
     handler.__doc__ = getattr(MemoryApi, operation).__doc__
     return handler
+
+
+def _keywords(function: Callable[..., Any]) -> set[str]:
+    """The names a call takes: its named parameters and, for ``**read``, the read options."""
+    names = set()
+    for name, parameter in inspect.signature(function).parameters.items():
+        if parameter.kind is not inspect.Parameter.VAR_KEYWORD:
+            names.add(name)
+        elif name == "read":  # ``**read: Unpack[ReadOptions]``
+            names.update(ReadOptions.__annotations__)
+    return names
 
 
 def _model_of(hint: Any) -> Any:

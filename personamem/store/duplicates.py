@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from personamem.errors import InvalidInputError
+from personamem.store.read import NOW
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,7 +82,7 @@ class Duplicates:
         if threshold > 1:  # cosine never exceeds 1: the check is off
             return None
         own = self._reads.names.vector_id(record.user_id, record.id)
-        for vid, score in self._reads.nearest_ids(record.user_id, vector, 2)[0]:
+        for vid, score in self._reads.nearest_ids(record.user_id, vector, 2, NOW)[0]:
             if vid == own:
                 continue
             if score < threshold:

@@ -15,10 +15,10 @@ Times are ISO 8601 strings (naive means UTC) and compare as instants. A record w
 through null, ``ne``/``nin`` match it unless they name null, and orderings and ``contains`` never
 do. ``True`` is not ``1``: a boolean equals only a boolean.
 
-Like the read time (``store/timeline.py``), the parsed filter travels in a context variable set
-by :func:`~personamem.store.timeline.reading`, and only the places that make candidates apply it
-(``Store.nearest``, ``Store.hidden``), so every retriever, fusion and selector inherits it. Which
-of a user's records a filter admits is worked out once per revision (:class:`FilterIndex`).
+The parsed filter is part of the call's :class:`~personamem.store.read.Read`, which every stage
+passes down to the store; the places that make candidates apply it (``Store.nearest``,
+``Store.hidden``, through ``store/visibility.py``). Which of a user's records a filter admits is
+worked out once per revision (:class:`FilterIndex`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ from __future__ import annotations
 import json
 import operator
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,9 +40,7 @@ __all__ = [
     "Filter",
     "FilterIndex",
     "FilterVerdict",
-    "filtering",
     "parse_filters",
-    "read_filter",
 ]
 
 FIELDS = ("kind", "category", "role", "timestamp", "valid_from", "valid_until", "metadata.<key>")
@@ -94,24 +90,6 @@ def parse_filters(filters: Mapping[str, Any] | None) -> Filter | None:
         return None
     test = _node(filters, "")
     return Filter(json.dumps(filters, sort_keys=True, ensure_ascii=False), test)
-
-
-_FILTER: ContextVar[Filter | None] = ContextVar("personamem_filter", default=None)
-
-
-def read_filter() -> Filter | None:
-    """The filter in force (None: reads see every record the read time shows)."""
-    return _FILTER.get()
-
-
-@contextmanager
-def filtering(read: Filter | None) -> Iterator[None]:
-    """Reads inside return only records ``read`` admits (None: no filter)."""
-    token = _FILTER.set(read)
-    try:
-        yield
-    finally:
-        _FILTER.reset(token)
 
 
 @dataclass(frozen=True)

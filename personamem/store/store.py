@@ -55,6 +55,7 @@ from personamem.store.interaction_log import InteractionLog, retention_cutoff
 from personamem.store.interaction_writer import InteractionWriter
 from personamem.store.keys import KeyRing
 from personamem.store.live_pipeline import LivePipeline
+from personamem.store.read import NOW, Read
 from personamem.store.recovery import ConsistencyReport, heal, index_pending_rows, rebuild, repair, scan
 from personamem.store.sql import SqlCatalog
 from personamem.store.tenants import Scope
@@ -384,9 +385,9 @@ class Store:
         """All of the user's records, in insertion order: superseded ones too, expired ones not."""
         return self.scope.outward(unexpired(self.catalog.records(self._key(user_id))))
 
-    def hidden(self, user_id: str) -> set[str]:
-        """Ids of the user's records this read must not see, by its time (``store/timeline.py``) or filter."""
-        return self.visibility.hidden(self._key(user_id))
+    def hidden(self, user_id: str, read: Read = NOW) -> set[str]:
+        """Ids of the user's records ``read`` must not see, by its time (``store/timeline.py``) or filter."""
+        return self.visibility.hidden(self._key(user_id), read)
 
     def users(self) -> list[str]:
         """Users with records, sorted (a tenant view: that tenant's users only)."""
@@ -412,14 +413,16 @@ class Store:
         """A token that changes whenever the user's records change (None: unknown user)."""
         return self.catalog.revision(self._key(user_id))
 
-    def nearest(self, user_id: str, vector: np.ndarray, k: int) -> list[tuple[Record, float]]:
-        """The user's ``k`` records closest to ``vector`` by cosine, best first."""
-        pairs = self.reads.nearest(self._key(user_id), vector, k)
+    def nearest(
+        self, user_id: str, vector: np.ndarray, k: int, read: Read = NOW
+    ) -> list[tuple[Record, float]]:
+        """The user's ``k`` records closest to ``vector`` by cosine, best first, that ``read`` sees."""
+        pairs = self.reads.nearest(self._key(user_id), vector, k, read)
         return list(zip(self.scope.outward([r for r, _ in pairs]), [s for _, s in pairs], strict=True))
 
-    def vectors(self, user_id: str) -> tuple[list[Record], np.ndarray]:
-        """The user's records and their vectors (rows aligned), for corpus-level methods."""
-        records, matrix = self.reads.vectors(self._key(user_id))
+    def vectors(self, user_id: str, read: Read = NOW) -> tuple[list[Record], np.ndarray]:
+        """The user's records and vectors (rows aligned) at ``read``'s time, for corpus-level methods."""
+        records, matrix = self.reads.vectors(self._key(user_id), read)
         return self.scope.outward(records), matrix
 
     def record_vectors(self, user_id: str, record_ids: Sequence[str]) -> np.ndarray:

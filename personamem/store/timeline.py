@@ -6,96 +6,22 @@ record (``expires_at`` passed) is hidden from every read at once, whatever the r
 erased by the next sweep. Most users have no bounded record: the store learns that from a token in
 the row it reads anyway (``users.bounds_token`` is NULL), so their reads pay nothing.
 
-Which time a read looks at travels in a context variable set by :func:`reading` around a search or
-context call, so the retriever protocol (``search(user_id, query, k)``) and every stage built on it
-stay as they are: the two places that produce candidates (``Store.nearest`` and BM25) apply it.
-:func:`reading` sets the call's filter (``store/filters.py``) beside it, which travels the same way.
+Which time a read looks at is the call's :class:`~personamem.store.read.Read`, passed down to the
+store (``store/visibility.py`` applies it).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from personamem.errors import InvalidInputError
-from personamem.records import Record, as_utc
-from personamem.store.filters import filtering, parse_filters
+from personamem.records import Record
+from personamem.store.read import Read
 
-__all__ = [
-    "Bounds",
-    "ReadTime",
-    "Timeline",
-    "epoch",
-    "holds",
-    "is_current",
-    "read_time",
-    "reading",
-    "supersession",
-]
-
-
-@dataclass(frozen=True)
-class ReadTime:
-    """The time a read looks at: ``as_of`` (epoch seconds; None = now), or every version."""
-
-    as_of: float | None = None
-    include_superseded: bool = False
-
-
-_NOW = ReadTime()
-_READ_TIME: ContextVar[ReadTime | None] = ContextVar("personamem_read_time", default=None)
-
-
-def read_time() -> ReadTime:
-    """The read time in force (now, current facts only, unless a caller set another)."""
-    return _READ_TIME.get() or _NOW
-
-
-def epoch(moment: datetime | str | None) -> float | None:
-    """Epoch seconds of a datetime or ISO 8601 string (naive means UTC); None stays None.
-
-    Raises:
-        InvalidInputError: a string that is not an ISO 8601 time.
-    """
-    if moment is None:
-        return None
-    if isinstance(moment, str):
-        try:
-            moment = datetime.fromisoformat(moment)
-        except ValueError:
-            raise InvalidInputError(f"as_of must be an ISO 8601 time, got {moment!r}") from None
-    if not isinstance(moment, datetime):
-        raise InvalidInputError(f"as_of must be a datetime or an ISO 8601 string, got {moment!r}")
-    return as_utc(moment).timestamp()
-
-
-@contextmanager
-def reading(
-    as_of: datetime | str | None = None,
-    *,
-    include_superseded: bool = False,
-    filters: Mapping[str, Any] | None = None,
-) -> Iterator[None]:
-    """Reads inside see the facts current at ``as_of`` (default now), of those the ones ``filters`` admits.
-
-    ``include_superseded`` shows every version instead of the current ones; the filter grammar is in
-    ``store/filters.py``.
-
-    Raises:
-        InvalidInputError: an ``as_of`` that is not a time, or a bad filter; before any read.
-    """
-    read, chosen = ReadTime(epoch(as_of), include_superseded), parse_filters(filters)
-    token = _READ_TIME.set(read)
-    try:
-        with filtering(chosen):
-            yield
-    finally:
-        _READ_TIME.reset(token)
+__all__ = ["Bounds", "Timeline", "holds", "is_current", "supersession"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +34,7 @@ class Bounds:
     valid_until: float | None
     expires_at: float | None
 
-    def visible(self, read: ReadTime, now: float) -> bool:
+    def visible(self, read: Read, now: float) -> bool:
         """Whether a read at ``read`` (made at ``now``) may see the record."""
         if self.expires_at is not None and self.expires_at <= now:
             return False
@@ -156,9 +82,8 @@ class Timeline:
     def __init__(self, bounds: Sequence[Bounds]) -> None:
         self.bounds = list(bounds)
 
-    def hidden(self, read: ReadTime | None = None) -> tuple[set[str], set[str]]:
-        """Record ids and vector ids hidden from ``read`` (default: the read time in force)."""
-        read = read or read_time()
+    def hidden(self, read: Read) -> tuple[set[str], set[str]]:
+        """Record ids and vector ids hidden from ``read`` by its time."""
         now = time.time()
         gone = [b for b in self.bounds if not b.visible(read, now)]
         return {b.record_id for b in gone}, {b.vector_id for b in gone}

@@ -23,6 +23,7 @@ import numpy as np
 from personamem.errors import DiskFullError, UnreadableIndexError
 from personamem.records import Record
 from personamem.store.pseudonyms import Pseudonyms
+from personamem.store.read import Read
 from personamem.store.sql import SqlCatalog
 from personamem.store.vector_home import VectorHome
 from personamem.store.views import UserView, VectorViews, best
@@ -40,7 +41,7 @@ log = logging.getLogger("personamem.store")
 
 
 class VectorReads:
-    """Vector reads by store key, each hiding what the read in force must not see; shared by tenant views."""
+    """Vector reads by store key, each hiding what the call's read must not see; shared by tenant views."""
 
     def __init__(
         self,
@@ -58,9 +59,9 @@ class VectorReads:
         self.visibility = visibility
         self._rebuild = rebuild  # heals a user whose vectors the index cannot read back
 
-    def nearest(self, key: str, vector: np.ndarray, k: int) -> list[tuple[Record, float]]:
-        """The user's ``k`` records closest to ``vector`` by cosine, best first."""
-        hits, view, revision = self.nearest_ids(key, vector, k)
+    def nearest(self, key: str, vector: np.ndarray, k: int, read: Read) -> list[tuple[Record, float]]:
+        """The user's ``k`` records closest to ``vector`` by cosine, best first, of those ``read`` sees."""
+        hits, view, revision = self.nearest_ids(key, vector, k, read)
         if view is None:
             return []
         known = view.records(revision)
@@ -70,14 +71,14 @@ class VectorReads:
         return [(known[vid], score) for vid, score in hits if vid in known]
 
     def nearest_ids(
-        self, key: str, vector: np.ndarray, k: int
+        self, key: str, vector: np.ndarray, k: int, read: Read
     ) -> tuple[list[tuple[str, float]], UserView | None, str | None]:
         """The ``k`` best (vector id, cosine) of the user, with the view and revision they came from."""
         state = self.catalog.search_state(key)
         if state is None or k <= 0:
             return [], None, None
-        hidden = self.visibility.hidden_vectors(key, state.bounds_token)
-        verdict = self.visibility.verdict(key)
+        hidden = self.visibility.hidden_vectors(key, state.bounds_token, read)
+        verdict = self.visibility.verdict(key, read)
         scores = [] if state.pending is None else (state.pending @ vector).tolist()
         fresh = {
             vid: s
@@ -117,10 +118,10 @@ class VectorReads:
         hits = self.index.query(collection, vector, k + self.index.count(collection) - len(allowed))
         return [(vid, score) for vid, score in hits if vid in allowed][:k]
 
-    def vectors(self, key: str) -> tuple[list[Record], np.ndarray]:
-        """The user's records and their vectors (rows aligned): pending ones in, time-hidden ones out.
+    def vectors(self, key: str, read: Read) -> tuple[list[Record], np.ndarray]:
+        """The user's records and their vectors (rows aligned): pending in, hidden by ``read``'s time out.
 
-        A read's filter is not applied: it narrows the candidates of one call, not the history a
+        The read's filter is not applied: it narrows the candidates of one call, not the history a
         corpus-level method summarizes (and caches per revision).
         """
         state = self.catalog.search_state(key)
@@ -137,7 +138,7 @@ class VectorReads:
             matrix = np.vstack([matrix[indexed], state.pending]) if indexed else state.pending
             vector_ids = [vector_ids[i] for i in indexed] + state.pending_ids
         found = self.catalog.by_vector_ids(key, vector_ids)
-        hidden = self.visibility.hidden_vectors(key, state.bounds_token)
+        hidden = self.visibility.hidden_vectors(key, state.bounds_token, read)
         keep = [i for i, vid in enumerate(vector_ids) if vid in found and vid not in hidden]
         return [found[vector_ids[i]] for i in keep], matrix[keep] if keep else matrix[:0]
 

@@ -16,6 +16,7 @@ from personamem.errors import ConfigError, MethodError, PBRFallbackWarning
 from personamem.llm.base import Generations, Prompt, Usage
 from personamem.methods import method_config
 from personamem.pipeline import Pipeline, PipelineConfig, load_pipeline
+from personamem.store.read import NOW, Read
 from personamem.testing import FakeLLM
 
 TEXTS = [
@@ -211,7 +212,7 @@ def test_own_personalizer_and_selector_plug_in(alice: PersonaMem, encoder: Sente
             return ranked([(r, 0.0) for r in list(candidates)[::-1][:k]])  # type: ignore[misc]
 
     class Toward:
-        def personalize(self, user_id: str, query: str) -> object:
+        def personalize(self, user_id: str, query: str, read: Read = NOW) -> object:
             return encoder.encode(["choir singing"])[0]
 
     config = PipelineConfig(first_stage="dense", selector="relevance", candidates=3, profile_k=1)
@@ -224,7 +225,7 @@ def test_own_personalizer_and_selector_plug_in(alice: PersonaMem, encoder: Sente
 
 def test_an_own_personalizer_over_bm25_is_refused(alice: PersonaMem, encoder: SentenceEncoder) -> None:
     class Fixed:
-        def personalize(self, user_id: str, query: str) -> object:
+        def personalize(self, user_id: str, query: str, read: Read = NOW) -> object:
             return encoder.encode([query])[0]
 
     with pytest.raises(ValueError, match="use the dense or hybrid first stage"):

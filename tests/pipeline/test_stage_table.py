@@ -19,6 +19,7 @@ from personamem.pipeline.stages import build_extractor, build_personalizer, buil
 from personamem.retrieval.base import ranked
 from personamem.retrieval.first_stage import Candidates, FirstStage, RankedStage
 from personamem.store import Store
+from personamem.store.read import NOW, Read
 
 _FIELD = {
     "personalizer": "personalizer",
@@ -103,7 +104,7 @@ class _Echo:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def personalize(self, user_id: str, query: str) -> np.ndarray:
+    def personalize(self, user_id: str, query: str, read: Read = NOW) -> np.ndarray:
         return self.store.encoder.encode([query])[0]
 
 
@@ -150,8 +151,12 @@ class _Newest:
 
     store: Store
 
-    def candidates(self, user_id: str, query: str, n: int, vector: np.ndarray | None = None) -> Candidates:
-        return Candidates(ranked([(r, 0.0) for r in self.store.records(user_id)[::-1][:n]]), None)
+    def candidates(
+        self, user_id: str, query: str, n: int, vector: np.ndarray | None = None, read: Read = NOW
+    ) -> Candidates:
+        hidden = self.store.hidden(user_id, read)
+        newest = [r for r in self.store.records(user_id)[::-1] if r.id not in hidden]
+        return Candidates(ranked([(r, 0.0) for r in newest[:n]]), None)
 
 
 def test_a_new_first_stage_is_one_row(
@@ -164,6 +169,9 @@ def test_a_new_first_stage_is_one_row(
         pipeline_config({"first_stage": "newest", "query_encoder": "adapter:mixed"})
     newest = pipeline_config({"first_stage": "newest"})
     with PersonaMem.open(tmp_path / "store", encoder=encoder, pipeline=newest) as mem:
-        mem.add_many(["I keep bees on the roof.", "I race sailboats.", "I sold my boat."], user_id="u")
+        bees = {"text": "I keep bees on the roof.", "metadata": {"topic": "bees"}}
+        mem.add_many([bees, "I race sailboats.", "I sold my boat."], user_id="u")
         found = [h.record.text for h in mem.search("u", "bees", k=2)]
         assert found == ["I sold my boat.", "I race sailboats."]
+        kept = mem.search("u", "bees", k=2, filters={"metadata.topic": "bees"})
+        assert [h.record.text for h in kept] == ["I keep bees on the roof."]  # the read reaches the row

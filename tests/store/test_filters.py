@@ -9,6 +9,7 @@ same filter through every surface (CLI, REST, clients, MCP, the framework compon
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
@@ -16,12 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from personamem import PersonaMem, SentenceEncoder
+from personamem import PersonaMem, SentenceEncoder, remote
 from personamem.errors import InvalidInputError
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.retrieval.hybrid import reciprocal_rank_fusion
 from personamem.store.filters import Filter, parse_filters
+from personamem.store.read import Read
 
 # -- the grammar, on records in memory ----------------------------------------------------------
 
@@ -162,6 +164,30 @@ def test_a_bad_filter_names_the_part_that_is_wrong(filters: Any, message: str) -
 def test_a_bad_filter_fails_before_any_read(mem: PersonaMem) -> None:
     with pytest.raises(InvalidInputError, match="unknown operator 'gtx' at timestamp"):
         mem.search("nobody", "anything", filters={"timestamp": {"gtx": "2025-01-01"}})  # an unknown user too
+
+
+def test_an_unknown_read_option_is_refused_by_name_on_every_surface(mem: PersonaMem) -> None:
+    for call in (
+        lambda: mem.search("nobody", "anything", as_off="2025-01-01"),  # type: ignore[call-arg]
+        lambda: mem.context("nobody", "anything", filter={"kind": "note"}),  # type: ignore[call-arg]
+        lambda: next(remote.search("u", "q", 1, None, {"as_off": None})),  # type: ignore[typeddict-unknown-key]
+    ):
+        with pytest.raises(
+            TypeError, match=r"unexpected read option\(s\) '(as_off|filter)': the read options"
+        ):
+            call()
+
+
+def test_a_read_passed_down_is_the_one_applied_on_another_thread(mem: PersonaMem) -> None:
+    """Nothing of the read lives outside the call: a pipeline on a worker thread sees exactly its argument."""
+    mem.add("ana", "I cooked a spicy lentil curry", metadata={"topic": "food"})
+    mem.add("ana", "I booked a night train to Porto", metadata={"topic": "travel"})
+    pipeline = mem.pipeline("dense")
+    food = Read.of(filters={"metadata.topic": "food"})
+    with ThreadPoolExecutor(1) as worker:
+        hits = worker.submit(pipeline.search, "ana", "what did I do", 5, food).result()
+    assert [hit.record.text for hit in hits] == ["I cooked a spicy lentil curry"]
+    assert len(pipeline.search("ana", "what did I do", 5)) == 2  # no read given: now, unfiltered
 
 
 # -- retrieval on a real store ------------------------------------------------------------------

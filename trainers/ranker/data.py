@@ -32,6 +32,7 @@ from personamem.retrieval.query_adapter import QueryAdapter
 from personamem.retrieval.ranker import FEATURES, UserSignals, candidate_features, visible_rows
 from personamem.retrieval.ranker_gate import PROFILE
 from personamem.store import Store
+from personamem.store.read import NOW
 
 __all__ = ["FeatureSet", "benchmark_features", "default_features_dir", "store_features"]
 
@@ -208,7 +209,7 @@ def store_features(
     for i, question in enumerate(questions):
         if question.user_id not in signals:  # what LearnedRanker reads at search time
             user = UserSignals.of(store, bm25.index(question.user_id), question.user_id)
-            signals[question.user_id] = (user, visible_rows(store, question.user_id, user.index.records))
+            signals[question.user_id] = (user, visible_rows(store, question.user_id, user.index.records, NOW))
         user, visible = signals[question.user_id]
         records = user.index.records
         if progress is not None and task is not None:
