@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from personamem.memory import PersonaMem
+    from personamem.served_memory import ServedMemory
     from personamem.trainers.adapter.improve import ImproveResult
 
 __all__ = ["Improving"]
@@ -34,4 +34,4 @@ class Improving:
         from personamem.trainers.adapter.config import ImproveConfig
         from personamem.trainers.adapter.improve import improve
 
-        return improve(cast("PersonaMem", self), ImproveConfig(**settings), progress=progress)
+        return improve(cast("ServedMemory", self), ImproveConfig(**settings), progress=progress)

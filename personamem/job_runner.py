@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import ValidationError
 
@@ -31,10 +31,7 @@ from personamem.settings import settings
 from personamem.store import Store
 from personamem.store.jobs import Batch, Claim, JobQueue, Line
 
-if TYPE_CHECKING:
-    from personamem.memory import PersonaMem
-
-__all__ = ["ATTEMPTS", "BATCH", "LEASE_S", "OPEN_IDLE_S", "POLL_S", "JobRunner", "from_settings"]
+__all__ = ["ATTEMPTS", "BATCH", "LEASE_S", "OPEN_IDLE_S", "POLL_S", "JobRunner", "Tenanted", "from_settings"]
 
 log = logging.getLogger("personamem.jobs")
 
@@ -206,7 +203,20 @@ class JobRunner:
             self._thread.join()
 
 
-def from_settings(mem: PersonaMem) -> JobRunner:
+class Tenanted(Protocol):
+    """A memory and its tenants' views (``PersonaMem`` is one), each over its own view of one store."""
+
+    @property
+    def store(self) -> Store:
+        """The memory's store."""
+        ...
+
+    def tenant(self, name: str) -> Tenanted:
+        """The memory as tenant ``name`` sees it."""
+        ...
+
+
+def from_settings(mem: Tenanted) -> JobRunner:
     """The runner a server process runs over every tenant of ``mem``'s store, as the settings say.
 
     ``PERSONAMEM_JOB_BATCH`` and ``PERSONAMEM_JOB_LEASE_S``.

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,10 +31,15 @@ from personamem.interactions import Interaction, parse_interactions
 from personamem.jsonfile import JsonFile, write_lines
 from personamem.records import Record, parse_record
 
-if TYPE_CHECKING:
-    from personamem.memory import PersonaMem
-
-__all__ = ["EXPORT_VERSION", "Imported", "UserExport", "export_lines", "read_export", "write_export"]
+__all__ = [
+    "EXPORT_VERSION",
+    "Exportable",
+    "Imported",
+    "UserExport",
+    "export_lines",
+    "read_export",
+    "write_export",
+]
 
 EXPORT_VERSION = 1
 
@@ -60,7 +65,19 @@ class Imported(BaseModel):
     interactions: int
 
 
-def export_lines(mem: PersonaMem, user_id: str, *, interactions: bool = False) -> Iterator[str]:
+class Exportable(Protocol):
+    """What an export reads of a memory (``PersonaMem`` is one): a user's records and logged calls."""
+
+    def records(self, user_id: str) -> list[Record]:
+        """The user's records, in insertion order."""
+        ...
+
+    def interactions(self, user_id: str | None = None) -> list[Interaction]:
+        """The user's logged calls, oldest first."""
+        ...
+
+
+def export_lines(mem: Exportable, user_id: str, *, interactions: bool = False) -> Iterator[str]:
     """The export of ``user_id`` as JSON lines (without newlines), records in insertion order."""
     now = datetime.now(UTC).isoformat()
     yield json.dumps({"personamem_export": EXPORT_VERSION, "user_id": user_id, "exported_at": now})

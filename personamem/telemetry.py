@@ -27,14 +27,11 @@ import inspect
 import time
 from collections.abc import Callable, Iterator, Mapping
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from opentelemetry import metrics, trace
 
 from personamem.settings import settings
-
-if TYPE_CHECKING:
-    from personamem.store import Store
 
 __all__ = ["MEMORY_OPERATIONS", "staged", "step", "traced"]
 
@@ -60,6 +57,24 @@ MEMORY_OPERATIONS = {
 """personamem's operations that the GenAI memory conventions name (the rest keep ``personamem.*``)."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class _Pseudonyms(Protocol):
+    def telemetry(self, kind: str, value: str) -> str: ...
+
+
+class _Keyed(Protocol):
+    """What a span reads of the facade's store (a ``Store``): its tenant and the keyed pseudonyms.
+
+    A protocol, not the store's type, so the store, the encoder and SQL can use :func:`staged` and
+    :func:`step` without this module importing them back.
+    """
+
+    @property
+    def tenant(self) -> str | None: ...
+
+    @property
+    def names(self) -> _Pseudonyms: ...
 
 
 def traced(operation: str) -> Callable[[_F], _F]:
@@ -119,7 +134,7 @@ def step(name: str, attributes: Mapping[str, Any]) -> Iterator[None]:
         yield
 
 
-def _call_attributes(store: Store, operation: str, bound: Mapping[str, Any]) -> dict[str, Any]:
+def _call_attributes(store: _Keyed, operation: str, bound: Mapping[str, Any]) -> dict[str, Any]:
     attributes: dict[str, Any] = {"personamem.operation": operation, "gen_ai.provider.name": "personamem"}
     if operation in MEMORY_OPERATIONS:
         attributes["gen_ai.operation.name"] = MEMORY_OPERATIONS[operation]
@@ -143,15 +158,18 @@ def _call_attributes(store: Store, operation: str, bound: Mapping[str, Any]) -> 
 
 
 def _result_attributes(result: Any) -> dict[str, Any]:
-    from personamem.contract import Context, Hits
+    """How many records an answer holds (a ``Context``'s hits, ``Hits``, any list), its call's id, its tokens.
 
+    Read by attribute, so this module needs none of the contract's types.
+    """
     attributes: dict[str, Any] = {}
-    if isinstance(result, Hits | Context):
-        attributes["gen_ai.memory.record.count"] = len(result.hits if isinstance(result, Context) else result)
-        if result.interaction_id is not None:
-            attributes["personamem.interaction_id"] = result.interaction_id
-    if isinstance(result, Context):
-        attributes["personamem.tokens"] = result.tokens
-    elif isinstance(result, list):
-        attributes["gen_ai.memory.record.count"] = len(result)
+    hits = getattr(result, "hits", result)
+    if isinstance(hits, list):
+        attributes["gen_ai.memory.record.count"] = len(hits)
+    interaction_id = getattr(result, "interaction_id", None)
+    if isinstance(interaction_id, str):
+        attributes["personamem.interaction_id"] = interaction_id
+    tokens = getattr(result, "tokens", None)
+    if isinstance(tokens, int):
+        attributes["personamem.tokens"] = tokens
     return attributes

@@ -30,7 +30,7 @@ from personamem.interactions import Interaction, read_interactions
 from personamem.records import Record
 
 if TYPE_CHECKING:
-    from personamem.memory import PersonaMem
+    from personamem.store import Store
 
 __all__ = [
     "Traffic",
@@ -88,12 +88,12 @@ class Traffic:
     """An opened store and the interactions to learn from; close it when done.
 
     Attributes:
-        memory: the application's memory (its records and vectors), opened read-mostly.
+        store: the application's store (its records and vectors), opened read-mostly.
         interactions: the logged calls, oldest first.
         source: where they came from, recorded in the checkpoint.
     """
 
-    memory: PersonaMem
+    store: Store
     interactions: list[Interaction]
     source: dict[str, Any] = field(default_factory=dict)
     _records: dict[str, dict[str, Record]] = field(default_factory=dict, repr=False)
@@ -101,12 +101,12 @@ class Traffic:
     def records(self, user_id: str) -> dict[str, Record]:
         """The user's records by id, in insertion order (read once per user and kept)."""
         if user_id not in self._records:
-            self._records[user_id] = {r.id: r for r in self.memory.records(user_id)}
+            self._records[user_id] = {r.id: r for r in self.store.records(user_id)}
         return self._records[user_id]
 
     def close(self) -> None:
         """Close the store."""
-        self.memory.close()
+        self.store.close()
 
 
 def open_traffic(source: TrafficSource) -> Traffic:
@@ -116,23 +116,23 @@ def open_traffic(source: TrafficSource) -> Traffic:
         ValueError: no --from-store, or a store folder that does not exist.
         IngestError: a bad line in the --from-log file (its number is in the message).
     """
-    from personamem.memory import open_memory
-
     if source.from_store is None:
         raise ValueError("no traffic source: give --from-store (and optionally --from-log)")
     if not source.from_store.is_dir():
         raise ValueError(f"--from-store {source.from_store}: no such store folder")
     interactions = read_interactions(source.from_log) if source.from_log else None
-    memory = open_memory(source.from_store)
+    from personamem.store import Store  # here: reading a benchmark needs no SQL
+
+    store = Store.open(source.from_store)
     if interactions is None:
-        interactions = memory.interactions()
+        interactions = store.interactions.export(None)
     described: dict[str, Any] = {"store": str(source.from_store.resolve())}
     if source.from_log is not None:
         described["log"] = str(source.from_log.resolve())
     described["interactions"] = len(interactions)
     if source.min_rating is not None:
         described["min_rating"] = source.min_rating
-    return Traffic(memory, interactions, described)
+    return Traffic(store, interactions, described)
 
 
 def accepted(interaction: Interaction, min_rating: float | None) -> bool:

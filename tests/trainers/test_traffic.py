@@ -61,7 +61,7 @@ def test_each_trainer_reads_its_examples_from_the_log(tmp_path: Path, encoder: S
 
         pgret = data_from_traffic(traffic, novelty_depth=3, exploration_depth=3)
         assert len(pgret.queries) == 9 and sorted(pgret.corpora) == ["ana", "bo", "cy"]
-        records, vectors = traffic.memory.store.vectors("bo")
+        records, vectors = traffic.store.vectors("bo")
         corpus = pgret.corpora["bo"]
         assert np.allclose(
             corpus.vectors[corpus.index()[records[0].id]], vectors[0]

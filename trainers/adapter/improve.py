@@ -39,7 +39,6 @@ from personamem.datasets.traffic import accepted
 from personamem.errors import ConfigError, InsufficientDataError
 from personamem.interleaving import sign_test
 from personamem.llm.base import FrozenLLM
-from personamem.memory import PersonaMem, stored_pipeline
 from personamem.pipeline import Pipeline
 from personamem.pipeline.config import (
     ADAPTER_FUSION,
@@ -49,6 +48,8 @@ from personamem.pipeline.config import (
 )
 from personamem.retrieval.query_adapter import QueryAdapter, fits, save_query_adapter
 from personamem.retrieval.ranker import SHIPPED_RANKERS, RankerModel
+from personamem.served_memory import ServedMemory
+from personamem.serving import stored_pipeline
 from personamem.trainers.adapter.config import AdapterTrainConfig, ImproveConfig
 from personamem.trainers.adapter.data import QuerySet
 from personamem.trainers.adapter.run import store_query_sets
@@ -101,7 +102,7 @@ class ImproveResult:
 
 
 def improve(
-    memory: PersonaMem,
+    memory: ServedMemory,
     settings: ImproveConfig | None = None,
     *,
     llm: FrozenLLM | None = None,
@@ -220,7 +221,7 @@ def _split_users(users: list[str], settings: ImproveConfig) -> tuple[list[str], 
 
 
 def _question_sets(
-    memory: PersonaMem,
+    memory: ServedMemory,
     train_users: list[str],
     validation_users: list[str],
     settings: ImproveConfig,
@@ -275,7 +276,7 @@ def _counts(
 
 
 def _fitted_adapter(
-    memory: PersonaMem,
+    memory: ServedMemory,
     fitting: QuerySet,
     adapters_dir: Path,
     settings: ImproveConfig,
@@ -346,7 +347,11 @@ def _synthetic_notes(signal: str, counts: dict[str, int], kept: int, settings: I
 
 
 def _put_live(
-    memory: PersonaMem, result: ImproveResult, chosen: PipelineConfig, chosen_by: str, settings: ImproveConfig
+    memory: ServedMemory,
+    result: ImproveResult,
+    chosen: PipelineConfig,
+    chosen_by: str,
+    settings: ImproveConfig,
 ) -> None:
     """Make ``chosen`` the live pipeline, or put it on trial (``go_live="trial"``); ``result`` says which."""
     store = memory.store
@@ -369,7 +374,7 @@ def _put_live(
         )
 
 
-def rollback(memory: PersonaMem) -> None:
+def rollback(memory: ServedMemory) -> None:
     """Put back the live pipeline that the last ``improve`` replaced, for every process serving the store.
 
     Raises:
@@ -392,7 +397,7 @@ def _stage(config: PipelineConfig) -> dict[str, Any]:
 
 
 def _residual(
-    memory: PersonaMem,
+    memory: ServedMemory,
     live: PipelineConfig,
     fitting: QuerySet,
     tuning: QuerySet,
@@ -478,7 +483,7 @@ def _served(pipeline: Pipeline) -> dict[str, Any]:
 
 
 def _feedback_sets(
-    memory: PersonaMem, train_users: list[str], validation_users: list[str], settings: ImproveConfig
+    memory: ServedMemory, train_users: list[str], validation_users: list[str], settings: ImproveConfig
 ) -> tuple[QuerySet, QuerySet, str]:
     """Feedback-labelled questions on each side, or two empty sets and ``synthetic`` when too few."""
     usable = labelled(memory.store, [i for i in memory.interactions() if accepted(i, None)])
@@ -533,7 +538,7 @@ def _subset(queries: QuerySet, n: int, seed: int) -> QuerySet:
 
 
 def _ndcgs(
-    memory: PersonaMem,
+    memory: ServedMemory,
     config: PipelineConfig,
     queries: QuerySet,
     k: int,

@@ -153,7 +153,7 @@ def data_from_traffic(
     """
     from personamem.retrieval import BM25Retriever, DenseRetriever
 
-    store = traffic.memory.store
+    store = traffic.store
     usable = [i for i in traffic.interactions if accepted(i, min_rating) and i.used]
     corpora: dict[str, UserCorpus] = {}
     for user in sorted({i.user_id for i in usable}):

@@ -120,8 +120,8 @@ def examples_from_traffic(
     from personamem.methods import method_named
 
     usable = [i for i in traffic.interactions if accepted(i, min_rating)]
-    usable = labelled(traffic.memory.store, usable) if used else [i for i in usable if i.accepted_answer]
-    first = method_named(first_stage, None).build(traffic.memory.store, 0)
+    usable = labelled(traffic.store, usable) if used else [i for i in usable if i.accepted_answer]
+    first = method_named(first_stage, None).build(traffic.store, 0)
     task = progress.add_task("candidates from the store", total=len(usable)) if progress else None
     examples = []
     for interaction in usable:
