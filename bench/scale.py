@@ -55,6 +55,7 @@ from harness import arguments, gate
 
 from personamem import PersonaMem, Record
 from personamem.encoder import Encoder, default_encoder
+from personamem.store.read import NOW
 
 USER = "big"
 BATCH = 5_000
@@ -125,7 +126,7 @@ def recall_at_10(mem: PersonaMem, user: str, pool: Pool) -> float:
     found = []
     for query in mem.store.encoder.encode(pool.queries[:20]):
         exact = {records[i].id for i in np.argsort(-(matrix @ query))[:10]}
-        approx = {record.id for record, _ in mem.store.nearest(user, query, 10)}
+        approx = {record.id for record, _ in mem.store.nearest(user, query, 10, NOW)}
         found.append(len(exact & approx) / 10)
     return float(np.mean(found))
 

@@ -104,7 +104,7 @@ class AutoImprove:
         """Reports on the store's own users' calls since the last run (what :meth:`tick` compares)."""
         store = self.mem.store
         reported = store.catalog.reported_since(store.catalog.info(LAST_KEY))
-        return sum(store.scope.user(key) is not None for key in reported)
+        return sum(store.tenancy.user(key) is not None for key in reported)
 
     def tick(self) -> bool:
         """Run improve now if enough reports came in and no other process is running it; True if it ran."""

@@ -171,7 +171,7 @@ class JobRunner:
                 forgetting = exc if isinstance(exc, UserBeingForgottenError) else exc.__cause__
                 if not isinstance(forgetting, UserBeingForgottenError):
                     raise
-                user_id = store.scope.user(forgetting.user_id)
+                user_id = store.tenancy.user(forgetting.user_id)
                 for number in [n for n, r in records.items() if r.user_id == user_id]:
                     done.forgotten.add(number)
                     del records[number]

@@ -165,7 +165,7 @@ def records_upload(
 def _line(record: Record, number: int, store: Store, source: str) -> Line:
     """A valid record as line ``number`` of an upload, under its user's store key (the scope's check)."""
     try:
-        key = store.scope.key(record.user_id)
+        key = store.tenancy.key(record.user_id)
     except InvalidInputError as exc:
         raise IngestError(str(exc), path=source, line=number) from None
     return Line(number, key, record.model_dump_json())

@@ -42,7 +42,7 @@ from personamem.retrieval import DenseRetriever, Hit
 from personamem.serving import Serving, stored_pipeline
 from personamem.store import Store
 from personamem.store.duplicates import DuplicatePolicy, check_duplicates
-from personamem.store.read import Read, ReadOptions
+from personamem.store.read import NOW, Read, ReadOptions
 from personamem.telemetry import traced
 
 __all__ = ["PersonaMem", "open_memory", "stored_pipeline"]
@@ -469,7 +469,7 @@ def _replaced(store: Store, llm: FrozenLLM | None, record: Record) -> Record | N
         raise ConfigError("conflicts = true needs an LLM: set the pipeline's llm or pass one")
     detector = ConflictDetector(llm)
     vector = store.encoder.encode([record.text])[0]
-    neighbours = store.nearest(record.user_id, vector, detector.candidates + 1)
+    neighbours = store.nearest(record.user_id, vector, detector.candidates + 1, NOW)
     try:
         return detector.replaced(record, neighbours)
     except Exception as error:  # any LLM failure: the write goes on without detection

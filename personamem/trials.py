@@ -79,7 +79,7 @@ class Trials:
         interleaved, another view's, or already counted is left alone.
         """
         row = self.store.catalog.interleaved(interaction_id)
-        if row is None or row.interleaving is None or self.store.scope.user(row.user_id) is None:
+        if row is None or row.interleaving is None or self.store.tenancy.user(row.user_id) is None:
             return None
         drafted = row.interleaving
         used = row.used or self._attributed(row.user_id, row.query, row.answer, [r for r, _ in row.results])
@@ -125,7 +125,7 @@ class Trials:
             return []
         if self._attribution is None:
             self._attribution = Attribution.load()
-        user = self.store.scope.user(user_id)
+        user = self.store.tenancy.user(user_id)
         assert user is not None
         held = {r.id: r for r in self.store.records(user)}
         return self._attribution.used_of(self.store, user, query, answer, served, held)

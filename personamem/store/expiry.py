@@ -20,7 +20,7 @@ from personamem.records import EventKind, Record
 from personamem.settings import settings
 from personamem.store.settings import TenantSetting
 from personamem.store.sql import SqlCatalog
-from personamem.store.tenants import Scope
+from personamem.store.tenants import Tenancy
 
 __all__ = ["SWEEP_S", "TTL_KEY", "Expiry", "ExpirySweeper", "check_ttl", "unexpired"]
 
@@ -85,11 +85,13 @@ class Expiry:
         expires = datetime.now(UTC) + timedelta(seconds=ttl)
         return [r.model_copy(update={"expires_at": expires}) if r.expires_at is None else r for r in records]
 
-    def purge(self, scope: Scope | None, erase: Callable[[str, Sequence[str], EventKind], list[str]]) -> int:
-        """Erase the expired records of ``scope``'s users (None: every user's); return how many."""
+    def purge(
+        self, tenancy: Tenancy | None, erase: Callable[[str, Sequence[str], EventKind], list[str]]
+    ) -> int:
+        """Erase the expired records of ``tenancy``'s users (None: every user's); return how many."""
         purged = 0
         for key, record_ids in self._catalog.expired(time.time()).items():
-            if scope is None or scope.user(key) is not None:
+            if tenancy is None or tenancy.user(key) is not None:
                 purged += len(erase(key, record_ids, "expired"))
         return purged
 

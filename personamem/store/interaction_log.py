@@ -17,7 +17,7 @@ from personamem.interactions import Call, Feedback, FeedbackReport, Interaction,
 from personamem.settings import settings
 from personamem.store.interaction_writer import InteractionWriter
 from personamem.store.sql import InteractionRow, SqlCatalog
-from personamem.store.tenants import Scope
+from personamem.store.tenants import Tenancy
 
 __all__ = ["INTERACTION_DAYS", "InteractionLog", "retention_cutoff"]
 
@@ -50,9 +50,9 @@ def retention_cutoff() -> str:
 class InteractionLog:
     """Log calls, attach feedback, export and import, for the users one view of the store sees."""
 
-    def __init__(self, catalog: SqlCatalog, scope: Scope, writer: InteractionWriter) -> None:
+    def __init__(self, catalog: SqlCatalog, tenancy: Tenancy, writer: InteractionWriter) -> None:
         self._catalog = catalog
-        self._scope = scope
+        self._tenancy = tenancy
         self._writer = writer
 
     def log(
@@ -72,7 +72,7 @@ class InteractionLog:
         served interleaved, the trial and the team of each record (``personamem/interleaving.py``).
         The row is written by the store's :class:`InteractionWriter`, off the call's path.
         """
-        key = self._scope.key(user_id)
+        key = self._tenancy.key(user_id)
         if self._catalog.revision(key) is None:
             return None
         interaction_id = uuid.uuid4().hex
@@ -94,7 +94,7 @@ class InteractionLog:
     def calls(self, user_id: str, *, limit: int = 100) -> list[dict[str, Any]]:
         """The user's latest ``limit`` logged calls, newest first, with feedback and traces (for ``/ui``)."""
         self._writer.flush()
-        rows = self._catalog.interactions([self._scope.key(user_id)])[-limit:]
+        rows = self._catalog.interactions([self._tenancy.key(user_id)])[-limit:]
         out = []
         for row in reversed(rows):
             item = self._public(row)
@@ -131,12 +131,12 @@ class InteractionLog:
         """
         self._writer.flush()
         key = _written(lambda: self._catalog.interaction_user(interaction_id))
-        return None if key is None else self._scope.user(key)
+        return None if key is None else self._tenancy.user(key)
 
     def export(self, user_ids: Sequence[str] | None = None) -> list[Interaction]:
         """The interactions of these users (None: every user this view sees), oldest first."""
         self._writer.flush()
-        keys = None if user_ids is None else [self._scope.key(u) for u in user_ids]
+        keys = None if user_ids is None else [self._tenancy.key(u) for u in user_ids]
         return [item for row in self._catalog.interactions(keys) if (item := self._public(row)) is not None]
 
     def import_(self, interactions: Sequence[Interaction]) -> int:
@@ -148,10 +148,10 @@ class InteractionLog:
         return self._catalog.import_interactions([self._row(item) for item in interactions])
 
     def _owns(self, key: str) -> bool:
-        return self._scope.user(key) is not None
+        return self._tenancy.user(key) is not None
 
     def _public(self, row: InteractionRow) -> Interaction | None:
-        user = self._scope.user(row.user_id)
+        user = self._tenancy.user(row.user_id)
         if user is None:
             return None
         feedback = None
@@ -177,7 +177,7 @@ class InteractionLog:
         feedback = item.feedback or Feedback()
         return {
             "interaction_id": item.id,
-            "user_id": self._scope.key(item.user_id),
+            "user_id": self._tenancy.key(item.user_id),
             "call": item.call,
             "method": item.method,
             "query": item.query,

@@ -58,7 +58,7 @@ from personamem.store.live_pipeline import LivePipeline
 from personamem.store.read import NOW, Read
 from personamem.store.recovery import ConsistencyReport, heal, index_pending_rows, rebuild, repair, scan
 from personamem.store.sql import SqlCatalog
-from personamem.store.tenants import Scope
+from personamem.store.tenants import Tenancy
 from personamem.store.timeline import supersession
 from personamem.store.vector_home import (
     VectorHome,
@@ -82,7 +82,7 @@ class Store:
     """Records in SQL and vectors in Chroma or pgvector, consistent and isolated per user; thread-safe."""
 
     def __init__(self, catalog: SqlCatalog, index: VectorHome, encoder: Encoder | None = None) -> None:
-        self.scope = Scope()
+        self.tenancy = Tenancy()
         self._owner: Store | None = None  # the store a tenant view was made from
         self.folder: Path | None = None  # a local store's folder (open sets it), for files kept beside it
         self.catalog = catalog
@@ -167,7 +167,7 @@ class Store:
         if self._owner is not None:
             raise InvalidInputError(f"this store is already tenant {self.tenant!r}'s view; it has no tenants")
         view = copy.copy(self)
-        view.scope = Scope(tenant)
+        view.tenancy = Tenancy(tenant)
         view._owner = self
         return view
 
@@ -179,15 +179,15 @@ class Store:
     @property
     def tenant(self) -> str | None:
         """The tenant this view belongs to (None: the store's own users)."""
-        return self.scope.tenant
+        return self.tenancy.tenant
 
     @property
     def interactions(self) -> InteractionLog:
         """The interaction log of the users this view sees (written only where logging is on)."""
-        return InteractionLog(self.catalog, self.scope, self.logged)
+        return InteractionLog(self.catalog, self.tenancy, self.logged)
 
     def _key(self, user_id: str) -> str:
-        return self.scope.key(user_id)
+        return self.tenancy.key(user_id)
 
     @property
     def encoder(self) -> Encoder:
@@ -244,12 +244,12 @@ class Store:
         returned record names it in ``duplicate_of``, and ``duplicates`` says what happens (see
         :class:`DuplicatePolicy`; a skipped or merged add returns the existing record).
         """
-        [record] = self.scope.inward(self.expiry.stamp(self.tenant, [record]))
+        [record] = self.tenancy.inward(self.expiry.stamp(self.tenant, [record]))
         vector = self.encoder.encode([record.text])
         record, new = self.duplicates.resolve(record, vector[0], duplicates, threshold)
         if new:
             self.indexing.stage([record], vector)
-        return self.scope.outward([record])[0]
+        return self.tenancy.outward([record])[0]
 
     def add_many(
         self,
@@ -278,7 +278,7 @@ class Store:
             raise ValueError(
                 f"vectors must have shape ({len(records)}, {self.encoder.dim}), got {vectors.shape}"
             )
-        records = self.scope.inward(self.expiry.stamp(self.tenant, records))
+        records = self.tenancy.inward(self.expiry.stamp(self.tenant, records))
         return self.indexing.write(records, vectors, batch_size, progress)
 
     def supersede(self, user_id: str, old_id: str, new: Record) -> Record:
@@ -299,11 +299,12 @@ class Store:
         if old is None:
             raise InvalidInputError(f"user {user_id!r} has no record {old_id!r} to supersede")
         new, ended = supersession(old, new)
-        [new], [ended] = self.scope.inward(self.expiry.stamp(self.tenant, [new])), self.scope.inward([ended])
+        [new] = self.tenancy.inward(self.expiry.stamp(self.tenant, [new]))
+        [ended] = self.tenancy.inward([ended])
         vector = self.encoder.encode([new.text])
         self.indexing.settle()  # a queued old record is marked indexed by its hash
         self.indexing.stage([new], vector, relabel=[ended], relabel_event="superseded")
-        return self.scope.outward([new])[0]
+        return self.tenancy.outward([new])[0]
 
     @property
     def ttl(self) -> float | None:
@@ -326,7 +327,7 @@ class Store:
         if all_tenants:  # logged calls past the retention window go with every tenant's sweep
             self.logged.flush()
             self.catalog.drop_interactions(retention_cutoff())
-        return self.expiry.purge(None if all_tenants else self.scope, self.erasure.erase)
+        return self.expiry.purge(None if all_tenants else self.tenancy, self.erasure.erase)
 
     @property
     def live_pipeline(self) -> str | None:
@@ -379,11 +380,11 @@ class Store:
     def get_many(self, user_id: str, record_ids: Sequence[str]) -> list[Record]:
         """The user's records with these ids, in the order asked (missing ids are skipped)."""
         found = self.catalog.get_many(self._key(user_id), record_ids)
-        return self.scope.outward(unexpired([found[rid] for rid in record_ids if rid in found]))
+        return self.tenancy.outward(unexpired([found[rid] for rid in record_ids if rid in found]))
 
     def records(self, user_id: str) -> list[Record]:
         """All of the user's records, in insertion order: superseded ones too, expired ones not."""
-        return self.scope.outward(unexpired(self.catalog.records(self._key(user_id))))
+        return self.tenancy.outward(unexpired(self.catalog.records(self._key(user_id))))
 
     def hidden(self, user_id: str, read: Read = NOW) -> set[str]:
         """Ids of the user's records ``read`` must not see, by its time (``store/timeline.py``) or filter."""
@@ -391,39 +392,37 @@ class Store:
 
     def users(self) -> list[str]:
         """Users with records, sorted (a tenant view: that tenant's users only)."""
-        return [user for key in self.catalog.users() if (user := self.scope.user(key)) is not None]
+        return [user for key in self.catalog.users() if (user := self.tenancy.user(key)) is not None]
 
     def count_by_user(self) -> dict[str, int]:
         """Records per user of this view (users without records are absent)."""
-        return {u: n for key, n in self.catalog.count_by_user().items() if (u := self.scope.user(key))}
+        return {u: n for key, n in self.catalog.count_by_user().items() if (u := self.tenancy.user(key))}
 
     def last_calls(self) -> dict[str, str]:
         """The time of each of this view's users' latest logged call (ISO 8601, UTC)."""
         self.logged.flush()
-        return {u: t for key, t in self.catalog.last_calls().items() if (u := self.scope.user(key))}
+        return {u: t for key, t in self.catalog.last_calls().items() if (u := self.tenancy.user(key))}
 
     def count(self, user_id: str | None = None) -> int:
         """Records of one user, or of all users (of this view)."""
         if user_id is not None:
             return self.catalog.count(self._key(user_id))
         counts = self.catalog.count_by_user()
-        return sum(n for key, n in counts.items() if self.scope.user(key) is not None)
+        return sum(n for key, n in counts.items() if self.tenancy.user(key) is not None)
 
     def revision(self, user_id: str) -> str | None:
         """A token that changes whenever the user's records change (None: unknown user)."""
         return self.catalog.revision(self._key(user_id))
 
-    def nearest(
-        self, user_id: str, vector: np.ndarray, k: int, read: Read = NOW
-    ) -> list[tuple[Record, float]]:
+    def nearest(self, user_id: str, vector: np.ndarray, k: int, read: Read) -> list[tuple[Record, float]]:
         """The user's ``k`` records closest to ``vector`` by cosine, best first, that ``read`` sees."""
         pairs = self.reads.nearest(self._key(user_id), vector, k, read)
-        return list(zip(self.scope.outward([r for r, _ in pairs]), [s for _, s in pairs], strict=True))
+        return list(zip(self.tenancy.outward([r for r, _ in pairs]), [s for _, s in pairs], strict=True))
 
     def vectors(self, user_id: str, read: Read = NOW) -> tuple[list[Record], np.ndarray]:
         """The user's records and vectors (rows aligned) at ``read``'s time, for corpus-level methods."""
         records, matrix = self.reads.vectors(self._key(user_id), read)
-        return self.scope.outward(records), matrix
+        return self.tenancy.outward(records), matrix
 
     def record_vectors(self, user_id: str, record_ids: Sequence[str]) -> np.ndarray:
         """The stored vectors of ``record_ids``, rows aligned; a zero row where the user has none."""

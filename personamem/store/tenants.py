@@ -19,7 +19,7 @@ from personamem.errors import InvalidInputError
 if TYPE_CHECKING:
     from personamem.records import Record
 
-__all__ = ["SEPARATOR", "Scope", "check_tenant"]
+__all__ = ["SEPARATOR", "Tenancy", "check_tenant"]
 
 SEPARATOR = "\x1f"
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -39,7 +39,7 @@ def check_tenant(tenant: object) -> str:
     return tenant
 
 
-class Scope:
+class Tenancy:
     """Maps the user ids one view of the store sees to the keys the store keeps, and back."""
 
     def __init__(self, tenant: str | None = None) -> None:
@@ -47,10 +47,10 @@ class Scope:
         self._prefix = "" if tenant is None else f"{SEPARATOR}{tenant}{SEPARATOR}"
 
     def key(self, user_id: str) -> str:
-        """The store key of ``user_id`` in this scope.
+        """The store key of ``user_id`` in this tenancy.
 
         Raises:
-            InvalidInputError: the id contains U+001F, which would let it spell another scope's key.
+            InvalidInputError: the id contains U+001F, which would let it spell another tenancy's key.
         """
         if SEPARATOR in user_id:
             raise InvalidInputError(
@@ -59,7 +59,7 @@ class Scope:
         return self._prefix + user_id
 
     def user(self, key: str) -> str | None:
-        """The user id that ``key`` stands for in this scope, or None if it belongs to another scope."""
+        """The user id that ``key`` stands for in this tenancy, or None if it belongs to another tenancy."""
         if not self._prefix:
             return None if key.startswith(SEPARATOR) else key
         return key[len(self._prefix) :] if key.startswith(self._prefix) else None
@@ -73,7 +73,7 @@ class Scope:
         return [r.model_copy(update={"user_id": self.key(r.user_id)}) for r in records]
 
     def outward(self, records: list[Record]) -> list[Record]:
-        """Records with their store keys mapped back to this scope's user ids."""
+        """Records with their store keys mapped back to this tenancy's user ids."""
         if self.tenant is None:
             return records
         return [r.model_copy(update={"user_id": self.user(r.user_id)}) for r in records]

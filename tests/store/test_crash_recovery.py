@@ -28,6 +28,7 @@ import pytest
 from personamem import PersonaMem, SentenceEncoder
 from personamem.client import Client
 from personamem.store import KeyRing
+from personamem.store.read import NOW
 from personamem.store.recovery import rebuild
 from personamem.store.sql import SqlCatalog
 from personamem.store.vectors import VectorIndex
@@ -244,11 +245,11 @@ def test_a_collection_lost_whole_is_rebuilt_from_the_vectors_sql_keeps(
         mem.add_many([f"note {i}: the orchard has {i} beehives" for i in range(40)], user_id="ana")
         mem.store.flush()
         query = mem.store.encoder.encode(["how many beehives"])[0]
-        before = [(r.id, round(s, 5)) for r, s in mem.store.nearest("ana", query, 5)]
+        before = [(r.id, round(s, 5)) for r, s in mem.store.nearest("ana", query, 5, NOW)]
         key = mem.store._key("ana")
         mem.store.index.drop([mem.store.names.collection(key)])  # the index lost every vector of ana
         encoded = counting.texts
         assert rebuild(mem.store.indexing, key) == 40
         assert counting.texts == encoded  # nothing encoded again: the rows kept their vectors
         assert mem.store.check().ok
-        assert [(r.id, round(s, 5)) for r, s in mem.store.nearest("ana", query, 5)] == before
+        assert [(r.id, round(s, 5)) for r, s in mem.store.nearest("ana", query, 5, NOW)] == before

@@ -37,6 +37,7 @@ import numpy as np
 import pytest
 
 from personamem import PersonaMem, PipelineConfig, Record, SentenceEncoder
+from personamem.store.read import NOW
 from tests.bytescan import files_containing, store_files, vectors_in
 
 GONE_ID, GONE_TEXT = "ZQXGONEID", "ZQXGONETEXT my old address was 12 Elm Street"
@@ -178,7 +179,7 @@ def _assert_consistent(
     assert sorted(by_id) == sorted(r.id for r in expected)
     for record in expected:
         assert float(by_id[record.id] @ truth[record.text]) > 0.999, f"{record.id}'s vector is not its text's"
-        assert mem.store.nearest(user, truth[record.text], 1)[0][0].id == record.id
+        assert mem.store.nearest(user, truth[record.text], 1, NOW)[0][0].id == record.id
     sample = expected[len(expected) // 2]
     for method in METHODS:
         assert mem.search(user, sample.text, k=3, method=method)[0].record.id == sample.id, method

@@ -42,7 +42,7 @@ def test_the_background_sweep_erases_expired_records_to_the_byte(
         acme.add("ana", "acme keeps this one", id="stays")
         records, vectors = acme.store.vectors("ana")
         gone = vectors[[i for i, r in enumerate(records) if r.id == "ZQXEXPIREDID"]]
-        vector_id = acme.store.names.vector_id(acme.store.scope.key("ana"), "ZQXEXPIREDID").encode()
+        vector_id = acme.store.names.vector_id(acme.store.tenancy.key("ana"), "ZQXEXPIREDID").encode()
         assert acme.search("ana", "door code", k=1)[0].record.id == "ZQXEXPIREDID"
         assert files_containing(store_files(tmp_path), b"ZQXEXPIRES")
 
