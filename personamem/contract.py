@@ -245,6 +245,14 @@ class Context(BaseModel):
         """The context's one JSON shape: what ``POST /v1/context`` answers and ``context --json`` prints."""
         return self.model_dump(mode="json")
 
+    @classmethod
+    def of(cls, result: Context, notes: Sequence[str] = ()) -> Context:
+        """The answer for a context call: the context itself, whose ``warnings`` already hold ``notes``.
+
+        So ``POST /v1/context`` is served from its row (``server/routes.py``'s ``row_handler``).
+        """
+        return result
+
 
 class SearchResult(BaseModel):
     """A search's one JSON shape: ``POST /v1/search`` and the MCP ``recall`` tool answer it."""

@@ -48,7 +48,6 @@ from personamem.records import check_user_id
 from personamem.request_models import (
     AddIn,
     BatchIn,
-    ContextIn,
     DeleteIn,
     ExportQuery,
     ImportQuery,
@@ -327,12 +326,6 @@ def feedback(body: FeedbackReport, tenant: Writer) -> Response:
     """Report the accepted answer, a rating or the records used for a logged call (422 if unknown)."""
     tenant.feedback(**body.model_dump())
     return answer(FeedbackResult(interaction_id=body.interaction_id))
-
-
-@serves(retrieval_router, "context")
-def context(body: ContextIn, tenant: Reader) -> Response:
-    """What to paste into the LLM's prompt for the query, within the token budget."""
-    return answer(tenant.context(**dict(body)))  # the body's fields are the call's arguments, by name
 
 
 memory_router = APIRouter(tags=["memory"])
