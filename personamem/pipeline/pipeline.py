@@ -213,7 +213,7 @@ class Pipeline:
             timings["fit"] = _ms(start)
         if memory is not None and shown < len(memory):
             notes.append(f"preference memory cut to {shown} of {len(memory)} line(s) to fit {budget} tokens")
-        usage = meter.usage
+        usage, served = meter.usage, self.served_first_stage(user_id)
         trace = {  # what the LLM was shown and what it cost, for the inspector's calls page
             "text": fitted.text,
             "tokens": fitted.tokens,
@@ -221,7 +221,7 @@ class Pipeline:
             "timings_ms": timings,
             "warnings": list(notes),
             "usage": asdict(usage),
-            "first_stage": self.first_stage,
+            "first_stage": served,
         }
         return Context(
             text=fitted.text,
@@ -234,7 +234,7 @@ class Pipeline:
             warnings=list(notes),
             memory=None if memory is None else "\n".join(memory[:shown]),
             interaction_id=self._log(user_id, "context", query, fitted.kept, trace, draft=draft),
-            first_stage=self.first_stage,
+            first_stage=served,
         )
 
     @property
@@ -246,6 +246,22 @@ class Pipeline:
             served["dense_weight"], served["rrf_k"] = self.dense_weight, self.rrf_k
             served["ranker"] = self.ranker_name or "none"
         served["chosen_by"] = config.chosen_by or "default"
+        return served
+
+    def served_first_stage(self, user_id: str) -> dict[str, Any]:
+        """:attr:`first_stage` as it served ``user_id``: hybrid where the ranker cannot (and why)."""
+        served = self.first_stage
+        if self.ranker is None:
+            return served
+        if self.personalizer is not None:
+            return {
+                **served,
+                "ranker": "none",
+                "ranker_skipped": "a personalizer's vector: hybrid searched it",
+            }
+        if not self.ranker.fits(user_id):
+            skipped = "the user's ranker signals outgrow the store's cache for them: hybrid served"
+            return {**served, "ranker": "none", "ranker_skipped": skipped}
         return served
 
     def profile(self, user_id: str, query: str, read: Read = NOW) -> list[Hit]:

@@ -171,3 +171,6 @@ def test_a_user_too_large_for_the_rankers_cache_is_served_by_hybrid_not_rebuilt_
     assert not stage.ranker.fits("u")
     hybrid = [h.record.id for h in stage.hybrid.candidates("u", query, 5).hits]
     assert [h.record.id for h in pipeline.search("u", query, 5)] == hybrid
+    served = pipeline.context("u", query).first_stage  # the context says which served, and why
+    assert served["ranker"] == "none" and "signals outgrow" in served["ranker_skipped"]
+    assert pipeline.first_stage["ranker"] != "none"  # the pipeline's own settings are unchanged
