@@ -208,29 +208,33 @@ class VectorReads:
         if view is not None:
             return view
         try:
-            return self._from_sql(key) or self._from_index(key, token)
+            if self.catalog.count(key) > self.views.max_user_vectors:  # counted first: not read to be dropped
+                return self._from_index(key, token, small=False)
+            return self._from_sql(key) or self._from_index(key, token, small=True)
         except DiskFullError as error:
             return self._without_index(key, error)
 
     def _from_sql(self, key: str) -> UserView | None:
         """The view of the vectors SQL keeps with the user's indexed rows, kept at the token read with them.
 
-        None where the copy would pass the per-user limit (counted first, so a big user's vectors
-        are not read to be dropped), or where a row indexed before rows kept their vectors has none.
+        None where a row indexed before rows kept their vectors has none (or the index keeps them:
+        PostgreSQL alone).
         """
-        if self.catalog.count(key) > self.views.max_user_vectors:
-            return None
         kept = self.catalog.kept_vectors(key)
         if kept is None:
             return None
         token, ids, matrix = kept
         return self.views.put(key, token, ids, matrix)
 
-    def _from_index(self, key: str, token: str | None) -> UserView:
-        """The view read from the vector index, kept at ``token``."""
+    def _from_index(self, key: str, token: str | None, *, small: bool) -> UserView:
+        """The view read from the vector index, kept at ``token``.
+
+        ``small``: the user's rows, counted in SQL, are few enough to copy, so the index is not
+        counted again (a round trip on PostgreSQL); else its count decides.
+        """
         collection = self.names.collection(key)
         self.index.refresh(collection)
-        if self.index.count(collection) > self.views.max_user_vectors:
+        if not small and self.index.count(collection) > self.views.max_user_vectors:
             return self.views.put(key, token, [], None)
         try:
             ids, matrix = self.index.vectors(collection)

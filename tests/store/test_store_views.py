@@ -71,7 +71,7 @@ def test_a_view_is_built_from_the_vectors_sql_keeps_exactly_as_chroma_holds_them
         token = mem.store.catalog.search_state("u").index_token  # type: ignore[union-attr]
         from_sql = mem.store.reads._from_sql("u")
         assert from_sql is not None and from_sql.token == token and from_sql.matrix is not None
-        from_chroma = mem.store.reads._from_index("u", token)
+        from_chroma = mem.store.reads._from_index("u", token, small=True)
         assert from_chroma.matrix is not None and sorted(from_sql.ids) == sorted(from_chroma.ids)
         rows = [from_chroma.position[vid] for vid in from_sql.ids]
         # the encoder's own floats; Chroma's cosine space normalizes them again (measured: 1.5e-8 apart)
