@@ -463,7 +463,8 @@ def ranker_gate(
 
     The trees serve a user only where the history is shaped like a benchmark they gained on (record
     length, records past the encoder's window, who wrote them, names, dates); everyone else gets the
-    score fusion. Read from the store's live pipeline.
+    score fusion, and a user whose ranker signals outgrow the store's cache gets hybrid. Read from
+    the store's live pipeline.
     """
     from personamem.retrieval.ranker_gate import PROFILE
 
@@ -476,15 +477,23 @@ def ranker_gate(
             if served is None:
                 rows.append({"user_id": user_id, "trees": False, "reason": "the live pipeline has no ranker"})
                 continue
-            decision = served.decide(user_id)
-            shape = served.profile(user_id)
-            rows.append({"user_id": user_id, "trees": decision.trees, "reason": decision.reason, **shape})
+            shape = served.profile(user_id)  # builds the user's signals, once
+            decision, hybrid = served.decide(user_id, shape), not served.fits(user_id)
+            rows.append(
+                {
+                    "user_id": user_id,
+                    "trees": decision.trees,
+                    "hybrid": hybrid,
+                    "reason": decision.reason,
+                    **shape,
+                }
+            )
     if as_json:
         out.print_json(json.dumps({"ranker": pipeline.ranker_name, "users": rows}))
         return
     out.print(f"ranker: {pipeline.ranker_name or 'none'}")
     for row in rows:
-        verdict = "trees" if row["trees"] else "the score fusion"
+        verdict = "trees" if row["trees"] else "hybrid" if row.get("hybrid") else "the score fusion"
         out.print(f"{row['user_id']}: {verdict} ({row['reason']})", markup=False, soft_wrap=True)
         if PROFILE[0] in row:
             out.print("  " + ", ".join(f"{name} {row[name]:.2f}" for name in PROFILE), markup=False)

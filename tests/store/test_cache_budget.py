@@ -174,3 +174,4 @@ def test_a_user_too_large_for_the_rankers_cache_is_served_by_hybrid_not_rebuilt_
     served = pipeline.context("u", query).first_stage  # the context says which served, and why
     assert served["ranker"] == "none" and "signals outgrow" in served["ranker_skipped"]
     assert pipeline.first_stage["ranker"] != "none"  # the pipeline's own settings are unchanged
+    assert stage.ranker.decide("u").reason.startswith("hybrid serves it")  # as `analyze ranker` says
