@@ -251,18 +251,10 @@ class Pipeline:
     def served_first_stage(self, user_id: str) -> dict[str, Any]:
         """:attr:`first_stage` as it served ``user_id``: hybrid where the ranker cannot (and why)."""
         served = self.first_stage
-        if self.ranker is None:
+        if not isinstance(self.first, RankedStage):
             return served
-        if self.personalizer is not None:
-            return {
-                **served,
-                "ranker": "none",
-                "ranker_skipped": "a personalizer's vector: hybrid searched it",
-            }
-        if not self.ranker.fits(user_id):
-            skipped = "the user's ranker signals outgrow the store's cache for them: hybrid served"
-            return {**served, "ranker": "none", "ranker_skipped": skipped}
-        return served
+        skipped = self.first.hybrid_because(user_id, self.personalizer is not None)
+        return served if skipped is None else {**served, "ranker": "none", "ranker_skipped": skipped}
 
     def profile(self, user_id: str, query: str, read: Read = NOW) -> list[Hit]:
         """What :meth:`context` would show before the budget is fitted (a trial's candidate side)."""

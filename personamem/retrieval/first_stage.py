@@ -112,9 +112,17 @@ class RankedStage:
         self, user_id: str, query: str, n: int, vector: np.ndarray | None = None, read: Read = NOW
     ) -> Candidates:
         """The ranker's top ``n``; hybrid's for a ready ``vector`` or a user too large to keep signals of."""
-        if vector is not None or not self.ranker.fits(user_id):
+        if self.hybrid_because(user_id, vector is not None) is not None:
             return self.hybrid.candidates(user_id, query, n, vector, read)
         return Candidates(self.ranker.search(user_id, query, n, read), None)
+
+    def hybrid_because(self, user_id: str, vector_given: bool) -> str | None:
+        """Why hybrid serves ``user_id`` instead of the ranker (None: the ranker serves)."""
+        if vector_given:
+            return "a personalizer's vector: hybrid searched it"
+        if not self.ranker.fits(user_id):
+            return "the user's ranker signals outgrow the store's cache for them: hybrid served"
+        return None
 
 
 @dataclass(frozen=True)
