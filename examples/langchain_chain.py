@@ -68,7 +68,7 @@ def main() -> None:
             print("records used:")
             for doc in result["docs"]:
                 print(f"  {doc.metadata['rank']}. [{doc.metadata['score']:.2f}] {doc.page_content}")
-            calls = mem.interactions(user)
+            calls = mem.inspection.interactions(user)
             reported = sum(call.feedback is not None for call in calls)
             print(f"feedback logged on {reported} of {len(calls)} calls")
             print()

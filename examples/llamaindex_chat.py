@@ -70,7 +70,7 @@ async def chat(mem: PersonaMem, llm: PersonaMemLLM) -> None:
             follow_up = await engine.achat(FOLLOW_UP)  # reading the block reports the first reply
             print(f"Q: {FOLLOW_UP}")
             print(f"A: {follow_up.response.strip()}")
-            first = mem.interactions(user)[0]  # the first turn's context call
+            first = mem.inspection.interactions(user)[0]  # the first turn's context call
             print(f"feedback logged on the first answer: {first.feedback is not None}")
     finally:
         await chat_store.dispose()

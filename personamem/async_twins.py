@@ -1,4 +1,4 @@
-"""The coroutine twins of ``add``, ``search`` and ``context``, for callers on an event loop.
+"""Coroutine twins of sync calls, for callers on an event loop (``PersonaMem.aadd = twin(add)``).
 
 Each runs its sync call on a worker thread (``asyncio.to_thread``), so the encoder, SQL and an LLM
 stage's wait do not block the loop; the arguments, results and exceptions are the sync call's.
@@ -7,75 +7,31 @@ stage's wait do not block the loop; the arguments, results and exceptions are th
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol, Unpack
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from personamem.contract import Context, Hits, method_of
-from personamem.pipeline import PipelineConfig
-from personamem.records import Record
-from personamem.store.read import ReadOptions
+__all__ = ["twin"]
 
-__all__ = ["AsyncTwins"]
-
-
-class _Sync(Protocol):
-    """The sync calls the twins run (``PersonaMem``'s), so mypy checks that the two agree."""
-
-    def add(self, user_id: str, text: str = "", **fields: Any) -> Record: ...
-
-    def search(
-        self,
-        user_id: str,
-        query: str,
-        k: int = 5,
-        method: PipelineConfig | str | None = None,
-        **read: Unpack[ReadOptions],
-    ) -> Hits: ...
-
-    def context(
-        self,
-        user_id: str,
-        query: str,
-        *,
-        budget_tokens: int | None = None,
-        method: PipelineConfig | str | None = None,
-        **read: Unpack[ReadOptions],
-    ) -> Context: ...
+S = TypeVar("S")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-class AsyncTwins:
-    """``aadd``, ``asearch`` and ``acontext``, for a class that defines ``add``, ``search``, ``context``."""
+def twin(call: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
+    """The method ``call`` as a coroutine method with its signature, named ``a<name>``.
 
-    async def aadd(self: _Sync, user_id: str, text: str = "", **fields: Any) -> Record:
-        """:meth:`add` without blocking the event loop (the encoder and SQL run on a thread)."""
-        return await asyncio.to_thread(self.add, user_id, text, **fields)
+    The twin looks the sync method up on the object it is called on, so a subclass's or an
+    instance's own ``search`` is what ``asearch`` runs.
+    """
+    name = call.__name__
 
-    async def asearch(
-        self: _Sync,
-        user_id: str,
-        query: str,
-        k: int = 5,
-        method: PipelineConfig | str | None = None,
-        **read: Unpack[ReadOptions],
-    ) -> Hits:
-        """:meth:`search` without blocking the event loop."""
-        return await asyncio.to_thread(self.search, user_id, query, k, method, **read)
+    @functools.wraps(call)
+    async def run(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+        sync: Callable[P, R] = getattr(self, name)
+        return await asyncio.to_thread(sync, *args, **kwargs)
 
-    async def acontext(
-        self: _Sync,
-        user_id: str,
-        query: str,
-        *,
-        budget_tokens: int | None = None,
-        method: PipelineConfig | str | None = None,
-        pipeline: PipelineConfig | str | None = None,
-        **read: Unpack[ReadOptions],
-    ) -> Context:
-        """:meth:`context` without blocking the event loop (an LLM stage's wait included)."""
-        return await asyncio.to_thread(
-            self.context,
-            user_id,
-            query,
-            budget_tokens=budget_tokens,
-            method=method_of(method, pipeline),
-            **read,
-        )
+    run.__name__ = f"a{call.__name__}"
+    run.__qualname__ = f"{call.__qualname__.rpartition('.')[0]}.a{call.__name__}".lstrip(".")
+    run.__doc__ = f":meth:`{call.__name__}` without blocking the event loop (it runs on a worker thread)."
+    return run

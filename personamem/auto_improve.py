@@ -65,7 +65,7 @@ class AutoImprove:
         store_args: Sequence[str] | None = None,
         options: Sequence[str] = (),
     ) -> None:
-        if mem.tenant_name is not None:
+        if mem.inspection.tenant_name is not None:
             raise ConfigError("automatic improve runs on the store's own users, not a tenant's view")
         folder = mem.store.folder
         if store_args is None and folder is None:
@@ -152,7 +152,7 @@ def from_settings(mem: PersonaMem) -> AutoImprove | None:
     """
     given = settings()
     every = EVERY if given.improve_every is None else given.improve_every
-    if every == 0 or mem.tenant_name is not None:
+    if every == 0 or mem.inspection.tenant_name is not None:
         return None
     store_args = None
     if mem.store.folder is None:  # a database: the options serve was given

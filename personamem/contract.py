@@ -492,10 +492,11 @@ def method_of(method: M, pipeline: M, *, stacklevel: int = 3) -> M:
 
 
 class MemoryApi(Protocol):
-    """The operations every memory offers: ``PersonaMem`` in process, ``Client`` over HTTP.
+    """The operations every memory offers, documented once: here.
 
-    ``AsyncClient`` offers the same methods as coroutines. Arguments, results and exceptions are the
-    same whichever answers; :class:`~personamem.memory.PersonaMem` documents each in full.
+    :class:`~personamem.memory.PersonaMem` answers them in process, ``Client`` over HTTP and
+    ``AsyncClient`` awaited; arguments, results and exceptions are the same whichever answers. A
+    surface may add optional keywords of its own (``PersonaMem.add_many``'s ``batch_size``).
     """
 
     def add(
@@ -507,7 +508,20 @@ class MemoryApi(Protocol):
         duplicate_threshold: float | None = None,
         **fields: Any,
     ) -> Record:
-        """Remember one record of ``user_id``; returns it with its id (and ``duplicate_of``)."""
+        """Remember one record of ``user_id``; returns the record that now holds it, with its id.
+
+        ``fields`` are :class:`~personamem.records.Record` fields (``id``, ``kind``, ``category``,
+        ``timestamp``, ``metadata``, ``input``, ``output``, ``valid_from``, ``valid_until``,
+        ``expires_at``). Adding the same record again is a no-op. A near-duplicate of a current
+        record (cosine ``duplicate_threshold``, default the memory's ``duplicate_threshold``) is
+        named in the returned record's ``duplicate_of``; ``duplicates`` (default the memory's
+        ``duplicates``, ``keep``) is ``keep`` (store it too), ``skip`` (return the existing record)
+        or ``merge-metadata`` (add its metadata to the existing record and return that).
+
+        Raises:
+            InvalidRecordError: the record is not valid.
+            InvalidInputError: an unknown ``duplicates`` policy or a threshold that is not a cosine.
+        """
         ...
 
     def add_many(
@@ -517,15 +531,40 @@ class MemoryApi(Protocol):
         user_id: str | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> list[Record]:
-        """Remember many records; all are validated before any is written."""
+        """Remember many records; all are validated before any is written.
+
+        Args:
+            records: records, dicts with Record fields, or plain texts (of ``user_id``).
+            user_id: owner of records that name none (a record naming another user is an error).
+            progress: called with the count of records finished after each durable batch.
+
+        Raises:
+            InvalidRecordError: naming the position of the first bad record; nothing was written.
+        """
         ...
 
     def delete(self, user_id: str, record_ids: str | Sequence[str]) -> list[str]:
-        """Delete records of ``user_id`` by id, leaving no trace of them; returns the ids deleted."""
+        """Delete records of ``user_id`` by id, leaving no trace of them; returns the ids deleted.
+
+        Ids the user does not have are skipped. The user's cached derived values (LLM outputs that
+        may quote a deleted record) are dropped; the cost grows with the user's record count.
+
+        Raises:
+            InvalidInputError: a user id or record id that is not a non-empty string.
+        """
         ...
 
     def update(self, user_id: str, record_id: str, /, **changes: Any) -> Record:
-        """Replace fields of one record; returns the new record."""
+        """Replace fields of one record (``text``, ``category``, ``metadata``...); returns the new record.
+
+        The record keeps its id; the new version is validated like any record, written as ``add``
+        writes, and re-indexed.
+
+        Raises:
+            InvalidInputError: the user has no record ``record_id``, or ``changes`` include an
+                ``id`` or a ``user_id`` (delete and add instead).
+            InvalidRecordError: the changed record is not valid.
+        """
         ...
 
     def forget(self, user_id: str) -> bool:
@@ -533,19 +572,39 @@ class MemoryApi(Protocol):
         ...
 
     def supersede(self, user_id: str, old_id: str, text: str = "", **fields: Any) -> Record:
-        """Store a record that replaces ``old_id`` as the current fact; the old one stays in history."""
+        """Record that a new fact replaces record ``old_id`` ("my name is Bob" after "...Alice").
+
+        The old record stays in the user's history (until deleted) with its validity ended where
+        the new one's begins (``valid_from``, default now); search and context show current facts,
+        ``as_of=`` the facts of a past time, ``include_superseded=True`` all. ``fields`` are the new
+        record's, as in :meth:`add`. Returns the new record as stored.
+
+        Raises:
+            InvalidInputError: the user has no record ``old_id``, or it is no longer current.
+            InvalidRecordError: the new record is not valid.
+        """
         ...
 
     def ttl(self) -> timedelta | None:
-        """The default time-to-live of new records (None: they do not expire)."""
+        """The default time-to-live of new records (the tenant's, else the store's); None: keep."""
         ...
 
     def set_ttl(self, ttl: timedelta | float | None) -> None:
-        """Make new records expire ``ttl`` (a timedelta or seconds) after they are added; None: never."""
+        """Make new records expire ``ttl`` (a timedelta or seconds) after they are added; None: never.
+
+        Stored with the data, so every process and the server apply it; set on a tenant's view
+        (``PersonaMem.tenant``, or a server key's tenant), it is that tenant's default. A record's
+        own ``expires_at`` wins.
+        """
         ...
 
     def purge(self) -> int:
-        """Erase the expired records now; returns how many."""
+        """Erase the records whose expiry has passed, now; returns how many.
+
+        A background sweep does this while the store is open (every ``PERSONAMEM_SWEEP_S``
+        seconds, default 60; 0 turns it off); expired records are hidden from every read before
+        either runs.
+        """
         ...
 
     def search(
@@ -556,7 +615,23 @@ class MemoryApi(Protocol):
         method: str | None = None,
         **read: Unpack[ReadOptions],
     ) -> Hits:
-        """The user's top ``k`` records for ``query`` by ``method`` (None: the pipeline the memory serves)."""
+        """The user's top ``k`` records for ``query`` by ``method`` (see :mod:`personamem.methods`).
+
+        No method: the pipeline the memory serves (``PersonaMem.config``: the store's live pipeline,
+        else the package default), as :meth:`context` ranks. A method with a profile selector ranks
+        its profile first, then the other candidates. An unknown user gets an empty list. With
+        ``log_interactions`` on, ``hits.interaction_id`` names the logged call for :meth:`feedback`.
+        The read options (:class:`~personamem.store.read.ReadOptions`): only facts current now are
+        searched, unless ``as_of`` (a datetime or ISO 8601 string; naive means UTC) names another
+        time or ``include_superseded`` asks for every version; expired records never are.
+        ``filters`` keeps only the records it admits, e.g. ``{"metadata.topic": "food",
+        "timestamp": {"gte": "2025-01-01"}}`` (the grammar: :mod:`personamem.store.filters`); the
+        top ``k`` is filled from those, whatever the method.
+
+        Raises:
+            MethodError: an unknown method, or one that needs an LLM when none is configured.
+            InvalidInputError: an ``as_of`` that is not a time, or a bad filter (the message names the part).
+        """
         ...
 
     def context(
@@ -568,7 +643,22 @@ class MemoryApi(Protocol):
         method: str | None = None,
         **read: Unpack[ReadOptions],
     ) -> Context:
-        """What to paste into the LLM's prompt for ``query``, within the budget."""
+        """What to paste into the LLM's prompt for ``query``: the user's profile, within the budget.
+
+        Args:
+            user_id: whose memory.
+            query: the user's message.
+            budget_tokens: most tokens of context (default: the pipeline's ``budget_tokens``).
+            method: a method name applied over the configured pipeline (default: the configured
+                pipeline).
+            read: :meth:`search`'s read options: the context is built from the facts current at
+                ``as_of`` (default: now), or from every version, of the records ``filters`` admits
+                (the preference memory, a summary of the whole history, is not narrowed).
+
+        Raises:
+            MethodError: an unknown method, or one that needs an LLM when none is configured.
+            InvalidInputError: a bad filter or ``as_of``.
+        """
         ...
 
     def feedback(
@@ -579,11 +669,36 @@ class MemoryApi(Protocol):
         rating: float | None = None,
         used_record_ids: Sequence[str] | None = None,
     ) -> None:
-        """Report what happened after a logged ``search`` or ``context`` call."""
+        """Report what happened after a logged ``search`` or ``context`` call (its ``interaction_id``).
+
+        Args:
+            interaction_id: from ``Context.interaction_id`` or ``Hits.interaction_id``.
+            answer: the answer the user accepted (what PURPLE learns to make likely).
+            rating: the user's rating of it, higher is better.
+            used_record_ids: the records the answer used (PG-Ret's and MemRerank's positives).
+
+        Fields left None keep what an earlier call reported. A call served interleaved with a
+        candidate on trial counts for that trial (``personamem/trials.py``), which this report may decide.
+
+        Raises:
+            InvalidInputError: an unknown interaction (logging off, another tenant's, or the user was
+                forgotten), nothing to report, or a field of the wrong type (the checks are
+                :class:`~personamem.interactions.FeedbackReport`'s, which the REST body shares).
+        """
         ...
 
     def memory(self, user_id: str) -> PreferenceMemory:
-        """The user's preference memory."""
+        """The user's preference memory, as the configured pipeline's context shows it.
+
+        Built once per history revision: the first call after a write rebuilds it, waiting up to the
+        pipeline's ``memory_timeout_s``; past it, or when the LLM fails, the older memory comes back
+        with ``stale=True`` (and a :class:`~personamem.errors.MemoryFallbackWarning`). An unknown
+        user or an empty history gives an empty memory without an LLM call.
+
+        Raises:
+            MethodError: the pipeline has no preference memory, or its extractor needs an LLM and
+                none is configured.
+        """
         ...
 
     def refresh_memories(
@@ -593,11 +708,43 @@ class MemoryApi(Protocol):
         progress: Callable[[int], None] | None = None,
         batch_size: int = 8,
     ) -> int:
-        """Build the missing or stale preference memories ahead of time; returns how many were built."""
+        """Build the missing or stale preference memories ahead of time; returns how many were built.
+
+        Users whose memory is current are skipped, so an interrupted refresh resumes where it stopped;
+        users without records have nothing to build and are skipped too.
+
+        Args:
+            user_ids: whose memories (None: every user).
+            progress: called with the number of users finished after each batch (skipped ones
+                included), so the calls add up to the number of users.
+            batch_size: users per LLM call.
+
+        Raises:
+            MethodError: as :meth:`memory`.
+            LLMError: the LLM failed; the batches before it are kept.
+        """
         ...
 
     def rerank(self, user_id: str, query: str, candidates: Sequence[str], k: int | None = None) -> list[int]:
-        """Indices of ``candidates``, best first, by the user's preference memory."""
+        """Order ``candidates`` for the user's request by their preference memory; best first.
+
+        MemRerank's setwise reranker: the configured LLM picks the best of up to five candidates at a
+        time, shown the user's memory (:meth:`memory`) and ``query``, and a heap sort of such choices
+        ranks the list (about ``N + k·log4 N`` choices for the top ``k`` of ``N``).
+
+        Args:
+            user_id: whose preferences.
+            query: the request (may be empty: then the choice is what the user would pick).
+            candidates: texts to order (products, answers, documents).
+            k: how many indices to return (default: all).
+
+        Returns:
+            Indices into ``candidates``, best first.
+
+        Raises:
+            MethodError: as :meth:`memory`, or no LLM is configured.
+            InvalidInputError: a candidate or the query is not a string.
+        """
         ...
 
     def get(self, user_id: str, record_id: str) -> Record | None:
@@ -609,15 +756,32 @@ class MemoryApi(Protocol):
         ...
 
     def history(self, user_id: str, record_id: str) -> list[RecordEvent]:
-        """The events of the user's record, oldest first; an erased record's without its text."""
+        """The events of the user's record, oldest first: added, updated, superseded, then erased.
+
+        Each says when and who (``"sdk"``, or the API key and tenant of a server request) and, while
+        the record exists, its text as of that event. Erasure wins: after ``delete``, expiry or
+        ``forget`` only the events, their times and actors are left, with no text. A record id the
+        user never had has no events.
+        """
         ...
 
     def export(self, user_id: str, path: str | Path, *, interactions: bool = False) -> int:
-        """Write the user's export (JSON Lines) to ``path``; returns the lines after the header."""
+        """Write the user's records (and, with ``interactions``, logged calls) to a JSON Lines file.
+
+        The file imports into any store with :meth:`import_user` (the format is in
+        :mod:`personamem.portability`); returns how many records and interactions it holds.
+        """
         ...
 
     def import_user(self, path: str | Path, *, user_id: str | None = None) -> Imported:
-        """Store a user's export, as its user or as ``user_id``; importing twice changes nothing."""
+        """Store a user's export (from :meth:`export`), as that user or as ``user_id``.
+
+        The file is validated whole first; records already here unchanged, and interactions already
+        logged, are skipped, so importing twice changes nothing.
+
+        Raises:
+            IngestError: the file is not an export, or a line is not valid (the message names it).
+        """
         ...
 
     def users(self) -> list[str]:

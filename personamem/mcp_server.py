@@ -346,7 +346,7 @@ def _add_report_answer(tools: _Tools) -> None:
             mem = tools.memory(ctx, KeyScope.WRITE)
             user = check_user_id(user_id)
             # feedback is scoped to the tenant, not the user: one user's agent must not report on another's
-            if mem.interaction_user(interaction_id) != user:
+            if mem.inspection.interaction_user(interaction_id) != user:
                 raise InvalidInputError(f"user {user!r} has no logged interaction {interaction_id!r}")
             mem.feedback(interaction_id, answer=answer, rating=rating)
         return {"reported": True}
@@ -416,7 +416,7 @@ def _add_record_tools(tools: _Tools) -> None:
                     "this server keeps no preference memory (its pipeline's preference_memory is 'none'); "
                     "use `context` or `recall`"
                 )
-            return PreferenceAnswer.of(mem.stored_memory(user_id)).model_dump(mode="json")
+            return PreferenceAnswer.of(mem.inspection.stored_memory(user_id)).model_dump(mode="json")
 
 
 def build_server(mem: PersonaMem, *, methods: ServedMethods | None = SERVED_BY_DEFAULT) -> MCPServer:

@@ -4,10 +4,11 @@ One object per process, shared across threads: it owns the store and one pipelin
 or config, built on first use and kept (a PURPLE checkpoint or an LLM is loaded once).
 
 The class defines the operations every surface shares (:class:`~personamem.contract.MemoryApi`'s,
-which must be its own); it inherits the rest: opening, the pipeline each call runs and tenant views
-(:mod:`~personamem.serving`), what the server and the inspector read besides the records
-(:mod:`~personamem.inspection`), ``improve``, the SDK's one door into the trainers
-(:mod:`~personamem.improving`), and the coroutine twins (:mod:`~personamem.async_twins`).
+documented there) and composes the rest: ``mem.serving`` (:class:`~personamem.serving.Serving`: the
+pipeline each call runs), ``mem.inspection`` (:class:`~personamem.inspection.Inspection`: what the
+server and the inspector read besides the records), the tenant views, ``mem.trials``,
+``mem.webhooks``, ``mem.jobs``; ``improve`` is the SDK's one door into the trainers
+(:mod:`~personamem.improving`), ``aadd``/``asearch``/``acontext`` the coroutine twins.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Unpack
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, Unpack
 
 import numpy as np
 from sqlalchemy.engine import make_url
 
-from personamem.async_twins import AsyncTwins
+from personamem.async_twins import twin
+from personamem.components import Components
 from personamem.conflicts import ConflictDetector
 from personamem.contract import Context, Hits, MemoryApi, method_of
+from personamem.encoder import Encoder
 from personamem.errors import (
     ConfigError,
     ConflictFallbackWarning,
@@ -30,30 +34,39 @@ from personamem.errors import (
     MethodError,
     warn_fallback,
 )
-from personamem.improving import Improving
+from personamem.improving import improve_served
 from personamem.inspection import Inspection
 from personamem.interactions import FeedbackReport
+from personamem.jobs import Jobs
 from personamem.llm.base import FrozenLLM
-from personamem.pipeline import PipelineConfig
+from personamem.methods import ServedMethods
+from personamem.pipeline import Pipeline, PipelineConfig
 from personamem.portability import Imported, export_lines, read_export, write_export
 from personamem.preference import PreferenceMemories, PreferenceMemory, SetwiseReranker
+from personamem.profile import ProfileSelector
 from personamem.records import Record, RecordEvent, RecordKind, check_user_id, parse_record, parse_records
 from personamem.retrieval import DenseRetriever, Hit
-from personamem.serving import Serving, stored_pipeline
+from personamem.serving import Serving, TenantViews, pinned_at_open, stored_pipeline
 from personamem.store import Store
-from personamem.store.duplicates import DuplicatePolicy, check_duplicates
+from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, check_duplicates
 from personamem.store.read import NOW, Read, ReadOptions
 from personamem.telemetry import traced
+from personamem.webhooks import Webhooks
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from personamem.improving import ImproveResult
 
 __all__ = ["PersonaMem", "open_memory", "stored_pipeline"]
 
 
-class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
+class PersonaMem(MemoryApi):
     """Per-user memory: add what users said or did, search it per user, build their context, forget them.
 
-    Its operations are :class:`~personamem.contract.MemoryApi`'s, so ``Client`` (HTTP) answers them
-    alike. ``pipeline=`` configures the memory (here and in :meth:`open`); ``method=`` picks what one
-    :meth:`search` or :meth:`context` call runs.
+    Its operations are :class:`~personamem.contract.MemoryApi`'s (documented there), so ``Client``
+    (HTTP) answers them alike. ``pipeline=`` configures the memory (here and in :meth:`open`);
+    ``method=`` picks what one :meth:`search` or :meth:`context` call runs.
 
     Args:
         store: where the records live.
@@ -72,6 +85,144 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         ...     prompt_part = mem.context("alice", "what should I cook tonight?").text
     """
 
+    def __init__(
+        self,
+        store: Store,
+        *,
+        pipeline: PipelineConfig | None = None,
+        llm: FrozenLLM | None = None,
+        components: Components | None = None,
+    ) -> None:
+        self.store = store
+        self.serving = Serving(store, pipeline=pipeline, llm=llm, components=components)
+        self.inspection = Inspection(store, self.serving)
+        self.trials = self.serving.trials  # a candidate on trial against the live pipeline (interleaving)
+        self.webhooks = Webhooks(store)  # this view's tenant's webhooks and dead letters
+        self.jobs = Jobs(store)  # this view's tenant's bulk imports, run in the background
+        # what add does with a near-duplicate, unless a call says otherwise (see store/duplicates.py)
+        self.duplicates = DuplicatePolicy.KEEP
+        self.duplicate_threshold = DUPLICATE_THRESHOLD
+        self._views = TenantViews()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        encoder: Encoder | None = None,
+        pipeline: PipelineConfig | str | Path | None = None,
+        llm: FrozenLLM | None = None,
+    ) -> Self:
+        """Memory in a local folder (SQLite and an embedded Chroma); created if missing.
+
+        ``pipeline`` is a config, or the path of a TOML file with a ``[pipeline]`` table; given, it
+        is served instead of the store's live pipeline (with a warning where they differ).
+        """
+        store = Store.open(path, encoder=encoder)
+        return cls(store, pipeline=pinned_at_open(store, pipeline), llm=llm)
+
+    @classmethod
+    def connect(
+        cls,
+        sql_url: str,
+        *,
+        chroma_url: str | None = None,
+        chroma_path: str | Path | None = None,
+        encoder: Encoder | None = None,
+        pipeline: PipelineConfig | str | Path | None = None,
+        llm: FrozenLLM | None = None,
+    ) -> Self:
+        """Memory on a SQLAlchemy database and a Chroma server or folder; PostgreSQL alone needs neither.
+
+        ``PersonaMem.connect("postgresql+psycopg://...")`` keeps the vectors in the same database
+        with pgvector (its ``vector`` extension must be installed on the server).
+        """
+        store = Store.connect(sql_url, chroma_url=chroma_url, chroma_path=chroma_path, encoder=encoder)
+        return cls(store, pipeline=pinned_at_open(store, pipeline), llm=llm)
+
+    def tenant(self, name: str) -> Self:
+        """This memory as tenant ``name`` sees it: its own users, even where ids equal another's.
+
+        Isolation is the store's (:meth:`Store.for_tenant`), so every method, pipeline and adapter
+        built on the returned object reads and erases that tenant's records only. It shares this
+        object's store, pipeline config and loaded LLMs, is made once per name and kept (with its
+        pipelines and caches); closing it does nothing.
+
+        Raises:
+            InvalidInputError: a tenant name that is not 1-64 letters, digits, ``_``, ``.``, ``-``.
+        """
+        return self._views.get(name, self._view)
+
+    def _view(self, name: str) -> Self:
+        serving = self.serving
+        view = type(self)(self.store.for_tenant(name), pipeline=serving.pinned, components=serving.components)
+        view.duplicates, view.duplicate_threshold = self.duplicates, self.duplicate_threshold
+        view.served_methods = self.served_methods
+        return view
+
+    @property
+    def served_methods(self) -> ServedMethods | None:
+        """The method names :meth:`search`, :meth:`context`, :meth:`pipeline` and :meth:`selector` take.
+
+        None (the default, for the SDK and the CLI): any name, a file or folder on this machine
+        included. A server sets a :class:`~personamem.methods.ServedMethods` (``create_app`` and
+        ``personamem mcp`` do), so a request cannot name a path: the name is checked before anything
+        is read. Setting it sets every tenant view's too, so REST, the inspector and MCP share one
+        rule. A :class:`~personamem.pipeline.PipelineConfig` passed in process is not checked.
+        """
+        return self.serving.served_methods
+
+    @served_methods.setter
+    def served_methods(self, policy: ServedMethods | None) -> None:
+        def change() -> None:
+            self.serving.served_methods = policy
+
+        for view in self._views.after(change):
+            view.served_methods = policy
+
+    @property
+    def config(self) -> PipelineConfig:
+        """The pipeline served to calls that name no method (see :attr:`Serving.config`)."""
+        return self.serving.config
+
+    @config.setter
+    def config(self, config: PipelineConfig | None) -> None:
+        """Serve ``config`` in this object whatever the store's live pipeline is (None: follow the store)."""
+        self.serving.config = config
+
+    def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
+        """The pipeline a call with ``method`` runs (see :meth:`Serving.pipeline`)."""
+        return self.serving.pipeline(method)
+
+    def selector(self, name: str) -> ProfileSelector:
+        """The profile selector ``name``, for a framework's own candidates (:meth:`Serving.selector`)."""
+        return self.serving.selector(name)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release connections; the data stays on disk."""
+        self.store.close()
+
+    def improve(self, *, progress: Progress | None = None, **settings: Any) -> ImproveResult:
+        """Fit the first stage to this store and put it live in the store only if it validates better.
+
+        The SDK's door to ``personamem improve`` (keyword settings as its options, e.g.
+        ``max_synthetic=600``; ``progress`` shows its steps); on success every process that serves
+        the store's live pipeline (this one included, unless it was opened with ``pipeline=``) serves
+        the new one. Returns the :class:`~personamem.trainers.adapter.improve.ImproveResult`.
+
+        Raises:
+            InsufficientDataError: too few users or questions (the message gives the counts).
+        """
+        return improve_served(self, progress=progress, **settings)
+
     @traced("add")
     def add(
         self,
@@ -82,30 +233,19 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         duplicate_threshold: float | None = None,
         **fields: Any,
     ) -> Record:
-        """Remember one record of ``user_id``; returns the record that now holds it, with its id.
-
-        ``fields`` are :class:`~personamem.records.Record` fields (``id``, ``kind``, ``category``,
-        ``timestamp``, ``metadata``, ``input``, ``output``, ``valid_from``, ``valid_until``,
-        ``expires_at``). Adding the same record again is a no-op. A near-duplicate of a current
-        record (cosine ``duplicate_threshold``, default this object's ``duplicate_threshold``) is
-        named in the returned record's ``duplicate_of``; ``duplicates`` (default this object's
-        ``duplicates``, ``keep``) is ``keep`` (store it too), ``skip`` (return the existing record)
-        or ``merge-metadata`` (add its metadata to the existing record and return that).
-
-        Raises:
-            InvalidRecordError: the record is not valid.
-            InvalidInputError: an unknown ``duplicates`` policy or a threshold that is not a cosine.
-        """
+        """Remember one record of ``user_id`` (:meth:`MemoryApi.add`); ``conflicts`` on, it may supersede."""
         policy, threshold = check_duplicates(
             self.duplicates if duplicates is None else duplicates,
             self.duplicate_threshold if duplicate_threshold is None else duplicate_threshold,
         )
         record = parse_record({"user_id": user_id, "text": text, **fields})
         if self.config.conflicts and record.kind is RecordKind.KNOWLEDGE:
-            replaced = _replaced(self.store, self._llm(), record)
+            replaced = _replaced(self.store, self.serving.llm(), record)
             if replaced is not None:
                 return self.store.supersede(record.user_id, replaced.id, record)
         return self.store.add(record, duplicates=policy, threshold=threshold)
+
+    aadd = twin(add)
 
     @traced("add_many")
     def add_many(
@@ -116,18 +256,11 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         progress: Callable[[int], None] | None = None,
         batch_size: int = 256,
     ) -> list[Record]:
-        """Remember many records; all are validated before any is written.
+        """Remember many records; all are validated before any is written (:meth:`MemoryApi.add_many`).
 
-        Args:
-            records: records, dicts with Record fields, or plain texts (of ``user_id``).
-            user_id: owner of records that name none (a record naming another user is an error).
-            progress: called with the count of records finished after each durable batch.
-            batch_size: records per SQL transaction; ``len(records)`` makes the whole call one
-                transaction, so after any crash all of it or none of it is stored (the server's
-                batch route does this).
-
-        Raises:
-            InvalidRecordError: naming the position of the first bad record; nothing was written.
+        ``batch_size`` is records per SQL transaction; ``len(records)`` makes the whole call one
+        transaction, so after any crash all of it or none of it is stored (the server's batch route
+        does this).
         """
         parsed = parse_records(records, user_id=user_id)
         self.store.add_many(parsed, progress=progress, batch_size=max(batch_size, 1))
@@ -135,14 +268,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
 
     @traced("delete")
     def delete(self, user_id: str, record_ids: str | Sequence[str]) -> list[str]:
-        """Delete records of ``user_id`` by id, leaving no trace of them; returns the ids deleted.
-
-        Ids the user does not have are skipped. The user's cached derived values (LLM outputs that
-        may quote a deleted record) are dropped; the cost grows with the user's record count.
-
-        Raises:
-            InvalidInputError: a user id or record id that is not a non-empty string.
-        """
+        """Delete records of ``user_id`` by id, leaving no trace of them (:meth:`MemoryApi.delete`)."""
         ids = [record_ids] if isinstance(record_ids, str) else list(record_ids)
         for record_id in ids:
             if not isinstance(record_id, str) or not record_id:
@@ -151,16 +277,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
 
     @traced("update")
     def update(self, user_id: str, record_id: str, /, **changes: Any) -> Record:
-        """Replace fields of one record (``text``, ``category``, ``metadata``...); returns the new record.
-
-        The record keeps its id; the new version is validated like any record, written as ``add``
-        writes, and re-indexed.
-
-        Raises:
-            InvalidInputError: the user has no record ``record_id``, or ``changes`` include an
-                ``id`` or a ``user_id`` (delete and add instead).
-            InvalidRecordError: the changed record is not valid.
-        """
+        """Replace fields of one record; returns the new record (:meth:`MemoryApi.update`)."""
         if "id" in changes or "user_id" in changes:
             raise InvalidInputError("update cannot change a record's id or user; delete it and add a new one")
         current = self.get(user_id, record_id)
@@ -176,17 +293,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
 
     @traced("supersede")
     def supersede(self, user_id: str, old_id: str, text: str = "", **fields: Any) -> Record:
-        """Record that a new fact replaces record ``old_id`` ("my name is Bob" after "...Alice").
-
-        The old record stays in the user's history (until deleted) with its validity ended where
-        the new one's begins (``valid_from``, default now); search and context show current facts,
-        ``as_of=`` the facts of a past time, ``include_superseded=True`` all. ``fields`` are the new
-        record's, as in :meth:`add`. Returns the new record as stored.
-
-        Raises:
-            InvalidInputError: the user has no record ``old_id``, or it is no longer current.
-            InvalidRecordError: the new record is not valid.
-        """
+        """Record that a new fact replaces record ``old_id`` (:meth:`MemoryApi.supersede`)."""
         if not isinstance(old_id, str) or not old_id:
             raise InvalidInputError(f"old_id must be a non-empty record id, got {old_id!r}")
         record = parse_record({"user_id": user_id, "text": text, **fields})
@@ -200,22 +307,12 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
 
     @traced("set_ttl")
     def set_ttl(self, ttl: timedelta | float | None) -> None:
-        """Make new records expire ``ttl`` (a timedelta or seconds) after they are added; None: never.
-
-        Stored with the data, so every process and the server apply it; set on a tenant's view
-        (:meth:`tenant`), it is that tenant's default. A record's own ``expires_at`` wins.
-        """
+        """Make new records expire ``ttl`` after they are added (:meth:`MemoryApi.set_ttl`)."""
         self.store.set_ttl(ttl.total_seconds() if isinstance(ttl, timedelta) else ttl)
 
     @traced("purge")
     def purge(self, *, all_tenants: bool = False) -> int:
-        """Erase the records whose expiry has passed, now; returns how many.
-
-        A background sweep does this while the store is open (every ``PERSONAMEM_SWEEP_S``
-        seconds, default 60; 0 turns it off); expired records are hidden from every read before
-        either runs.
-        ``all_tenants`` (not on a tenant's view) purges every tenant's records too.
-        """
+        """Erase the expired records now (:meth:`MemoryApi.purge`); ``all_tenants``: every tenant's too."""
         return self.store.purge_expired(all_tenants=all_tenants)
 
     @traced("search")
@@ -227,27 +324,13 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         method: PipelineConfig | str | None = None,
         **read: Unpack[ReadOptions],
     ) -> Hits:
-        """The user's top ``k`` records for ``query`` by ``method`` (see :mod:`personamem.methods`).
-
-        No method: the pipeline this memory serves (:attr:`config`: the store's live pipeline, else
-        the package default, hybrid with the shipped query adapter), as :meth:`context` ranks. A
-        method with a profile selector ranks its profile first, then the other candidates. An
-        unknown user gets an empty list. With ``log_interactions`` on, ``hits.interaction_id`` names
-        the logged call for :meth:`feedback`. The read options (:class:`~personamem.store.read.ReadOptions`):
-        only facts current now are searched, unless ``as_of`` (a datetime or ISO 8601 string; naive
-        means UTC) names another time or ``include_superseded`` asks for every version; expired
-        records never are. ``filters`` keeps only the records it admits, e.g. ``{"metadata.topic":
-        "food", "timestamp": {"gte": "2025-01-01"}}`` (the grammar: :mod:`personamem.store.filters`);
-        the top ``k`` is filled from those, whatever the method.
-
-        Raises:
-            MethodError: an unknown method, or one that needs an LLM when none is configured.
-            InvalidInputError: an ``as_of`` that is not a time, or a bad filter (the message names the part).
-        """
+        """The user's top ``k`` records by ``method``, a name or config (:meth:`MemoryApi.search`)."""
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         parsed = Read.of(**read)  # checked before the pipeline is built
-        return self.pipeline(method).search(user_id, query, k, parsed, draft=self.draft(method))
+        return self.pipeline(method).search(user_id, query, k, parsed, draft=self.serving.draft(method))
+
+    asearch = twin(search)
 
     @traced("context")
     def context(
@@ -260,29 +343,18 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         pipeline: PipelineConfig | str | None = None,
         **read: Unpack[ReadOptions],
     ) -> Context:
-        """What to paste into the LLM's prompt for ``query``: the user's profile, within the budget.
+        """What to paste into the LLM's prompt for ``query`` (:meth:`MemoryApi.context`).
 
-        Args:
-            user_id: whose memory.
-            query: the user's message.
-            budget_tokens: most tokens of context (default: the pipeline's ``budget_tokens``).
-            method: a method name applied over the configured pipeline, or another config
-                (default: the configured pipeline).
-            pipeline: the deprecated name of ``method`` (a
-                :class:`~personamem.errors.PersonaMemDeprecationWarning`).
-            read: :meth:`search`'s read options: the context is built from the facts current at
-                ``as_of`` (default: now), or from every version, of the records ``filters`` admits
-                (the preference memory, a summary of the whole history, is not narrowed).
-
-        Raises:
-            MethodError: an unknown method, or one that needs an LLM when none is configured.
-            InvalidInputError: both ``method`` and ``pipeline``, or a bad filter.
+        In process ``method`` may be a config; ``pipeline`` is its deprecated name (a
+        :class:`~personamem.errors.PersonaMemDeprecationWarning`; both: InvalidInputError).
         """
         chosen, parsed = method_of(method, pipeline), Read.of(**read)
-        draft = self.draft(chosen)
+        draft = self.serving.draft(chosen)
         return self.pipeline(chosen).context(
             user_id, query, budget_tokens=budget_tokens, draft=draft, read=parsed
         )
+
+    acontext = twin(context)
 
     @traced("feedback")
     def feedback(
@@ -293,22 +365,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         rating: float | None = None,
         used_record_ids: Sequence[str] | None = None,
     ) -> None:
-        """Report what happened after a logged ``search`` or ``context`` call (its ``interaction_id``).
-
-        Args:
-            interaction_id: from ``Context.interaction_id`` or ``Hits.interaction_id``.
-            answer: the answer the user accepted (what PURPLE learns to make likely).
-            rating: the user's rating of it, higher is better.
-            used_record_ids: the records the answer used (PG-Ret's and MemRerank's positives).
-
-        Fields left None keep what an earlier call reported. A call served interleaved with a
-        candidate on trial counts for that trial (``personamem/trials.py``), which this report may decide.
-
-        Raises:
-            InvalidInputError: an unknown interaction (logging off, another tenant's, or the user was
-                forgotten), nothing to report, or a field of the wrong type (the checks are
-                :class:`~personamem.interactions.FeedbackReport`'s, which the REST body shares).
-        """
+        """Report what happened after a logged call (:meth:`MemoryApi.feedback`), for its trial too."""
         report = FeedbackReport.of(
             interaction_id, answer=answer, rating=rating, used_record_ids=used_record_ids
         )
@@ -317,23 +374,14 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
 
     @traced("export")
     def export(self, user_id: str, path: str | Path, *, interactions: bool = False) -> int:
-        """Write the user's records (and, with ``interactions``, logged calls) to a JSON Lines file.
-
-        The file imports into any store with :meth:`import_user` (the format is in
-        :mod:`personamem.portability`); returns how many records and interactions it holds.
-        """
-        return write_export(path, export_lines(self, check_user_id(user_id), interactions=interactions))
+        """Write the user's export (JSON Lines) to ``path`` (:meth:`MemoryApi.export`)."""
+        user = check_user_id(user_id)
+        calls = self.inspection.interactions(user) if interactions else []
+        return write_export(path, export_lines(user, self.records(user), calls))
 
     @traced("import_user")
     def import_user(self, path: str | Path, *, user_id: str | None = None) -> Imported:
-        """Store a user's export (from :meth:`export`), as that user or as ``user_id``.
-
-        The file is validated whole first; records already here unchanged, and interactions already
-        logged, are skipped, so importing twice changes nothing.
-
-        Raises:
-            IngestError: the file is not an export, or a line is not valid (the message names it).
-        """
+        """Store a user's export, as its user or ``user_id`` (:meth:`MemoryApi.import_user`)."""
         data = read_export(path, user_id=None if user_id is None else check_user_id(user_id))
         written = self.store.add_many(data.records)
         logged = self.store.interactions.import_(data.interactions) if data.interactions else 0
@@ -341,18 +389,8 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
 
     @traced("memory")
     def memory(self, user_id: str) -> PreferenceMemory:
-        """The user's preference memory, as the configured pipeline's context shows it.
-
-        Built once per history revision: the first call after a write rebuilds it, waiting up to the
-        pipeline's ``memory_timeout_s``; past it, or when the LLM fails, the older memory comes back
-        with ``stale=True`` (and a :class:`~personamem.errors.MemoryFallbackWarning`). An unknown
-        user or an empty history gives an empty memory without an LLM call.
-
-        Raises:
-            MethodError: the pipeline has no preference memory, or its extractor needs an LLM and
-                none is configured.
-        """
-        return self._preference_memories().get(check_user_id(user_id))
+        """The user's preference memory, rebuilt once per history revision (:meth:`MemoryApi.memory`)."""
+        return self.serving.preference_memories().get(check_user_id(user_id))
 
     @traced("refresh_memories")
     def refresh_memories(
@@ -362,46 +400,14 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
         progress: Callable[[int], None] | None = None,
         batch_size: int = 8,
     ) -> int:
-        """Build the missing or stale preference memories ahead of time; returns how many were built.
-
-        Users whose memory is current are skipped, so an interrupted refresh resumes where it stopped;
-        users without records have nothing to build and are skipped too.
-
-        Args:
-            user_ids: whose memories (None: every user).
-            progress: called with the number of users finished after each batch (skipped ones
-                included), so the calls add up to the number of users.
-            batch_size: users per LLM call.
-
-        Raises:
-            MethodError: as :meth:`memory`.
-            LLMError: the LLM failed; the batches before it are kept.
-        """
-        memories = self._preference_memories  # asked for after the arguments are checked
+        """Build the missing or stale preference memories now (:meth:`MemoryApi.refresh_memories`)."""
+        memories = self.serving.preference_memories  # asked for after the arguments are checked
         return _refresh(self.store, memories, user_ids, progress=progress, batch_size=batch_size)
 
     @traced("rerank")
     def rerank(self, user_id: str, query: str, candidates: Sequence[str], k: int | None = None) -> list[int]:
-        """Order ``candidates`` for the user's request by their preference memory; best first.
-
-        MemRerank's setwise reranker: the configured LLM picks the best of up to five candidates at a
-        time, shown the user's memory (:meth:`memory`) and ``query``, and a heap sort of such choices
-        ranks the list (about ``N + k·log4 N`` choices for the top ``k`` of ``N``).
-
-        Args:
-            user_id: whose preferences.
-            query: the request (may be empty: then the choice is what the user would pick).
-            candidates: texts to order (products, answers, documents).
-            k: how many indices to return (default: all).
-
-        Returns:
-            Indices into ``candidates``, best first.
-
-        Raises:
-            MethodError: as :meth:`memory`, or no LLM is configured.
-            InvalidInputError: a candidate or the query is not a string.
-        """
-        return _rerank(lambda: self.memory(user_id), self._llm, query, candidates, k)
+        """Order ``candidates`` by the user's preference memory, best first (:meth:`MemoryApi.rerank`)."""
+        return _rerank(lambda: self.memory(user_id), self.serving.llm, query, candidates, k)
 
     @traced("search_vector")
     def search_vector(
@@ -427,13 +433,7 @@ class PersonaMem(Serving, Inspection, Improving, AsyncTwins, MemoryApi):
 
     @traced("history")
     def history(self, user_id: str, record_id: str) -> list[RecordEvent]:
-        """The events of the user's record, oldest first: added, updated, superseded, then erased.
-
-        Each says when and who (``"sdk"``, or the API key and tenant of a server request) and, while
-        the record exists, its text as of that event. Erasure wins: after ``delete``, expiry or
-        ``forget`` only the events, their times and actors are left, with no text. A record id the
-        user never had has no events.
-        """
+        """The events of the user's record, oldest first (:meth:`MemoryApi.history`)."""
         return self.store.history(check_user_id(user_id), _record_id(record_id))
 
     @traced("users")

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,7 +33,6 @@ from personamem.records import Record, parse_record
 
 __all__ = [
     "EXPORT_VERSION",
-    "Exportable",
     "Imported",
     "UserExport",
     "export_lines",
@@ -65,29 +64,18 @@ class Imported(BaseModel):
     interactions: int
 
 
-class Exportable(Protocol):
-    """What an export reads of a memory (``PersonaMem`` is one): a user's records and logged calls."""
-
-    def records(self, user_id: str) -> list[Record]:
-        """The user's records, in insertion order."""
-        ...
-
-    def interactions(self, user_id: str | None = None) -> list[Interaction]:
-        """The user's logged calls, oldest first."""
-        ...
-
-
-def export_lines(mem: Exportable, user_id: str, *, interactions: bool = False) -> Iterator[str]:
-    """The export of ``user_id`` as JSON lines (without newlines), records in insertion order."""
+def export_lines(
+    user_id: str, records: Iterable[Record], interactions: Iterable[Interaction] = ()
+) -> Iterator[str]:
+    """The export of ``user_id`` as JSON lines (without newlines): its records, then its logged calls."""
     now = datetime.now(UTC).isoformat()
     yield json.dumps({"personamem_export": EXPORT_VERSION, "user_id": user_id, "exported_at": now})
-    for record in mem.records(user_id):
+    for record in records:
         payload = record.model_dump(mode="json", exclude={"user_id"}, exclude_defaults=True)
         yield json.dumps({"record": {"id": record.id, **payload}}, ensure_ascii=False)
-    if interactions:
-        for item in mem.interactions(user_id):
-            payload = item.model_dump(mode="json", exclude={"user_id"})
-            yield json.dumps({"interaction": payload}, ensure_ascii=False)
+    for item in interactions:
+        payload = item.model_dump(mode="json", exclude={"user_id"})
+        yield json.dumps({"interaction": payload}, ensure_ascii=False)
 
 
 def read_export(path: str | Path, *, user_id: str | None = None) -> UserExport:

@@ -1,4 +1,4 @@
-"""What learning from a store's own traffic needs of a memory: its store, its pipelines, its trials, its log.
+"""What learning from a store's own traffic needs of a memory: its store, its pipelines, its trials.
 
 :class:`ServedMemory` is a protocol that :class:`~personamem.memory.PersonaMem` satisfies. The
 improve trainer (``trainers/adapter/improve.py``) takes it rather than the facade, because the
@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from personamem.interactions import Interaction
     from personamem.pipeline import Pipeline, PipelineConfig
     from personamem.store import Store
     from personamem.trials import Trials
@@ -39,8 +38,4 @@ class ServedMemory(Protocol):
 
     def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
         """The pipeline a call with ``method`` runs (None: :attr:`config`)."""
-        ...
-
-    def interactions(self, user_id: str | None = None) -> list[Interaction]:
-        """Logged calls with their feedback, oldest first (None: every user)."""
         ...

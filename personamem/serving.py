@@ -1,9 +1,11 @@
-"""A memory over one store: how it is opened, which pipeline each call runs, and its tenant views.
+"""Which pipeline each call of a memory runs, and the views its tenants get.
 
-The base of :class:`~personamem.memory.PersonaMem` (which documents the constructor's arguments): one
-object per process, shared across threads, serving the config given at open or else the store's live
-pipeline, and resolving method names to pipelines built once (:class:`~personamem.components.Pipelines`).
-A tenant's view is an object of the same class over the tenant's store, sharing this one's components.
+:class:`Serving` is a collaborator of :class:`~personamem.memory.PersonaMem` (``mem.serving``), one
+per memory and tenant view, shared across threads: it serves the config given at open or else the
+store's live pipeline, and resolves method names to pipelines built once
+(:class:`~personamem.components.Pipelines`) from components shared with every view
+(:class:`~personamem.components.Components`). :class:`TenantViews` keeps a memory's views, made once
+per tenant.
 """
 
 from __future__ import annotations
@@ -11,12 +13,11 @@ from __future__ import annotations
 import json
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Self
+from typing import Any, TypeVar, cast
 
 from personamem.components import Components, Pipelines
-from personamem.encoder import Encoder
 from personamem.errors import (
     ConfigError,
     MethodError,
@@ -25,25 +26,23 @@ from personamem.errors import (
     warn_fallback,
 )
 from personamem.interleaving import Draft
-from personamem.jobs import Jobs
 from personamem.llm.base import FrozenLLM
 from personamem.methods import ServedMethods, method_config
 from personamem.pipeline import Pipeline, PipelineConfig, load_pipeline
 from personamem.pipeline.config import pipeline_config
-from personamem.preference import PreferenceMemories, PreferenceMemory
+from personamem.preference import PreferenceMemories
 from personamem.profile import ProfileSelector
-from personamem.records import check_user_id
 from personamem.retrieval import BM25Retriever
 from personamem.store import Store
-from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy
 from personamem.trials import Trials
-from personamem.webhooks import Webhooks
 
-__all__ = ["Serving", "stored_pipeline"]
+__all__ = ["Serving", "TenantViews", "pinned_at_open", "stored_pipeline"]
+
+V = TypeVar("V")
 
 
 class Serving:
-    """A store, the pipelines served over it, and the views its tenants get (see the module)."""
+    """The pipelines a memory serves over ``store`` (see the module; the arguments are ``PersonaMem``'s)."""
 
     def __init__(
         self,
@@ -54,122 +53,20 @@ class Serving:
         components: Components | None = None,
     ) -> None:
         self.store = store
-        self._pinned = pipeline  # None: serve the store's live pipeline (see config)
+        self.pinned = pipeline  # None: serve the store's live pipeline (see config)
         self._live: tuple[str | None, PipelineConfig] = (None, PipelineConfig())  # (stored table, parsed)
         # LLMs and extractors, loaded once for this memory and its tenant views (they pass theirs)
-        self._components = components or Components(llm)
+        self.components = components or Components(llm)
         self._lock = threading.Lock()  # this object's pipeline builds
         self._bm25 = BM25Retriever(store)  # the per-user BM25 indexes its pipelines share
-        self._pipelines = Pipelines(store, self._components, self._bm25, self._lock)
+        self._pipelines = Pipelines(store, self.components, self._bm25, self._lock)
         self._methods: dict[str, PipelineConfig] = {}  # a pipeline:<file> is read once
-        self._tenants: dict[str, Self] = {}
-        self._views_lock = threading.Lock()  # making tenant views
-        # what add does with a near-duplicate, unless a call says otherwise (see store/duplicates.py)
-        self.duplicates = DuplicatePolicy.KEEP
-        self.duplicate_threshold = DUPLICATE_THRESHOLD
-        self._served: ServedMethods | None = None
+        self.served_methods: ServedMethods | None = None  # see PersonaMem.served_methods
         self.trials = Trials(store)  # a candidate on trial against the live pipeline (interleaving)
-        self.webhooks = Webhooks(store)  # this view's tenant's webhooks and dead letters
-        self.jobs = Jobs(store)  # this view's tenant's bulk imports, run in the background
-
-    @classmethod
-    def open(
-        cls,
-        path: str | Path,
-        *,
-        encoder: Encoder | None = None,
-        pipeline: PipelineConfig | str | Path | None = None,
-        llm: FrozenLLM | None = None,
-    ) -> Self:
-        """Memory in a local folder (SQLite and an embedded Chroma); created if missing.
-
-        ``pipeline`` is a config, or the path of a TOML file with a ``[pipeline]`` table.
-        """
-        return cls._opened(Store.open(path, encoder=encoder), _pinned(pipeline), llm)
-
-    @classmethod
-    def connect(
-        cls,
-        sql_url: str,
-        *,
-        chroma_url: str | None = None,
-        chroma_path: str | Path | None = None,
-        encoder: Encoder | None = None,
-        pipeline: PipelineConfig | str | Path | None = None,
-        llm: FrozenLLM | None = None,
-    ) -> Self:
-        """Memory on a SQLAlchemy database and a Chroma server or folder; PostgreSQL alone needs neither.
-
-        ``PersonaMem.connect("postgresql+psycopg://...")`` keeps the vectors in the same database
-        with pgvector (its ``vector`` extension must be installed on the server).
-        """
-        store = Store.connect(sql_url, chroma_url=chroma_url, chroma_path=chroma_path, encoder=encoder)
-        return cls._opened(store, _pinned(pipeline), llm)
-
-    @classmethod
-    def _opened(cls, store: Store, pipeline: PipelineConfig | None, llm: FrozenLLM | None) -> Self:
-        """The memory over ``store``; a pipeline given at open wins over the store's live one, and says so."""
-        stored = store.live_pipeline
-        live = None if pipeline is None or stored is None else stored_pipeline(stored)
-        if live is not None and pipeline != live:
-            warnings.warn(
-                f"serving the pipeline given at open, not the store's live pipeline "
-                f"({live.chosen_by or 'set in the store'}); "
-                "open without pipeline= (the CLI: without --config or ./personamem.toml) to serve it",
-                PersonaMemWarning,
-                stacklevel=3,
-            )
-        return cls(store, pipeline=pipeline, llm=llm)
-
-    def tenant(self, name: str) -> Self:
-        """This memory as tenant ``name`` sees it: its own users, even where ids equal another's.
-
-        Isolation is the store's (:meth:`Store.for_tenant`), so every method, pipeline and adapter
-        built on the returned object reads and erases that tenant's records only. It shares this
-        object's store, pipeline config and loaded LLMs, is made once per name and kept (with its
-        pipelines and caches); closing it does nothing.
-
-        Raises:
-            InvalidInputError: a tenant name that is not 1-64 letters, digits, ``_``, ``.``, ``-``.
-        """
-        view = self._tenants.get(name)  # not under the build lock: no tenant waits for another's build
-        if view is not None:
-            return view
-        with self._views_lock:
-            view = self._tenants.get(name)
-            if view is None:  # kept: its pipelines and BM25 caches outlive the call
-                view = type(self)(
-                    self.store.for_tenant(name), pipeline=self._pinned, components=self._components
-                )
-                view.duplicates, view.duplicate_threshold = self.duplicates, self.duplicate_threshold
-                view.served_methods = self.served_methods
-                self._tenants[name] = view
-            return view
-
-    @property
-    def served_methods(self) -> ServedMethods | None:
-        """The method names :meth:`search`, :meth:`context`, :meth:`pipeline` and :meth:`selector` take.
-
-        None (the default, for the SDK and the CLI): any name, a file or folder on this machine
-        included. A server sets a :class:`~personamem.methods.ServedMethods` (``create_app`` and
-        ``personamem mcp`` do), so a request cannot name a path: the name is checked before anything
-        is read. Setting it sets every tenant view's too, so REST, the inspector and MCP share one
-        rule. A :class:`~personamem.pipeline.PipelineConfig` passed in process is the caller's own
-        code and is not checked.
-        """
-        return self._served
-
-    @served_methods.setter
-    def served_methods(self, policy: ServedMethods | None) -> None:
-        with self._views_lock:
-            self._served = policy
-            views = list(self._tenants.values())
-        for view in views:
-            view.served_methods = policy
 
     @property
     def config(self) -> PipelineConfig:
-        """The pipeline this memory serves when a call names no method.
+        """The pipeline served when a call names no method.
 
         The one given at open or construction (``pipeline=``), else the store's live pipeline (what
         ``personamem improve`` validated and put live, kept with the data so every process and server
@@ -177,8 +74,8 @@ class Serving:
         (:class:`~personamem.pipeline.PipelineConfig`'s defaults). A live pipeline changed by another
         process is served within :data:`~personamem.store.settings.FRESH_S` seconds.
         """
-        if self._pinned is not None:
-            return self._pinned
+        if self.pinned is not None:
+            return self.pinned
         stored = self.store.live_pipeline
         if stored != self._live[0]:
             self._live = (stored, stored_pipeline(stored))
@@ -187,21 +84,9 @@ class Serving:
 
     @config.setter
     def config(self, config: PipelineConfig | None) -> None:
-        """Serve ``config`` in this object whatever the store's live pipeline is (None: follow the store)."""
-        self._pinned = config
+        """Serve ``config`` whatever the store's live pipeline is (None: follow the store)."""
+        self.pinned = config
         self._methods.clear()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Release connections; the data stays on disk."""
-        self.store.close()
 
     def pipeline(self, method: PipelineConfig | str | None = None) -> Pipeline:
         """The pipeline for a method name or config (default: the configured one), built once and kept.
@@ -227,7 +112,7 @@ class Serving:
         Drawn on the trial's share of the calls that name no method and are logged; a memory opened
         with ``pipeline=`` serves that pipeline alone.
         """
-        if method is not None or self._pinned is not None or not self.config.log_interactions:
+        if method is not None or self.pinned is not None or not self.config.log_interactions:
             return None
         drawn = self.trials.draw()
         if drawn is None:
@@ -258,18 +143,7 @@ class Serving:
         assert found is not None  # every name but "none" builds one
         return found
 
-    def stored_memory(self, user_id: str) -> PreferenceMemory:
-        """The user's preference memory as last built, without building one (no LLM call).
-
-        ``stale`` as :meth:`~personamem.preference.PreferenceMemories.stored` says: the records
-        changed since, or the user has records and no memory yet.
-
-        Raises:
-            MethodError: no preference memory is configured (as :meth:`memory`).
-        """
-        return self._preference_memories().stored(check_user_id(user_id))
-
-    def _preference_memories(self) -> PreferenceMemories:
+    def preference_memories(self) -> PreferenceMemories:
         """The configured pipeline's preference memories, or MethodError saying how to configure one."""
         found = self.pipeline().memories
         if found is None:
@@ -279,14 +153,54 @@ class Serving:
             )
         return found
 
-    def _llm(self) -> FrozenLLM | None:
+    def llm(self) -> FrozenLLM | None:
         """The LLM given at construction, else the one the configured pipeline names (loaded once)."""
-        return self._components.llm(self.config)
+        return self.components.llm(self.config)
 
 
-def _pinned(pipeline: PipelineConfig | str | Path | None) -> PipelineConfig | None:
-    """The config a pipeline file or object given at open names (None: serve the store's live one)."""
-    return load_pipeline(pipeline) if isinstance(pipeline, str | Path) else pipeline
+class TenantViews:
+    """A memory's tenant views, each made once and kept (with its pipelines and caches)."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, Any] = {}
+        self._lock = threading.Lock()  # making views
+
+    def get(self, name: str, make: Callable[[str], V]) -> V:
+        """Tenant ``name``'s view, made by ``make`` on first use."""
+        view = self._views.get(name)  # not under the lock: no tenant waits for another's view
+        if view is not None:
+            return cast("V", view)
+        with self._lock:
+            view = self._views.get(name)
+            if view is None:
+                view = self._views[name] = make(name)
+            return cast("V", view)
+
+    def after(self, change: Callable[[], None]) -> list[Any]:
+        """Apply ``change`` while no view is being made; the views made before it, to pass it on to."""
+        with self._lock:
+            change()
+            return list(self._views.values())
+
+
+def pinned_at_open(store: Store, pipeline: PipelineConfig | str | Path | None) -> PipelineConfig | None:
+    """The config a memory opened with ``pipeline=`` serves (a file is read); None: the store's live one.
+
+    A pipeline given at open wins over the store's live one, and says so (a warning for the caller of
+    ``PersonaMem.open`` or ``connect``).
+    """
+    pinned = load_pipeline(pipeline) if isinstance(pipeline, str | Path) else pipeline
+    stored = store.live_pipeline
+    live = None if pinned is None or stored is None else stored_pipeline(stored)
+    if live is not None and pinned != live:
+        warnings.warn(
+            f"serving the pipeline given at open, not the store's live pipeline "
+            f"({live.chosen_by or 'set in the store'}); "
+            "open without pipeline= (the CLI: without --config or ./personamem.toml) to serve it",
+            PersonaMemWarning,
+            stacklevel=3,
+        )
+    return pinned
 
 
 def stored_pipeline(stored: str | None) -> PipelineConfig:

@@ -31,12 +31,12 @@ def logged(tmp_path: Path, encoder: SentenceEncoder) -> Iterator[PersonaMem]:
 def test_logging_is_on_by_default_and_off_by_config(ana_memory: PersonaMem) -> None:
     logged = ana_memory.context("ana", "what should I cook?").interaction_id
     assert logged is not None and ana_memory.search("ana", "cook", method="hybrid").interaction_id
-    assert ana_memory.interactions()[0].id == logged  # written by the time it is read
+    assert ana_memory.inspection.interactions()[0].id == logged  # written by the time it is read
 
     quiet = PipelineConfig(log_interactions=False)
     assert ana_memory.context("ana", "what should I cook?", method=quiet).interaction_id is None
     assert ana_memory.search("ana", "cook", method=quiet).interaction_id is None
-    assert len(ana_memory.interactions()) == 2
+    assert len(ana_memory.inspection.interactions()) == 2
 
 
 def test_calls_past_the_retention_window_are_erased_by_the_sweep(
@@ -44,12 +44,12 @@ def test_calls_past_the_retention_window_are_erased_by_the_sweep(
 ) -> None:
     logged.context("ana", "what should I cook?")
     logged.purge(all_tenants=True)
-    assert len(logged.interactions("ana")) == 1  # 30 days by default
+    assert len(logged.inspection.interactions("ana")) == 1  # 30 days by default
     monkeypatch.setenv("PERSONAMEM_INTERACTION_DAYS", str(0.5 / 86400))  # half a second
     time.sleep(0.6)
     recent = logged.context("ana", "and for lunch?").interaction_id
     logged.purge(all_tenants=True)
-    assert [i.id for i in logged.interactions("ana")] == [recent]
+    assert [i.id for i in logged.inspection.interactions("ana")] == [recent]
 
 
 def test_a_call_logged_as_its_user_is_forgotten_is_not_kept(logged: PersonaMem, tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_a_call_logged_as_its_user_is_forgotten_is_not_kept(logged: PersonaMem, 
         logged.search("ana", "ZQXRACEMARK cooking", method="bm25")
     assert logged.forget("ana")
     logged.search("ana", "ZQXRACEMARK again", method="bm25")  # no records: nothing to key it by
-    assert logged.interactions("ana") == [] and logged.store.catalog.interactions() == []
+    assert logged.inspection.interactions("ana") == [] and logged.store.catalog.interactions() == []
     logged.close()
     assert files_containing(store_files(tmp_path / "store"), b"ZQXRACEMARK") == []
 
@@ -70,12 +70,12 @@ def test_calls_are_logged_per_user_with_their_feedback(logged: PersonaMem) -> No
 
     logged.feedback(context.interaction_id, answer="A lentil curry.", used_record_ids=["vegan", "curry"])
     logged.feedback(context.interaction_id, rating=4)  # a later report keeps the earlier fields
-    (ana,) = logged.interactions("ana")
+    (ana,) = logged.inspection.interactions("ana")
     assert (ana.call, ana.method, ana.query) == ("context", "pipeline", "what should I cook tonight?")
     assert [r.record_id for r in ana.results] == [h.record.id for h in context.hits]
     assert ana.feedback is not None and ana.feedback.rating == 4.0
     assert (ana.accepted_answer, ana.used) == ("A lentil curry.", ["vegan", "curry"])
-    (bo,) = logged.interactions("bo")
+    (bo,) = logged.inspection.interactions("bo")
     assert (bo.call, bo.method, bo.feedback) == ("search", "bm25", None)
 
 
@@ -92,7 +92,7 @@ def test_feedback_refuses_what_it_cannot_attach(logged: PersonaMem) -> None:
         logged.feedback(interaction, used_record_ids="vegan")
     with pytest.raises(InvalidInputError, match="no interaction"):  # another tenant cannot reach it
         logged.tenant("acme").feedback(interaction, rating=1)
-    assert logged.interactions("ana")[0].feedback is None
+    assert logged.inspection.interactions("ana")[0].feedback is None
 
 
 def test_delete_takes_records_out_of_the_log_and_forget_erases_it(logged: PersonaMem, tmp_path: Path) -> None:
@@ -102,11 +102,11 @@ def test_delete_takes_records_out_of_the_log_and_forget_erases_it(logged: Person
     logged.context("bo", "where do I eat tonight?")
 
     assert logged.delete("ana", ["vegan"]) == ["vegan"]
-    (ana,) = logged.interactions("ana")
+    (ana,) = logged.inspection.interactions("ana")
     assert "vegan" not in [r.record_id for r in ana.results] and ana.used == ["cycle"]
 
     assert logged.forget("ana")
-    assert logged.interactions("ana") == [] and len(logged.interactions("bo")) == 1
+    assert logged.inspection.interactions("ana") == [] and len(logged.inspection.interactions("bo")) == 1
     with pytest.raises(InvalidInputError, match="no interaction"):
         logged.feedback(interaction, rating=1)
     files = store_files(tmp_path / "store")
@@ -120,7 +120,7 @@ def test_jsonl_round_trip_into_another_store(
     assert first is not None
     logged.feedback(first, answer="Lentils.", rating=1, used_record_ids=["vegan"])
     logged.search("bo", "steak", method="dense")
-    exported = logged.interactions()
+    exported = logged.inspection.interactions()
     path = tmp_path / "log.jsonl"
     assert write_interactions(path, exported) == 2
     assert read_interactions(path) == exported
@@ -131,13 +131,13 @@ def test_jsonl_round_trip_into_another_store(
         other.add_many([r for user in ("ana", "bo") for r in logged.records(user)])
         assert other.store.interactions.import_(exported) == 2
         assert other.store.interactions.import_(exported) == 0  # ids already there are skipped
-        assert other.interactions() == exported
+        assert other.inspection.interactions() == exported
 
 
 def test_a_bad_line_names_itself_and_imports_nothing(logged: PersonaMem, tmp_path: Path) -> None:
     logged.context("ana", "what should I cook?")
     path = tmp_path / "log.jsonl"
-    write_interactions(path, logged.interactions())
+    write_interactions(path, logged.inspection.interactions())
     good = path.read_text(encoding="utf-8")
     broken = json.loads(good)
     broken["id"] = "second"
@@ -185,5 +185,8 @@ def test_adapters_hand_out_the_interaction_id(logged: PersonaMem) -> None:
     assert "interaction_id" in nodes[0].node.excluded_llm_metadata_keys  # not shown to the LLM
     logged.feedback(first, used_record_ids=[docs[0].metadata["record_id"]])
     logged.feedback(second, answer="Lentils.")
-    assert [i.method for i in logged.interactions("ana")] == ["pipeline", "pipeline"]  # no method named
-    assert [bool(i.feedback) for i in logged.interactions("ana")] == [True, True]
+    assert [i.method for i in logged.inspection.interactions("ana")] == [
+        "pipeline",
+        "pipeline",
+    ]  # no method named
+    assert [bool(i.feedback) for i in logged.inspection.interactions("ana")] == [True, True]

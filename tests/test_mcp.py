@@ -142,12 +142,12 @@ async def test_an_agent_reports_its_answer_on_the_context_it_was_given(logged_me
                 "report_answer", {"user_id": user, "interaction_id": named, "answer": "Beekeeping."}
             )
             assert refused.is_error and f"user {user!r} has no logged interaction {named!r}" in _text(refused)
-        [logged] = logged_mem.interactions("ana")
+        [logged] = logged_mem.inspection.interactions("ana")
         assert logged.feedback is None
 
         answer = {"user_id": "ana", "interaction_id": interaction_id, "answer": "You keep bees."}
         assert await _call(client, "report_answer", **answer, rating=1) == {"reported": True}
-        [logged] = logged_mem.interactions("ana")
+        [logged] = logged_mem.inspection.interactions("ana")
         assert logged.feedback is not None
         assert (logged.feedback.answer, logged.feedback.rating) == ("You keep bees.", 1.0)
 
@@ -196,7 +196,7 @@ async def test_preferences_reads_the_stored_memory_and_never_calls_the_llm(
             # one view of a stored memory: the inspector's /v1/ui/memory returns the SDK's stored_memory
             for user in ("ana", "nobody", "bo"):
                 assert await _call(client, "preferences", user_id=user) == {
-                    **mem.stored_memory(user).to_json(),
+                    **mem.inspection.stored_memory(user).to_json(),
                     "warnings": [],  # the shape of GET /v1/memory: nothing fell back, it only read
                 }
         assert llm.calls == 0

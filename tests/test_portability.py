@@ -55,7 +55,7 @@ def test_an_export_imports_into_another_store_unchanged_and_twice_is_a_no_op(
         added = target.import_user(path)
         assert (added.records, added.interactions) == (3, 1)
         assert target.records("ana") == source.records("ana")
-        assert target.interactions("ana") == source.interactions("ana")
+        assert target.inspection.interactions("ana") == source.inspection.interactions("ana")
         assert target.search("ana", "what do I cook?", k=1)[0].record.id == "vegan"
         again = target.import_user(path)
         assert (again.records, again.interactions) == (0, 0)

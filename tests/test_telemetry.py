@@ -128,7 +128,7 @@ def test_a_rest_call_joins_its_callers_trace_and_reaches_the_collector(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
     with PersonaMem.open(tmp_path / "store") as mem:
-        key, _ = mem.keys.create("acme")
+        key, _ = mem.inspection.keys.create("acme")
     trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     try:
         with (

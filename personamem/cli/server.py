@@ -164,7 +164,7 @@ def serve(
             )
             raise typer.Exit(2)
     with options.open() as mem:  # fail here, readably, rather than in every worker
-        if not any(key.active for key in mem.keys.list()):
+        if not any(key.active for key in mem.inspection.keys.list()):
             err.print(
                 "[yellow]warning:[/yellow] no API keys yet: every request will get 401; create one "
                 "with `personamem keys create --tenant NAME`"

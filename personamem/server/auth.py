@@ -6,7 +6,7 @@ Each route states the scope it needs in its signature, as the type of its memory
 The dependency reads the key from SQL on every request (so a revocation reaches every worker at
 once) and answers, in this order: 401 without a valid key, 403 when the key's scope is too small
 (naming both scopes), 429 with ``Retry-After`` when a key with a rate is over it (the count is kept
-in SQL, shared by every worker: :meth:`~personamem.keys.KeyRing.admit`), and otherwise hands the
+in SQL, shared by every worker: :meth:`~personamem.inspection.keys.KeyRing.admit`), and otherwise hands the
 route its tenant's view of the memory. ``create_app`` puts the memory in ``app.state.memory``; the
 inspector's routes and MCP's gate use the same dependencies.
 
@@ -44,11 +44,11 @@ def authorize(request: Request, needed: KeyScope) -> tuple[PersonaMem, ApiKey]:
     """
     mem: PersonaMem = request.app.state.memory
     key = _key_in(request)
-    found = mem.keys.check(key) if key else None
+    found = mem.inspection.keys.check(key) if key else None
     if found is None:
         raise HTTPException(401, "a valid API key is required (Authorization: Bearer <key>)")
     require_scope(found.scope, needed, f"{request.method} {request.url.path}")
-    if found.rate is not None and (wait := mem.keys.admit(found)) > 0:
+    if found.rate is not None and (wait := mem.inspection.keys.admit(found)) > 0:
         seconds = retry_seconds(wait)
         raise RateLimitedError(
             f"API key {found.key_id} is over its rate of {found.rate} requests per minute; "

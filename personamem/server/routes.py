@@ -185,7 +185,7 @@ Registry = Annotated[CollectorRegistry, Depends(_registry)]
 
 
 def _tenant_name(tenant: PersonaMem) -> str:
-    name = tenant.tenant_name
+    name = tenant.inspection.tenant_name
     assert name is not None  # the auth dependencies give tenant views only
     return name
 
@@ -205,7 +205,7 @@ class Health(BaseModel):
 def health(request: Request, mem: Memory) -> Response:
     """Whether the store answers (for load balancers); needs no key and names no tenant."""
     try:
-        mem.keys.tenant_of("pm_health_check")
+        mem.inspection.keys.tenant_of("pm_health_check")
     except StoreError as exc:
         log.warning("health check failed: %s", exc)
         return answer(Health(status="unavailable"), 503)
@@ -268,7 +268,9 @@ def memory(query: Annotated[RecordsQuery, Query()], tenant: Reader) -> Response:
 @serves(records_router, "export", response_class=StreamingResponse)
 def export(query: Annotated[ExportQuery, Query()], tenant: Reader) -> StreamingResponse:
     """The user's export as JSON Lines (see ``personamem.portability``), for ``POST /v1/import``."""
-    lines = export_lines(tenant, check_user_id(query.user_id), interactions=query.interactions)
+    user = check_user_id(query.user_id)
+    calls = tenant.inspection.interactions(user) if query.interactions else []
+    lines = export_lines(user, tenant.records(user), calls)
     return StreamingResponse((line + "\n" for line in lines), media_type="application/x-ndjson")
 
 
@@ -350,14 +352,14 @@ keys_router = APIRouter(tags=["keys"])
 @keys_router.get("/v1/keys", response_model=KeysOut)
 def keys(tenant: Admin) -> Response:
     """The tenant's API keys, oldest first: ids, scopes, rates, labels (never the secrets)."""
-    listed = tenant.keys.list(_tenant_name(tenant))
+    listed = tenant.inspection.keys.list(_tenant_name(tenant))
     return answer(KeysOut(keys=[KeyOut.of(key) for key in listed]))
 
 
 @keys_router.post("/v1/keys", status_code=201, response_model=NewKeyOut)
 def create_key(body: KeyIn, tenant: Admin) -> Response:
     """A new key for the caller's tenant (``scope``, ``rate`` per minute); the key is shown this once."""
-    key, listing = tenant.keys.create(
+    key, listing = tenant.inspection.keys.create(
         _tenant_name(tenant), label=body.label, scope=body.scope, rate=body.rate
     )
     return answer(NewKeyOut(key=key, **KeyOut.of(listing).model_dump()), 201)
@@ -367,7 +369,7 @@ def create_key(body: KeyIn, tenant: Admin) -> Response:
 def revoke_key(key_id: str, tenant: Admin) -> Response:
     """Revoke one of the tenant's keys (every worker refuses it from the next request); 404 if not its."""
     try:
-        revoked = tenant.keys.revoke(key_id, tenant=_tenant_name(tenant))
+        revoked = tenant.inspection.keys.revoke(key_id, tenant=_tenant_name(tenant))
     except InvalidInputError:
         raise HTTPException(404, f"this tenant has no API key {key_id!r}") from None
     return answer(KeyOut.of(revoked))

@@ -146,7 +146,7 @@ router = APIRouter(prefix="/v1/ui", tags=["inspector"])
 def users(tenant: Reader, q: str = "", offset: int = 0, limit: int = 100) -> UserPage:
     """The tenant's users, their record counts and last logged call; ``q`` filters by substring."""
     _page(offset, limit)
-    counts, last = tenant.record_counts(), tenant.last_calls()
+    counts, last = tenant.inspection.record_counts(), tenant.inspection.last_calls()
     names = sorted(u for u in tenant.users() if q.lower() in u.lower())
     rows = [UserEntry(user_id=u, records=counts.get(u, 0), last_call=last.get(u)) for u in names]
     return UserPage(count=len(rows), users=rows[offset : offset + limit])
@@ -185,14 +185,14 @@ def memory(user_id: str, tenant: Reader) -> StoredMemory | NoMemories:
     """The user's stored preference memory, read without the LLM (``stale``: records changed since)."""
     if tenant.pipeline().memories is None:
         return NoMemories()
-    return StoredMemory.of(tenant.stored_memory(user_id))
+    return StoredMemory.of(tenant.inspection.stored_memory(user_id))
 
 
 @router.get("/calls")
 def calls(user_id: str, tenant: Reader, limit: int = 50) -> Calls:
     """The user's latest logged search and context calls, newest first, with what the LLM was shown."""
     _page(0, limit)
-    return Calls(logging=tenant.config.log_interactions, calls=tenant.calls(user_id, limit=limit))
+    return Calls(logging=tenant.config.log_interactions, calls=tenant.inspection.calls(user_id, limit=limit))
 
 
 @router.post("/compare")

@@ -116,7 +116,7 @@ def test_documents_carry_the_record(mem: PersonaMem) -> None:
     metadata = dict(doc.metadata)
     score = metadata.pop("score")
     # the search that found it, where the memory logs calls (its pipeline's log_interactions)
-    logged = mem.interactions("alice")[0].id if mem.config.log_interactions else None
+    logged = mem.inspection.interactions("alice")[0].id if mem.config.log_interactions else None
     assert metadata.pop("interaction_id", None) == logged
     assert score == mem.search("alice", "what do I eat?", k=1)[0].score  # ours wins over the record's own
     assert metadata == {
@@ -535,7 +535,7 @@ async def test_reporter_posts_the_chains_answer_on_the_retrieval_it_used(
     answer = chain.invoke("what should I cook tonight?", config={"callbacks": [reporter]})
     later = await chain.ainvoke("which instrument do I play?", config={"callbacks": [reporter]})
     assert answer.strip() and later.strip()  # the local LLM answered: there was something to report
-    first, second = logged.interactions("alice")
+    first, second = logged.inspection.interactions("alice")
     assert (first.call, first.query) == ("search", "what should I cook tonight?")
     assert first.feedback is not None and first.feedback.answer == answer
     assert second.feedback is not None and second.feedback.answer == later  # from LangChain's executor
@@ -553,7 +553,7 @@ def test_a_chain_that_fails_reports_nothing(logged: PersonaMem, llm: Transformer
     failing = _answer_chain(logged, llm) | RunnableLambda(fail)
     with pytest.raises(RuntimeError, match="the application refused"):
         failing.invoke("what should I cook tonight?", config={"callbacks": [reporter]})
-    [asked] = logged.interactions("alice")
+    [asked] = logged.inspection.interactions("alice")
     assert asked.feedback is None  # the LLM answered, but the run that used it failed
     assert _forgot_every_run(reporter)
 
@@ -563,7 +563,7 @@ def test_a_failed_report_warns_and_the_chain_still_answers(logged: PersonaMem, l
     with pytest.warns(PersonaMemWarning, match="could not report the answer of interaction .*no interaction"):
         answer = _answer_chain(logged, llm).invoke("what should I cook?", config={"callbacks": [reporter]})
     assert answer.strip()
-    [asked] = logged.interactions("alice")
+    [asked] = logged.inspection.interactions("alice")
     assert asked.feedback is None
     assert _forgot_every_run(reporter)
 

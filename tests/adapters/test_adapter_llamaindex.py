@@ -108,7 +108,11 @@ def test_retriever_nodes_carry_the_record(filled: PersonaMem) -> None:
     record = next(r for r in filled.records("alice") if r.text == "Booked a cello lesson.")
     assert lesson.node_id == record.id
     # the search that found it, where the memory logs calls (its pipeline's log_interactions)
-    logged = {"interaction_id": filled.interactions("alice")[0].id} if filled.config.log_interactions else {}
+    logged = (
+        {"interaction_id": filled.inspection.interactions("alice")[0].id}
+        if filled.config.log_interactions
+        else {}
+    )
     assert lesson.metadata == {
         "record_id": record.id,
         "user_id": "alice",
@@ -410,10 +414,10 @@ async def test_block_reports_a_turns_reply_when_the_next_turn_reads_it(
     )
     engine = SimpleChatEngine.from_defaults(llm=PersonaMemLLM(llm, max_tokens=8), memory=memory)
     first = await engine.achat("Which instrument do I play?")
-    [asked] = logged.interactions("alice")
+    [asked] = logged.inspection.interactions("alice")
     assert asked.feedback is None  # the reply exists, but no turn has read the block since
     await engine.achat("Where do I live?")
-    asked, second = logged.interactions("alice")
+    asked, second = logged.inspection.interactions("alice")
     assert first.response.strip() and asked.feedback is not None
     assert (asked.query, asked.feedback.answer) == ("Which instrument do I play?", first.response)
     assert second.query == "Where do I live?" and second.feedback is None  # the final turn's, not yet
@@ -424,11 +428,11 @@ async def test_block_reports_a_flushed_reply_once_and_warns_when_it_cannot(logge
     asked = ChatMessage(role=MessageRole.USER, content="Which instrument do I play?")
     assert "cello" in await block.aget([asked])
     await block.aput([asked, ChatMessage(role=MessageRole.ASSISTANT, content="")])  # no text: no reply yet
-    [call] = logged.interactions("alice")
+    [call] = logged.inspection.interactions("alice")
     assert call.feedback is None
     await block.aput([asked, ChatMessage(role=MessageRole.ASSISTANT, content="The cello.")])
     await block.aput([asked, ChatMessage(role=MessageRole.ASSISTANT, content="A flute?")])  # reported once
-    [call] = logged.interactions("alice")
+    [call] = logged.inspection.interactions("alice")
     assert call.feedback is not None and call.feedback.answer == "The cello."
 
     again = ChatMessage(role=MessageRole.USER, content="Where do I live?")

@@ -93,7 +93,7 @@ def test_llm_answers_are_written_from_the_served_records_and_reported(
         Question(id="q2", user_id="ana", text="How do I get to work?", relevant={}),
     ]
     reported, shares = log_feedback(mem, PipelineConfig(), asked, None, "llm", ct2_llm)
-    logged = mem.interactions("ana")
+    logged = mem.inspection.interactions("ana")
     assert reported == 2 and shares == [] and [i.query for i in logged] == [q.text for q in asked]
     assert all(i.accepted_answer and i.accepted_answer.strip() for i in logged)  # the LLM's, not a reference
     with pytest.raises(ValueError, match="llm-answers needs"):

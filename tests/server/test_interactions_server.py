@@ -47,6 +47,6 @@ def test_feedback_over_http_lands_in_the_tenants_log(served: tuple[str, KeyRing,
         answer = httpx.post(f"{url}/v1/feedback", json=body, headers={"Authorization": f"Bearer {key}"})
         assert answer.status_code == 422 and "rating must be a number" in answer.json()["error"]["message"]
     with PersonaMem.open(folder) as mem:
-        (logged, searched) = mem.tenant("shop").interactions("ana")
+        (logged, searched) = mem.tenant("shop").inspection.interactions("ana")
     assert logged.feedback is not None and (logged.feedback.rating, logged.used) == (5.0, ["a1"])
     assert (searched.call, searched.method, searched.feedback) == ("search", "bm25", None)

@@ -115,7 +115,7 @@ def test_a_tenant_view_is_not_held_up_by_a_build_in_progress(mem: PersonaMem) ->
     building, release = threading.Event(), threading.Event()
 
     def slow_build() -> None:  # another tenant's first build: an LLM load holds the shared load lock
-        with mem._components._lock, mem.tenant("gamma")._lock:
+        with mem.serving.components._lock, mem.tenant("gamma").serving._lock:
             building.set()
             release.wait(10)
 

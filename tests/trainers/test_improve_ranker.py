@@ -83,7 +83,7 @@ def test_answers_alone_teach_improve_which_records_were_used(
         tmp_path / "store", encoder, answers=True, users=9
     )  # a fact served in the top 10 is attributable
     with PersonaMem.open(folder, encoder=encoder) as mem:
-        assert not any(i.used for i in mem.interactions())  # the application named no record
+        assert not any(i.used for i in mem.inspection.interactions())  # the application named no record
         result = improve(mem, ImproveConfig(steps=50, weights=(0.8,)))  # by default: on trial
         assert result.signal == "feedback"  # the answers were attributed: enough labelled calls
         assert result.after["ndcg@10"] > result.before["ndcg@10"] and not result.live

@@ -486,7 +486,7 @@ def _feedback_sets(
     memory: ServedMemory, train_users: list[str], validation_users: list[str], settings: ImproveConfig
 ) -> tuple[QuerySet, QuerySet, str]:
     """Feedback-labelled questions on each side, or two empty sets and ``synthetic`` when too few."""
-    usable = labelled(memory.store, [i for i in memory.interactions() if accepted(i, None)])
+    usable = labelled(memory.store, [i for i in memory.store.interactions.export(None) if accepted(i, None)])
     dim = memory.store.encoder.dim
     empty = QuerySet("feedback", [], np.zeros((0, dim), "float32"), [], {})
     if len(usable) < settings.min_feedback:
