@@ -27,12 +27,9 @@ from personamem.contract import (
     ROUTES,
     Built,
     Context,
-    Count,
     Deleted,
-    Forgotten,
     Hits,
     PreferenceAnswer,
-    Purged,
     RecordBatch,
     RecordHistory,
     RecordPage,
@@ -40,7 +37,6 @@ from personamem.contract import (
     SearchResult,
     StoredRecord,
     Ttl,
-    Users,
 )
 from personamem.errors import (
     AuthenticationError,
@@ -133,7 +129,7 @@ def set_ttl(ttl: timedelta | float | None) -> Call[None]:
 
 
 def purge() -> Call[int]:
-    return Purged.model_validate((yield _to("purge"))).purged
+    return int((yield from answered("purge")))
 
 
 def add_many(
@@ -177,8 +173,7 @@ def update(user_id: str, record_id: str, changes: Mapping[str, Any]) -> Call[Rec
 
 
 def forget(user_id: str) -> Call[bool]:
-    body = yield _to("forget", query={"user_id": _user(user_id)})
-    return Forgotten.model_validate(body).forgotten
+    return bool((yield from answered("forget", user_id=user_id)))
 
 
 def search(
@@ -280,12 +275,30 @@ def import_user(path: str | Path, user_id: str | None) -> Call[Imported]:
 
 
 def list_users() -> Call[list[str]]:
-    return Users.model_validate((yield _to("users"))).users
+    return list((yield from answered("users")))
 
 
 def count(user_id: str | None) -> Call[int]:
-    query = {} if user_id is None else {"user_id": _user(user_id)}
-    return Count.model_validate((yield _to("count", query=query))).count
+    return int((yield from answered("count", user_id=user_id)))
+
+
+def answered(operation: str, **arguments: Any) -> Call[Any]:
+    """An operation the server answers from its row alone (``Answer.of``), called by its row too.
+
+    The arguments go by name where the row's request models read them (the query's fields to the
+    query, the rest to the body; None: left out, the model's default), and the result is the answer
+    model's first field, which ``Answer.of`` filled.
+    """
+    route = ROUTES[operation]
+    given = {k: _user(v) if k == "user_id" else v for k, v in arguments.items() if v is not None}
+    in_query = (
+        {} if route.query is None else {k: v for k, v in given.items() if k in route.query.model_fields}
+    )
+    in_body = {k: v for k, v in given.items() if k not in in_query}
+    request = _to(operation, in_body if route.body is not None else None, query=in_query)
+    model = route.response
+    assert model is not None  # a row served by Answer.of answers JSON
+    return getattr(model.model_validate((yield request)), next(iter(model.model_fields)))
 
 
 def health() -> Call[dict[str, Any]]:
