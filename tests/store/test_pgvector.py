@@ -11,13 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pgvector.psycopg import register_vector
 from sqlalchemy import text
 
-from personamem import PersonaMem, SentenceEncoder
+from personamem import PersonaMem, Record, SentenceEncoder
 from personamem.client import Client
 from personamem.errors import ConfigError
 from personamem.store import KeyRing
-from personamem.store.pgvectors import TABLE, PgVectorIndex
+from personamem.store.pgvectors import TABLE, PgVectorIndex, _hnsw_query, _index
 from personamem.store.sql import SqlCatalog
 from personamem.testing import MemoryContract
 from personamem.testing.postgres import PostgresCluster, find_postgres, postgres_cluster
@@ -25,6 +26,7 @@ from personamem.testing.servers import personamem_server
 
 pytest.importorskip("pgvector", reason='pgvector not installed: pip install "personamem[postgres]"')
 BINARIES = find_postgres("vector")
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 pytestmark = pytest.mark.skipif(
     BINARIES is None, reason='no PostgreSQL binaries with pgvector (pip install "personamem[dev]")'
 )
@@ -178,3 +180,67 @@ def test_a_postgres_store_made_before_migrations_is_brought_to_the_head(
                 text("SELECT 1 FROM pg_indexes WHERE indexname = 'ix_records_user_status'")
             )
             assert found.scalar() == 1
+
+
+def test_a_big_user_is_searched_through_an_hnsw_index_of_its_own_and_forgetting_drops_it(
+    url: str, encoder: SentenceEncoder
+) -> None:
+    """Past the copy limit a user's searches reach the table: its own partial HNSW index answers them.
+
+    The limits are lowered to 1,000 vectors, so a user of 3,000 (30 sentences' vectors, each varied
+    100 times, written without encoding) is "big". The first search is exact and starts the build;
+    after it the plan uses the index and finds what the exact scan found.
+    """
+    rng = np.random.default_rng(0)
+    base = encoder.encode([f"Note {i}: the parcel for dock {i} left on a {DAYS[i % 7]}." for i in range(30)])
+    vectors = np.repeat(base, 100, axis=0) + rng.normal(scale=0.03, size=(3000, encoder.dim))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    records = [Record(user_id="alice", id=f"r{i}", text=f"varied note {i}") for i in range(3000)]
+    with PersonaMem.connect(url, encoder=encoder) as mem:
+        index = mem.store.index
+        assert isinstance(index, PgVectorIndex)
+        mem.store.views.max_user_vectors = index.index_at = 1000
+        mem.store.add_many(records, vectors=vectors, batch_size=3000)
+        mem.add("bob", "I collect stamps.")
+        exact = [{h.record.id for h in mem.search_vector("alice", q, k=10)} for q in base[:10]]
+        collection = mem.store.names.collection("alice")
+        index.build_index(collection, encoder.dim)  # the first search started it; this waits for it
+        with mem.store.catalog.engine.connect() as connection:
+            raw = connection.connection.driver_connection
+            register_vector(raw)
+            plan = raw.execute("EXPLAIN " + _hnsw_query(collection, encoder.dim), (base[0], base[0], 300))
+            assert any(_index(collection) in line for (line,) in plan.fetchall())
+        found = [{h.record.id for h in mem.search_vector("alice", q, k=10)} for q in base[:10]]
+        assert _valid(url, collection) is True and index._indexed(collection, encoder.dim)  # searched so
+        assert np.mean([len(a & b) / 10 for a, b in zip(found, exact, strict=True)]) >= 0.9
+        assert [h.record.id for h in mem.search("bob", "stamps", k=1, method="dense")] != []  # small: exact
+        mem.forget("alice")
+        assert _valid(url, collection) is None  # dropped with the user's rows
+
+
+def test_an_index_a_crash_left_invalid_is_built_again(url: str, encoder: SentenceEncoder) -> None:
+    with PersonaMem.connect(url, encoder=encoder) as mem:
+        index = mem.store.index
+        assert isinstance(index, PgVectorIndex)
+        mem.add_many([f"Fact {i} about my garden." for i in range(30)], user_id="alice")
+        collection = mem.store.names.collection("alice")
+        index.build_index(collection, encoder.dim)
+        name = _index(collection)
+        with mem.store.catalog.engine.begin() as connection:  # what a build killed half way leaves
+            connection.execute(
+                text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(:name)"),
+                {"name": name},
+            )
+        index.build_index(collection, encoder.dim)
+        assert _valid(url, collection) is True
+
+
+def _valid(url: str, collection: str) -> bool | None:
+    """Whether the collection's HNSW index is valid (None: there is none)."""
+    catalog = SqlCatalog(url)
+    try:
+        with catalog.engine.connect() as connection:
+            query = text("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)")
+            return connection.execute(query, {"name": _index(collection)}).scalar()
+    finally:
+        catalog.close()
