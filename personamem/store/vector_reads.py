@@ -29,13 +29,7 @@ from personamem.store.vector_home import VectorHome
 from personamem.store.views import UserView, VectorViews, best
 from personamem.store.visibility import Visibility
 
-__all__ = ["HNSW_FETCH", "VectorReads"]
-
-HNSW_FETCH = 300
-"""Neighbours asked of the index's HNSW for a user too large to copy, however few are wanted: its
-search then looks at least that wide (hnswlib's ``ef`` is at least the count asked; Chroma's own is
-100). On ``bench/scale.py``'s 200,000-record user, whose collection a delete had rebuilt, recall@10
-against an exact scan went from 0.938 to 0.995 for 9.3 ms a query instead of 8.7."""
+__all__ = ["VectorReads"]
 
 log = logging.getLogger("personamem.store")
 
@@ -92,8 +86,8 @@ class VectorReads:
             hits = self._nearest_among(key, view, vector, k, kept)
         elif view.matrix is not None:
             hits = view.nearest(vector, k, skip=skip)
-        else:  # too large to copy: the index's HNSW, asked for enough to cover what is skipped
-            hits = self.index.query(self.names.collection(key), vector, max(k + len(skip), HNSW_FETCH))
+        else:  # too large to copy: the index's HNSW (which looks wide), asked to cover what is skipped
+            hits = self.index.query(self.names.collection(key), vector, k + len(skip))
             hits = [(vid, score) for vid, score in hits if vid not in skip]
         if fresh:
             hits = sorted(hits + list(fresh.items()), key=lambda hit: -hit[1])

@@ -76,10 +76,15 @@ if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.models.Collection import Collection
 
-__all__ = ["VectorIndex", "opening_lock", "writing_lock"]
+__all__ = ["HNSW_FETCH", "VectorIndex", "opening_lock", "writing_lock"]
 
 T = TypeVar("T")
 
+HNSW_FETCH = 300
+"""Neighbours a query asks of a collection's HNSW, however few are wanted (the best ``k`` are kept):
+its search then looks at least that wide (hnswlib's ``ef`` is at least the count asked; Chroma's own is
+100). On ``bench/scale.py``'s 200,000-record user, whose collection a delete had rebuilt, recall@10
+against an exact scan went from 0.938 to 0.995 for 9.3 ms a query instead of 8.7."""
 CHROMA_DB = "chroma.sqlite3"
 _SEGMENT_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _M_PERTURB = -6  # glibc mallopt parameter: fill freed (and fresh) heap memory with a byte pattern
@@ -387,18 +392,22 @@ class VectorIndex:
         return absent
 
     def query(self, name: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """The ``k`` nearest vectors to ``vector`` as (vector id, cosine similarity), best first."""
+        """The ``k`` nearest vectors to ``vector`` as (vector id, cosine similarity), best first.
+
+        HNSW is asked for at least :data:`HNSW_FETCH`, so it looks that wide.
+        """
         if k <= 0:
             return []
         query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
+        wide = max(k, HNSW_FETCH)
         result = self._read(
-            name, lambda c: c.query(query_embeddings=query, n_results=k, include=["distances"]), None
+            name, lambda c: c.query(query_embeddings=query, n_results=wide, include=["distances"]), None
         )
         if result is None:
             return []
         distances = result["distances"]
         assert distances is not None
-        return [(rid, 1.0 - float(d)) for rid, d in zip(result["ids"][0], distances[0], strict=True)]
+        return [(rid, 1.0 - float(d)) for rid, d in zip(result["ids"][0], distances[0], strict=True)][:k]
 
     def vectors(self, name: str, ids: Sequence[str] | None = None) -> tuple[list[str], np.ndarray]:
         """The collection's vector ids (every one, or those of ``ids`` it has) and vectors, rows aligned.
