@@ -75,7 +75,7 @@ default is 40). Recall@10 against the exact scan, ``bench/scale.py``'s user: at 
 from 200 on (1.2 ms; 2.2 ms at 400); at 200,000, in an index built at 50,000 and grown by inserts,
 0.895 at 200 and 1.000 at 300."""
 RECHECK_S = 30.0
-"""How long a process trusts "this user has no usable index" before it looks again."""
+"""How long a process trusts what it saw of a user's index (there or not) before it looks again."""
 _BUILD_MEMORY_MB = (64, 2048)
 """Bounds of the ``maintenance_work_mem`` a build asks for: twice the user's vectors, so the graph is
 built in memory (a graph that spills builds many times slower)."""
@@ -172,7 +172,7 @@ class PgVectorIndex:
             with self._engine.begin() as connection:
                 raw = self._raw(connection)
                 raw.execute(f"DELETE FROM {TABLE} WHERE collection = ANY(%s)", (names,))
-                for name in names:
+                for name in names:  # a big user's index: locks the table until this commit, briefly
                     raw.execute(f'DROP INDEX IF EXISTS "{_index(name)}"')
                     self._indexes.pop(name, None)
 
@@ -211,13 +211,11 @@ class PgVectorIndex:
     def _indexed(self, name: str, dim: int) -> bool:
         """Whether the collection's own HNSW index can answer; starts its build where it is due."""
         seen = self._indexes.get(name)
-        if seen is not None and (seen[0] or time.monotonic() - seen[1] < RECHECK_S):
-            return seen[0]
+        if seen is not None and time.monotonic() - seen[1] < RECHECK_S:
+            return seen[0]  # either way looked at again after RECHECK_S: another process may drop it
         if _COLLECTION.fullmatch(name) is None:
             return False
-        valid = self._rows(
-            "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (_index(name),)
-        )
+        valid = self._rows(_VALID, (_index(name),))
         found = bool(valid and valid[0][0])
         self._indexes[name] = (found, time.monotonic())
         if not found and self.count(name) >= self.index_at:

@@ -392,14 +392,10 @@ class VectorIndex:
         return absent
 
     def query(self, name: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """The ``k`` nearest vectors to ``vector`` as (vector id, cosine similarity), best first.
-
-        HNSW is asked for at least :data:`HNSW_FETCH`, so it looks that wide.
-        """
+        """The ``k`` nearest vectors to ``vector`` as (vector id, cosine similarity), best first."""
         if k <= 0:
             return []
-        query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
-        wide = max(k, HNSW_FETCH)
+        query, wide = np.asarray(vector, dtype=np.float32).reshape(1, -1), max(k, HNSW_FETCH)
         result = self._read(
             name, lambda c: c.query(query_embeddings=query, n_results=wide, include=["distances"]), None
         )
