@@ -120,9 +120,7 @@ class RankedStage:
         """Why hybrid serves ``user_id`` instead of the ranker (None: the ranker serves)."""
         if vector_given:
             return "a personalizer's vector: hybrid searched it"
-        if not self.ranker.fits(user_id):
-            return "the user's ranker signals outgrow the store's cache for them: hybrid served"
-        return None
+        return self.ranker.hybrid_because(user_id)
 
 
 @dataclass(frozen=True)

@@ -499,18 +499,23 @@ class LearnedRanker:
         """
         return not self._signals.oversized(user_id)
 
+    def hybrid_because(self, user_id: str) -> str | None:
+        """Why hybrid serves ``user_id`` instead of this ranker (None: the ranker serves it)."""
+        if self.fits(user_id):
+            return None
+        return "hybrid serves it: its ranker signals outgrow the store's cache for them"
+
     def decide(self, user_id: str, profile: dict[str, float] | None = None) -> GateDecision:
         """Whether the trees serve ``user_id``'s history, and why (``personamem analyze ranker`` shows it).
 
         ``profile``: the user's (:meth:`profile`), where the caller read it already; a user whose
-        signals are not kept would build them twice. Such a user is served by hybrid (:meth:`fits`).
+        signals are not kept would build them twice. Such a user is served by hybrid
+        (:meth:`hybrid_because`), and its profile is not read for this.
         """
-        shape = self.profile(user_id) if profile is None else profile
-        if not self.fits(user_id):
-            return GateDecision(
-                False, "hybrid serves it: its ranker signals outgrow the store's cache for them"
-            )
-        return self.model.decide(shape)
+        hybrid = self.hybrid_because(user_id)
+        if hybrid is not None:
+            return GateDecision(False, hybrid)
+        return self.model.decide(self.profile(user_id) if profile is None else profile)
 
     def profile(self, user_id: str) -> dict[str, float]:
         """The shape of ``user_id``'s history that the gate reads."""
