@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # One OpenMP thread per process, set before torch loads: the suite runs one worker per core
@@ -17,6 +17,7 @@ from personamem import PersonaMem, Record, SentenceEncoder, default_encoder  # n
 from personamem.llm import TransformersLLM  # noqa: E402
 from personamem.llm.ct2 import CTranslate2LLM  # noqa: E402
 from personamem.llm.packaged import local_model_path  # noqa: E402
+from personamem.user_cache import make_once  # noqa: E402
 
 DATA = Path(os.environ.get("PERSONAMEM_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -82,20 +83,44 @@ def ana_memory(mem: PersonaMem) -> PersonaMem:
     return mem
 
 
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str, name: str, build: Callable[[Path], Path]
+) -> Path:
+    """What ``build(folder)`` returns, built by whichever xdist worker asks first; the others wait and
+    reuse it (each training a toy checkpoint cost every worker seconds of CPU). The folder is under
+    this run's own temporary root, so no run reuses another's."""
+    root = tmp_path_factory.getbasetemp()
+    root = root if worker_id == "master" else root.parent  # pytest-N: shared by this run's workers
+    done = root / f"{name}.built"  # the built path, written whole once it is there
+
+    def make() -> None:
+        built = build(root / name)
+        partial = done.with_suffix(".partial")
+        partial.write_text(str(built), encoding="utf-8")
+        partial.replace(done)
+
+    make_once(done, make, lock=root / f"{name}.lock")
+    return Path(done.read_text(encoding="utf-8"))
+
+
 @pytest.fixture(scope="session")
-def purple_checkpoint(tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder) -> Path:
+def purple_checkpoint(
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str, encoder: SentenceEncoder
+) -> Path:
     """A PURPLE checkpoint folder trained for two steps on the toy food reward (inference tests)."""
     from personamem.trainers.purple import train_purple
     from tests.trainers.test_purple_train import _config, _examples, food_reward
 
-    folder = tmp_path_factory.mktemp("purple")
-    train_purple(_examples(4), _examples(2, "v"), encoder, food_reward, _config(steps=2), folder)
-    return folder / "best"
+    def build(folder: Path) -> Path:
+        train_purple(_examples(4), _examples(2, "v"), encoder, food_reward, _config(steps=2), folder)
+        return folder / "best"
+
+    return built_once(tmp_path_factory, worker_id, "purple", build)
 
 
 @pytest.fixture(scope="session")
 def pgret_checkpoint(
-    tmp_path_factory: pytest.TempPathFactory, encoder: SentenceEncoder, llm: TransformersLLM
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str, encoder: SentenceEncoder, llm: TransformersLLM
 ) -> Path:
     """A PG-Ret query tower trained for two steps on the toy cook's logged queries (inference tests)."""
     from personamem.eval.judge import RelevanceJudge, calibrate
@@ -103,21 +128,16 @@ def pgret_checkpoint(
     from personamem.trainers.pgret.trainer import train_pgret
     from tests.trainers.test_pgret import cook_logged
 
-    data = cook_logged(encoder)
-    config = PGRetTrainConfig(
-        variant="conservative", steps=2, batch_size=2, pairs_per_query=3, validate_every=2, k=2
-    )
-    result = train_pgret(
-        data,
-        data,
-        RelevanceJudge(llm),
-        calibrate([1.0, -1.0], [True, False]),
-        config,
-        tmp_path_factory.mktemp("pgret"),
-        base_model_path=encoder.path,
-        record_encoder=encoder,
-    )
-    return result.best
+    def build(folder: Path) -> Path:
+        config = PGRetTrainConfig(
+            variant="conservative", steps=2, batch_size=2, pairs_per_query=3, validate_every=2, k=2
+        )
+        data = cook_logged(encoder)
+        judge, calibration = RelevanceJudge(llm), calibrate([1.0, -1.0], [True, False])
+        paths = {"base_model_path": encoder.path, "record_encoder": encoder}
+        return train_pgret(data, data, judge, calibration, config, folder, **paths).best
+
+    return built_once(tmp_path_factory, worker_id, "pgret", build)
 
 
 @pytest.fixture(scope="module")
