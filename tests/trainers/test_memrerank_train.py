@@ -1,6 +1,6 @@
 """MemRerank's GRPO trainer: a smoke run with the real SmolLM2, its checkpoint, resume and command.
 
-SmolLM2-135M almost never writes the bulleted format in 16 tokens, and a group of rejected answers
+SmolLM2-135M almost never writes the bulleted format in 8 tokens, and a group of rejected answers
 has equal rewards and no gradient; so the smoke run adds a length reward, which always differs
 within a group, beside the real utility and quality. What is checked is the wiring: every adapter
 weight moves, the checkpoint loads, the reward curve is written, a resumed run continues.
@@ -58,7 +58,7 @@ def length(prompts: Sequence[Any], completions: Sequence[Any], **_: Any) -> list
 
 def _config(**overrides: Any) -> MemRerankConfig:
     small = {
-        "max_completion_length": 16,
+        "max_completion_length": 8,
         "num_generations": 2,
         "prompts_per_step": 2,
         "reranker_shifts": 1,
@@ -98,9 +98,9 @@ def test_grpo_moves_every_adapter_weight_and_resumes_from_the_saved_step(tmp_pat
     assert not unchanged  # A moved once B had (A's gradient is zero while B is)
 
     saved = json.loads((tmp_path / "extractor.json").read_text(encoding="utf-8"))
-    assert saved["training"]["step"] == 2 and saved["extractor"]["max_tokens"] == 16
+    assert saved["training"]["step"] == 2 and saved["extractor"]["max_tokens"] == 8
     extractor = load_extractor(tmp_path)
-    assert extractor.style == "sections" and extractor.max_tokens == 16
+    assert extractor.style == "sections" and extractor.max_tokens == 8
     memory = extractor.extract("user-a", None, INSTANCES[0].history)
     assert memory.extractor.startswith(f"memrerank:{tmp_path.resolve()}")
 
