@@ -41,6 +41,7 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,7 @@ from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
 from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers
 from personamem.retrieval.hybrid import ADAPTER_FUSION, PLAIN_RRF, Fusion
 from personamem.retrieval.ranker_gate import GateDecision, RankerGate, as_profile, history_profile
+from personamem.retrieval.when import NO_MONTH, WINDOW_BOOST, month_index, named_months
 from personamem.store import Store
 from personamem.store.read import NOW, Read
 from personamem.telemetry import staged
@@ -140,6 +142,8 @@ class UserSignals:
     position: np.ndarray
     kind: np.ndarray
     role: np.ndarray
+    months: np.ndarray
+    """Each record's month index (:func:`~personamem.retrieval.when.month_index`), for a named window."""
     names: list[tuple[str, ...]]
     numbers: list[tuple[str, ...]]
     dates: list[tuple[str, ...]]
@@ -171,6 +175,9 @@ class UserSignals:
             kind=np.array([_KINDS.get(r.kind.value, 6) for r in records], dtype=np.float32),
             role=np.array(
                 [1.0 if r == "user" else 2.0 if r == "assistant" else 0.0 for r in roles], np.float32
+            ),
+            months=np.array(
+                [month_index(r.timestamp) if r.timestamp else NO_MONTH for r in records], np.int32
             ),
             names=_compact(record_names),
             numbers=_compact(numbers(r.text) for r in records),
@@ -340,6 +347,15 @@ def candidate_features(
     for j, name in enumerate(FEATURES):
         matrix[:, j] = columns[name] if name in columns else shared[name]
     return picked, matrix, [(int(rows[i]), score) for i, score in default]
+
+
+def _inside(user: UserSignals, rows: np.ndarray, query: str, read: Read) -> np.ndarray:
+    """1 for the candidates (``rows``) written inside the window the question names, else 0."""
+    as_of = datetime.fromtimestamp(read.as_of, UTC) if read.as_of is not None else datetime.now(UTC)
+    window = named_months(query, as_of, user.months)
+    if window is None:
+        return np.zeros(len(rows), np.float32)
+    return np.isin(user.months[rows], window).astype(np.float32)
 
 
 def visible_rows(store: Store, user_id: str, records: Sequence[Record], read: Read) -> np.ndarray:
@@ -535,6 +551,7 @@ class LearnedRanker:
         adapted = self.adapter.transform(base)[0]
         rows, features, default = candidate_features(user, query, base[0], adapted, visible)
         scores = self.model.score(features, trees=self.model.decide(user.profile).trees)
+        scores = scores + WINDOW_BOOST * _inside(user, rows, query, read)
         order = np.argsort(-scores, kind="stable")
         top = [(records[rows[i]], float(scores[i])) for i in order[:k]]
         if len(top) < k:  # below the candidates, the default's order (scores below every candidate's)
