@@ -18,7 +18,7 @@ from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel,
 
 from personamem import PersonaMem, default_encoder
 from personamem.adapters.langchain import PersonaMemAnswerReporter, PersonaMemLLM, PersonaMemRetriever
-from personamem.llm import TransformersLLM
+from personamem.llm import load_llm
 
 USERS = {
     "maya": [
@@ -52,7 +52,7 @@ def build_chain(retriever: PersonaMemRetriever, llm: PersonaMemLLM) -> Runnable:
 
 
 def main() -> None:
-    llm = PersonaMemLLM(llm=TransformersLLM.default(), max_tokens=48)
+    llm = PersonaMemLLM(llm=load_llm("smollm2-135m"), max_tokens=48)
     with (  # each search is logged (the default): its id is what the answer is reported on
         tempfile.TemporaryDirectory() as folder,
         PersonaMem.open(folder, encoder=default_encoder()) as mem,

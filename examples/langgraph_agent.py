@@ -21,7 +21,7 @@ from langgraph.runtime import Runtime
 
 from personamem import PersonaMem, default_encoder
 from personamem.adapters.langgraph import PersonaMemStore
-from personamem.llm import FrozenLLM, TransformersLLM
+from personamem.llm import FrozenLLM, load_llm
 
 FACTS = {
     "maya": [
@@ -84,7 +84,7 @@ def build_agent(store: PersonaMemStore, llm: FrozenLLM) -> CompiledStateGraph[An
 
 
 def main() -> None:
-    llm = TransformersLLM.default()
+    llm = load_llm("smollm2-135m")
     with tempfile.TemporaryDirectory() as folder, PersonaMem.open(folder, encoder=default_encoder()) as mem:
         agent = build_agent(PersonaMemStore(mem), llm)
         for user, facts in FACTS.items():

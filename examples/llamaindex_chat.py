@@ -1,7 +1,8 @@
 """Two users ask a LlamaIndex chat engine the same question; each gets an answer built on their own memory.
 
-Runs offline: the local default LLM (SmolLM2-135M-Instruct) answers, the default encoder embeds, and
-each user's records live in a throwaway PersonaMem. Needs ``pip install "personamem[llamaindex]"``.
+Runs offline: the local default LLM (SmolLM2-135M-Instruct on ``load_llm``'s default runtime,
+CTranslate2) answers, the default encoder embeds, and each user's records live in a throwaway
+PersonaMem. Needs ``pip install "personamem[llamaindex]"``.
 The memory block reports each reply back to the memory (``feedback`` on its logged context call) when
 the next turn reads the block, so after a follow-up question the first answer is in the log, which is
 what ``personamem improve`` learns from.
@@ -21,7 +22,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from personamem import PersonaMem, PipelineConfig
 from personamem.adapters.llamaindex import PersonaMemEmbedding, PersonaMemLLM, PersonaMemMemoryBlock
-from personamem.llm import TransformersLLM
+from personamem.llm import load_llm
 
 FACTS = {
     "maya": [
@@ -78,7 +79,7 @@ async def chat(mem: PersonaMem, llm: PersonaMemLLM) -> None:
 
 def main() -> None:
     """Store both users' facts in a temporary PersonaMem and chat with each."""
-    llm = PersonaMemLLM(TransformersLLM.default(), max_tokens=60)
+    llm = PersonaMemLLM(load_llm("smollm2-135m"), max_tokens=60)
     # each user's 3 best records, within 512 tokens; each call logged (the default) for its feedback
     pipeline = PipelineConfig(profile_k=3)
     with tempfile.TemporaryDirectory() as folder, PersonaMem.open(folder, pipeline=pipeline) as mem:
