@@ -71,6 +71,7 @@ __all__ = [
     "RankerModel",
     "UserSignals",
     "candidate_features",
+    "inside_window",
     "score_fusion",
     "visible_rows",
 ]
@@ -349,8 +350,11 @@ def candidate_features(
     return picked, matrix, [(int(rows[i]), score) for i, score in default]
 
 
-def _inside(user: UserSignals, rows: np.ndarray, query: str, read: Read) -> np.ndarray:
-    """1 for the candidates (``rows``) written inside the window the question names, else 0."""
+def inside_window(user: UserSignals, rows: np.ndarray, query: str, read: Read) -> np.ndarray:
+    """1 for the candidates (``rows``) written inside the window the question names, else 0.
+
+    The default adds :data:`~personamem.retrieval.when.WINDOW_BOOST` times it to the model's score.
+    """
     as_of = datetime.fromtimestamp(read.as_of, UTC) if read.as_of is not None else datetime.now(UTC)
     window = named_months(query, as_of, user.months)
     if window is None:
@@ -551,7 +555,7 @@ class LearnedRanker:
         adapted = self.adapter.transform(base)[0]
         rows, features, default = candidate_features(user, query, base[0], adapted, visible)
         scores = self.model.score(features, trees=self.model.decide(user.profile).trees)
-        scores = scores + WINDOW_BOOST * _inside(user, rows, query, read)
+        scores = scores + WINDOW_BOOST * inside_window(user, rows, query, read)
         order = np.argsort(-scores, kind="stable")
         top = [(records[rows[i]], float(scores[i])) for i in order[:k]]
         if len(top) < k:  # below the candidates, the default's order (scores below every candidate's)

@@ -67,3 +67,20 @@ def test_the_record_written_in_the_named_month_leads_and_none_is_dropped(mem: Pe
     assert (
         order("When did we go camping by the lake in June?", as_of="2023-05-01")[0] != "june"
     )  # no June yet
+
+
+def test_leave_one_out_reads_the_window_the_search_raises(mem: PersonaMem) -> None:
+    from personamem.datasets.benchmark import Question
+    from personamem.retrieval.query_adapter import QueryAdapter
+    from personamem.trainers.ranker.data import store_features
+
+    for rid, month in (("june", 6), ("july", 7)):
+        mem.add(
+            "mel",
+            f"We went camping by the lake ({rid}).",
+            id=rid,
+            timestamp=datetime(2023, month, 9, tzinfo=UTC),
+        )
+    question = Question(id="q", user_id="mel", text="Where did we camp in June?", relevant={"june": 1})
+    found = store_features(mem.store, [question], "toy", QueryAdapter.load("mixed", mem.store.encoder))
+    assert sorted(found.inside.tolist()) == [0.0, 1.0] and found.inside[found.labels == 1].tolist() == [1.0]

@@ -29,7 +29,7 @@ from personamem.retrieval import ranker as ranker_module
 from personamem.retrieval import ranker_gate as ranker_gate_module
 from personamem.retrieval.bm25 import BM25Retriever
 from personamem.retrieval.query_adapter import QueryAdapter
-from personamem.retrieval.ranker import FEATURES, UserSignals, candidate_features, visible_rows
+from personamem.retrieval.ranker import FEATURES, UserSignals, candidate_features, inside_window, visible_rows
 from personamem.retrieval.ranker_gate import PROFILE
 from personamem.store import Store
 from personamem.store.read import NOW
@@ -54,6 +54,8 @@ class FeatureSet:
         ideal: each question's ideal DCG@10 from all of its gold (found among the candidates or not).
         relevant: each question's number of gold records (found among the candidates or not).
         profiles: the asking user's history shape (``(questions, len(PROFILE))``), which the gate reads.
+        inside: 1 for a candidate written inside the month or year its question names, else 0: the
+            default adds ``WINDOW_BOOST`` times it to the model's score (``ranker.inside_window``).
     """
 
     source: str
@@ -65,6 +67,7 @@ class FeatureSet:
     ideal: np.ndarray
     relevant: np.ndarray
     profiles: np.ndarray
+    inside: np.ndarray
 
     def __len__(self) -> int:
         return len(self.groups)
@@ -85,6 +88,7 @@ class FeatureSet:
             self.ideal[keep],
             self.relevant[keep],
             self.profiles[keep],
+            self.inside[taken],
         )
 
     @property
@@ -121,6 +125,7 @@ class FeatureSet:
             ideal=self.ideal,
             relevant=self.relevant,
             profiles=self.profiles,
+            inside=self.inside,
             names=np.array(FEATURES),
         )
         partial.replace(path)  # a crash mid-write must not leave a truncated cache entry
@@ -143,6 +148,7 @@ class FeatureSet:
                 saved["ideal"],
                 saved["relevant"],
                 saved["profiles"],
+                saved["inside"],
             )
 
 
@@ -205,7 +211,7 @@ def store_features(
     adapted = adapter.transform(base) if len(base) else base
     task = progress.add_task(f"{source}: features", total=len(questions)) if progress else None
     signals: dict[str, tuple[UserSignals, np.ndarray]] = {}
-    features, labels, groups, kept, profiles = [], [], [], [], []
+    features, labels, groups, kept, profiles, inside = [], [], [], [], [], []
     for i, question in enumerate(questions):
         if question.user_id not in signals:  # what LearnedRanker reads at search time
             user = UserSignals.of(store, bm25.index(question.user_id), question.user_id)
@@ -220,6 +226,7 @@ def store_features(
         kept.append(question)
         profiles.append([user.profile[name] for name in PROFILE])
         features.append(matrix)
+        inside.append(inside_window(user, rows, question.text, NOW))
         labels.append(np.array([question.relevant.get(records[r].id, 0) for r in rows], np.float32))
         groups.append(len(rows))
     ideal = [_ideal_dcg(list(q.relevant.values())) for q in kept]
@@ -233,6 +240,7 @@ def store_features(
         np.array(ideal, dtype=np.float64),
         np.array([sum(g > 0 for g in q.relevant.values()) for q in kept], dtype=np.int64),
         np.array(profiles, dtype=np.float32).reshape(len(kept), len(PROFILE)),
+        np.concatenate(inside) if inside else np.zeros(0, np.float32),
     )
 
 

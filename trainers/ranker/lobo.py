@@ -37,6 +37,7 @@ from personamem.eval.metrics import ranx_scores
 from personamem.retrieval.query_adapter import CONFIG_FILE as ADAPTER_FILE
 from personamem.retrieval.query_adapter import QueryAdapter
 from personamem.retrieval.ranker import FEATURES, INFO_FILE, POOL, RankerModel, score_fusion
+from personamem.retrieval.when import WINDOW_BOOST
 from personamem.trainers.adapter.config import AdapterDataConfig, AdapterTrainConfig
 from personamem.trainers.adapter.run import train_adapter
 from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfig
@@ -102,14 +103,15 @@ def method_scores(found: FeatureSet, ranker: RankerModel) -> dict[str, np.ndarra
     """Each method's score of every candidate row (higher first; -inf: the method does not return it)."""
     f = found.features
     bm25 = f[:, _COLUMN["bm25"]].astype(np.float64)
+    window = WINDOW_BOOST * found.inside  # as the ranker serves: a named month's records raised
     return {
         "dense": f[:, _COLUMN["cos_base"]],
         "bm25": np.where(bm25 > 0, bm25, -np.inf),
         "hybrid": f[:, _COLUMN["fused_plain"]],
         "default without ranker": f[:, _COLUMN["fused_default"]],
-        "score fusion": score_fusion(f),
-        "ranker (trees everywhere)": ranker.score(f, trees=True),
-        "ranker as served (gated)": served_start(ranker)(found),
+        "score fusion": score_fusion(f) + window,
+        "ranker (trees everywhere)": ranker.score(f, trees=True) + window,
+        "ranker as served (gated)": served_start(ranker)(found) + window,
         **{fusion_name(*fusion): _fused(f, *fusion) for fusion in FUSIONS},
     }
 
