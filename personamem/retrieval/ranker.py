@@ -28,7 +28,9 @@ out of the adapter's training, a benchmark's worst loss to the best plain method
 and 0.064 with the RRF fusion the trees start from (docs/RESULTS.md). The shipped ``mixed``'s trees
 gained over the score fusion on no benchmark's validation users, so its gate admits no one and the
 package default is the score fusion; the trees stay the root ``improve``'s residuals start from. A
-residual's own trees were fitted on the store they serve, so only the root's are gated.
+residual's own trees were fitted on the store they serve, so only the root's are gated. Whatever
+scores the candidates, those written in the month or year the question names are raised
+(:func:`inside_window`, :mod:`personamem.retrieval.when`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ what it asks about. A record's timestamp is when it was written, not when what i
 ("we went camping last month", said in July), so a record inside the window is raised by
 :data:`WINDOW_BOOST`, never kept or dropped for it. On the 73 LoCoMo questions that name a month
 or a year, the default's recall@5 went from 0.651 to 0.815 and its MRR from 0.490 to 0.586 (on the
-28 of users never trained on: MRR 0.350 to 0.451, recall@10 one question lower; docs/RESULTS.md,
-"When a question names a month"); PersonaBench, iKAT and PrefEval ask no such question.
+28 asked by users never trained on: MRR 0.350 to 0.451, recall@10 one question lower;
+docs/RESULTS.md, "When a question names a month"); PersonaBench, iKAT and PrefEval ask none.
 
 Only named months and years are read ("in June", "during May 2023", "in 2023"): they need no
 parser. A month without a year is the latest such month, at or before the call's time, in which the
