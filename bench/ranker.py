@@ -56,8 +56,7 @@ def main() -> int:
         mem.add_many([{"id": f"r{i}", "text": chat_turn(rng, i)} for i in range(args.records)], user_id="u")
         ranker = mem.pipeline(PipelineConfig()).ranker
         assert ranker is not None and ranker.model.folder.name == "mixed"
-        decision = ranker.decide("u")
-        assert decision.trees, f"the gate refused the benchmark's user: {decision.reason}"
+        log(f"what serves the user: {ranker.decide('u').reason}")  # the score fusion, since issue 57
         times = paired(  # the warm-up loads the adapter and the ranker, builds BM25, fills caches
             {
                 name: lambda i, config=config: mem.search(
