@@ -7,14 +7,28 @@ within a tolerance, not byte for byte.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
 
 def store_files(root: Path) -> dict[str, bytes]:
-    """Every file under ``root``, by relative path."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    """Every file under ``root``, by relative path.
+
+    A file deleted between the listing and its read (a store's background thread may be sweeping,
+    Chroma replacing a segment's files) holds nothing any more, so it is left out.
+    """
+    files: dict[str, bytes] = {}
+    for folder, _, names in os.walk(root):  # a folder deleted mid-walk is skipped, not an error
+        for name in names:
+            path = Path(folder) / name
+            try:
+                if path.is_file():
+                    files[str(path.relative_to(root))] = path.read_bytes()
+            except FileNotFoundError:
+                continue
+    return files
 
 
 def files_containing(files: dict[str, bytes], needle: bytes) -> list[str]:
