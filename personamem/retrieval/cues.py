@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["NAME", "NOT_NAMES", "NUMBER", "WORD", "dates", "names", "numbers"]
+__all__ = ["NAME", "NOT_NAMES", "NUMBER", "WORD", "YEAR", "dates", "names", "numbers"]
 
 DATE_WORDS = frozenset(
     re.findall(

@@ -23,6 +23,8 @@ from datetime import datetime
 
 import numpy as np
 
+from personamem.retrieval.cues import YEAR
+
 __all__ = ["NO_MONTH", "WINDOW_BOOST", "month_index", "named_months"]
 
 WINDOW_BOOST = 2.0
@@ -32,7 +34,7 @@ NO_MONTH = -1
 """The month index of a record without a timestamp: inside no window."""
 
 _MONTHS = {name.lower(): number for number, name in enumerate(calendar.month_name) if name}
-_YEAR = r"(?:19|20)\d\d"
+_YEAR = YEAR.pattern  # a year as the ranker's date cues read one
 _NAMED = re.compile(
     rf"\b(?:in|during)\s+(?:(?:early|late|mid)[- ])?({'|'.join(_MONTHS)})(?:,?\s+({_YEAR}))?\b"
     rf"|\b(?:in|during)\s+({_YEAR})\b",
