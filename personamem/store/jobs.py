@@ -7,12 +7,12 @@ the oldest job that is queued, or running under a lease that ran out, and marks 
 SQLite write transactions are serialized, so no two runners pick one job; on PostgreSQL the pick
 is ``FOR UPDATE SKIP LOCKED``, so runners racing for work take different jobs without waiting.
 
-The runner commits the job's lines a batch at a time. After a batch's records are stored it calls
-:meth:`JobQueue.advance`, which in one transaction deletes the batch's lines, moves ``next_line``
-past them, adds the counts and renews the lease, on condition that the job is still running under
-this claim. A runner killed between storing a batch and advancing leaves ``next_line`` where it
-was: the next runner stores that batch again, which changes nothing (a record with the same id and
-content is skipped), so nothing is stored twice. Lines leave the database as they commit, and all
+The runner commits the job's lines a step (a few batches) at a time. After a step's records are
+stored it calls :meth:`JobQueue.advance`, which in one transaction deletes the step's lines, moves
+``next_line`` past them, adds the counts and renews the lease, on condition that the job is still
+running under this claim. A runner killed between storing and advancing leaves ``next_line`` where
+it was: the next runner stores those lines again, which changes nothing (a record with the same id
+and content is skipped), so nothing is stored twice. Lines leave the database as they commit, and all
 that are left go when the job ends (done, failed or cancelled): only counts and errors remain.
 """
 
@@ -64,7 +64,7 @@ class Claim:
 
 @dataclass
 class Batch:
-    """What storing one batch of lines came to, for :meth:`JobQueue.advance`."""
+    """What storing a run of lines (a runner's step) came to, for :meth:`JobQueue.advance`."""
 
     lines: Sequence[Line]
     written: set[int] = field(default_factory=set)  # lines whose records the store took
@@ -74,7 +74,7 @@ class Batch:
 
     @property
     def last(self) -> int:
-        """The batch's last line number."""
+        """The last line number stored."""
         return self.lines[-1].line
 
 
@@ -247,9 +247,10 @@ class JobQueue:
                 col(JobLineRow.line) >= done.lines[0].line,
                 col(JobLineRow.line) <= done.last,
             )  # a range, not an IN list: any batch size binds three values
-            present = set(s.exec(select(JobLineRow.line).where(*in_batch)))
+            present = set(
+                s.execute(delete(JobLineRow).where(*in_batch).returning(col(JobLineRow.line))).scalars()
+            )
             gone = [line for line in done.lines if line.line not in present]
-            s.execute(delete(JobLineRow).where(*in_batch))
             _count(job, done, {line.line for line in gone})
             job.attempts, job.claimed_until, job.updated_at = 0, time.time() + lease_s, time.time()
             s.add(job)
@@ -347,6 +348,9 @@ def _count(job: JobRow, done: Batch, gone: set[int]) -> None:
 def _insert(s: Session, job_id: str, lines: Sequence[Line]) -> None:
     """The lines as ``job_lines`` rows, in one executemany, and a ``users`` row for each of their users.
 
+    The rows go to the driver as they are: SQLAlchemy's per-row parameter processing took half of
+    the insert's time for a 100,000-line upload.
+
     The user's row is what ``forget`` looks for: a user whose only data so far is waiting lines is
     then still a user to forget, and the forget erases the lines (``users`` lists users with
     records, so the row alone shows nobody).
@@ -358,8 +362,12 @@ def _insert(s: Session, job_id: str, lines: Sequence[Line]) -> None:
     for key in sorted({line.user_key for line in lines}):  # one order: PostgreSQL locks the rows
         ensure_user(connection, key)
     if lines:
-        rows = [{"job_id": job_id, "line": x.line, "user_id": x.user_key, "record": x.record} for x in lines]
-        s.execute(JobLineRow.__table__.insert(), rows)  # type: ignore[attr-defined]
+        mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"  # SQLite's driver, psycopg's
+        connection.exec_driver_sql(
+            f"INSERT INTO {JobLineRow.__tablename__} (job_id, line, user_id, record) VALUES "
+            f"({mark}, {mark}, {mark}, {mark})",
+            [(job_id, x.line, x.user_key, x.record) for x in lines],
+        )
 
 
 def _locked(s: Session, tenant: str, job_id: str) -> JobRow:
