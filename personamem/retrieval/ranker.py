@@ -29,7 +29,7 @@ and 0.064 with the RRF fusion the trees start from (docs/RESULTS.md). The shippe
 gained over the score fusion on no benchmark's validation users, so its gate admits no one and the
 package default is the score fusion; the trees stay the root ``improve``'s residuals start from. A
 residual's own trees were fitted on the store they serve, so only the root's are gated. Whatever
-scores the candidates, those written in the month or year the question names are raised
+scores the candidates, those written in the window the question names ("in June", "last week") are raised
 (:func:`inside_window`, :mod:`personamem.retrieval.when`).
 """
 
@@ -56,7 +56,7 @@ from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
 from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers
 from personamem.retrieval.hybrid import ADAPTER_FUSION, PLAIN_RRF, Fusion
 from personamem.retrieval.ranker_gate import GateDecision, RankerGate, as_profile, history_profile
-from personamem.retrieval.when import NO_MONTH, WINDOW_BOOST, month_index, named_months
+from personamem.retrieval.when import NO_DAY, WINDOW_BOOST, day_number, named_window
 from personamem.store import Store
 from personamem.store.read import NOW, Read
 from personamem.telemetry import staged
@@ -145,8 +145,8 @@ class UserSignals:
     position: np.ndarray
     kind: np.ndarray
     role: np.ndarray
-    months: np.ndarray
-    """Each record's month index (:func:`~personamem.retrieval.when.month_index`), for a named window."""
+    days: np.ndarray
+    """Each record's day number (:func:`~personamem.retrieval.when.day_number`), for a named window."""
     names: list[tuple[str, ...]]
     numbers: list[tuple[str, ...]]
     dates: list[tuple[str, ...]]
@@ -179,9 +179,7 @@ class UserSignals:
             role=np.array(
                 [1.0 if r == "user" else 2.0 if r == "assistant" else 0.0 for r in roles], np.float32
             ),
-            months=np.array(
-                [month_index(r.timestamp) if r.timestamp else NO_MONTH for r in records], np.int32
-            ),
+            days=np.array([day_number(r.timestamp) if r.timestamp else NO_DAY for r in records], np.int32),
             names=_compact(record_names),
             numbers=_compact(numbers(r.text) for r in records),
             dates=_compact(record_dates),
@@ -358,10 +356,11 @@ def inside_window(user: UserSignals, rows: np.ndarray, query: str, read: Read) -
     The default adds :data:`~personamem.retrieval.when.WINDOW_BOOST` times it to the model's score.
     """
     as_of = datetime.fromtimestamp(read.as_of, UTC) if read.as_of is not None else datetime.now(UTC)
-    window = named_months(query, as_of, user.months)
+    window = named_window(query, as_of, user.days)
     if window is None:
         return np.zeros(len(rows), np.float32)
-    return np.isin(user.months[rows], window).astype(np.float32)
+    days = user.days[rows]
+    return ((days >= window[0]) & (days < window[1])).astype(np.float32)
 
 
 def visible_rows(store: Store, user_id: str, records: Sequence[Record], read: Read) -> np.ndarray:

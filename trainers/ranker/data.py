@@ -54,7 +54,7 @@ class FeatureSet:
         ideal: each question's ideal DCG@10 from all of its gold (found among the candidates or not).
         relevant: each question's number of gold records (found among the candidates or not).
         profiles: the asking user's history shape (``(questions, len(PROFILE))``), which the gate reads.
-        inside: 1 for a candidate written inside the month or year its question names, else 0: the
+        inside: 1 for a candidate written inside the window its question names, else 0: the
             default adds ``WINDOW_BOOST`` times it to the model's score (``ranker.inside_window``).
     """
 
