@@ -29,8 +29,8 @@ and 0.064 with the RRF fusion the trees start from (docs/RESULTS.md). The shippe
 gained over the score fusion on no benchmark's validation users, so its gate admits no one and the
 package default is the score fusion; the trees stay the root ``improve``'s residuals start from. A
 residual's own trees were fitted on the store they serve, so only the root's are gated. Whatever
-scores the candidates, those written in the window the question names ("in June", "last week") are raised
-(:func:`inside_window`, :mod:`personamem.retrieval.when`).
+scores the candidates, those written in the window the question names ("in June", "last week") are
+raised (:func:`inside_window`, :mod:`personamem.retrieval.when`).
 """
 
 from __future__ import annotations

@@ -20,10 +20,11 @@ week" to one instant; a window is what a record is inside of):
   (that week), "a month ago" (that calendar month), "a year ago"; "last week" (the calendar week
   before this one, from Monday), "last weekend", "last month", "last year"; "in the past 10
   days", "over the last two weeks", "the past month" (up to today; "the last day of the trip"
-  is not one). Expressions that also speak of
-  the present or the future ("today", "tonight", "this week") are not read, nor vague ones
-  ("recently": a recency boost for "recently", "latest" or "current" moved no LoCoMo metric, 47
-  questions).
+  is not one). Expressions that also speak of the present or the future ("today", "tonight",
+  "this week") are not read, nor vague ones ("recently": a recency boost for "recently", "latest"
+  or "current" moved no LoCoMo metric, 47 questions). Asked again as "last month" on the 15th of
+  the next month, LoCoMo's 73 month-naming questions gain as the named form does (recall@5 0.623
+  to 0.795 against the boost off; docs/RESULTS.md).
 
 Where a question holds several, the first in its text is the window.
 """
