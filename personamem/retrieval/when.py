@@ -16,11 +16,11 @@ week" to one instant; a window is what a record is inside of):
   month, at or before the call's time, in which the user holds records: asked in 2026 of a history
   from 2023, "in June" is June 2023.
 - **relative to the call's time** (the read's ``as_of``, else now; days are UTC dates):
-  "yesterday", "the day before yesterday", "earlier today"; "three days ago", "two weeks ago"
-  (that week), "a month ago" (that calendar month), "a year ago"; "last week" (the calendar week
-  before this one, from Monday), "last weekend", "last month", "last year"; "in the past 10
-  days", "over the last two weeks", "the past month" (up to today; "the last day of the trip"
-  is not one). Expressions that also speak of the present or the future ("today", "tonight",
+  "yesterday", "last night", "the day before yesterday", "earlier today"; "three days ago", "two
+  weeks ago" (that week), "a month ago" (that calendar month), "a year ago"; "last week" (the
+  calendar week before this one, from Monday), "last weekend", "last month", "last year"; "in the
+  past 10 days", "over the last two weeks", "the past month" (up to today; "the last day of the
+  trip" is not one). Expressions that also speak of the present or the future ("today", "tonight",
   "this week") are not read, nor vague ones ("recently": a recency boost for "recently", "latest"
   or "current" moved no LoCoMo metric, 47 questions). Asked again as "last month" on the 15th of
   the next month, LoCoMo's 73 month-naming questions gain as the named form does (recall@5 0.623
@@ -63,7 +63,7 @@ _COUNTS |= {"six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11
 _COUNT = r"(\d{1,3}|" + "|".join(sorted(_COUNTS, key=len, reverse=True)) + ")"
 _UNIT = r"(day|week|month|year)s?"
 _RELATIVE = re.compile(
-    r"\b(the day before yesterday|yesterday|earlier today)\b"
+    r"\b(the day before yesterday|yesterday|last night|earlier today)\b"
     rf"|\b{_COUNT}\s+{_UNIT}\s+ago\b"
     rf"|\b(?:(?:in|over|during|within)\s+the\s+(?:last|past)|the\s+past)\s+(?:{_COUNT}\s+)?{_UNIT}\b"
     r"|\blast\s+(week|weekend|month|year)\b",
@@ -107,7 +107,7 @@ def _relative(found: re.Match[str], today: date) -> Window:
     """The window of one :data:`_RELATIVE` match, counted back from ``today``."""
     day, ago_count, ago_unit, past_count, past_unit, last = found.groups()
     if day is not None:
-        back = {"earlier today": 0, "yesterday": 1}.get(day.lower(), 2)
+        back = {"earlier today": 0, "yesterday": 1, "last night": 1}.get(day.lower(), 2)
         return _span(today - timedelta(days=back), today - timedelta(days=back - 1))
     if ago_unit is not None:
         return _unit_back(ago_unit.lower(), _count(ago_count), today)

@@ -29,6 +29,7 @@ def _days(start: tuple[int, int, int], end: tuple[int, int, int]) -> tuple[int, 
         ("What should I cook tonight?", None),  # about now, not about what was written
         ("Did I mention June to you?", None),  # a month, but no window ("in June")
         ("What did I tell you yesterday?", ((2026, 11, 29), (2026, 11, 30))),
+        ("What did we talk about last night?", ((2026, 11, 29), (2026, 11, 30))),
         ("Which book did I mention the day before yesterday?", ((2026, 11, 28), (2026, 11, 29))),
         ("What did I say earlier today?", ((2026, 11, 30), (2026, 12, 1))),
         ("Where did I eat three days ago?", ((2026, 11, 27), (2026, 11, 28))),
