@@ -183,9 +183,8 @@ class JobRunner:
         for line in lines:
             try:  # json.loads, then the model: 9 µs a record here against 11 µs for model_validate_json
                 records[line.line] = Record.model_validate(json.loads(line.record))
-            except (
-                ValidationError
-            ) as exc:  # validated at upload: only a record this version reads differently
+            # validated at upload: only a record this version reads differently fails here
+            except ValidationError as exc:
                 done.errors[line.line] = f"not a valid record: {exc.errors()[0]['msg']}"
         while records:
             try:

@@ -108,7 +108,7 @@ def _relative(found: re.Match[str], today: date) -> Window:
     day, ago_count, ago_unit, past_count, past_unit, last = found.groups()
     if day is not None:
         back = {"earlier today": 0, "yesterday": 1, "last night": 1}.get(day.lower(), 2)
-        return _span(today - timedelta(days=back), today - timedelta(days=back - 1))
+        return _unit_back("day", back, today)
     if ago_unit is not None:
         return _unit_back(ago_unit.lower(), _count(ago_count), today)
     if past_unit is not None:  # from that far back up to today

@@ -103,7 +103,7 @@ def method_scores(found: FeatureSet, ranker: RankerModel) -> dict[str, np.ndarra
     """Each method's score of every candidate row (higher first; -inf: the method does not return it)."""
     f = found.features
     bm25 = f[:, _COLUMN["bm25"]].astype(np.float64)
-    window = WINDOW_BOOST * found.inside  # as the ranker serves: a named month's records raised
+    window = WINDOW_BOOST * found.inside  # as the ranker serves: records inside the question's window raised
     return {
         "dense": f[:, _COLUMN["cos_base"]],
         "bm25": np.where(bm25 > 0, bm25, -np.inf),
