@@ -16,6 +16,10 @@ sys.dont_write_bytecode = False
 # teams spinning at barriers ran up to ~10x slower than one thread (see llm/ct2.default_threads).
 for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PERSONAMEM_LLM_THREADS"):
     os.environ.setdefault(_name, "1")
+# ranx's metrics run as plain Python, here and in the tests' child processes: compiling its numba
+# kernels costs ~30-40 s of CPU on a fresh install (every CI run), while the suite's evaluations take
+# ~3 s interpreted at 2,000 questions, with the same scores. NUMBA_DISABLE_JIT=0 runs them compiled.
+os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 
 import pytest  # noqa: E402
 

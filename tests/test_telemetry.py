@@ -91,10 +91,16 @@ def test_query_text_only_when_the_operator_opts_in(
     )
 
 
-def test_no_span_at_all_when_switched_off(
-    mem: PersonaMem, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off before ``spans`` installs this test's tracer: a thread an earlier test of the worker left
+    running (a background rebuild) may start a span between the two otherwise, and it would land here."""
     monkeypatch.setattr(personamem.telemetry, "enabled", False)
+
+
+def test_no_span_at_all_when_switched_off(
+    switched_off: None, mem: PersonaMem, spans: InMemorySpanExporter
+) -> None:
     mem.add("ana", "I play the cello.")
     mem.search("ana", "cello")
     assert spans.get_finished_spans() == ()
