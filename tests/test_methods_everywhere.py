@@ -4,8 +4,7 @@ One parametrized test over :data:`personamem.methods.METHODS`, on one tiny real 
 local LLM on the pipeline's default runtime (CTranslate2) for the LLM methods and a PURPLE checkpoint
 trained for two steps (conftest). The SDK runs
 first, so LLM outputs are computed once and the other entry points read them from the store's
-durable cache, as an application's later calls would; the listwise reranker is not cached and
-decodes greedily, so it must agree on its own.
+durable cache, as an application's later calls would.
 """
 
 from __future__ import annotations

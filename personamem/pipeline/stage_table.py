@@ -207,7 +207,7 @@ def _earliest(inputs: StageInputs, _: str) -> Any:
 def _listwise(inputs: StageInputs, _: str) -> Any:
     from personamem.profile import ListwiseSelector
 
-    return ListwiseSelector(inputs.llm)  # type: ignore[arg-type]  # needs_llm: checked by the caller
+    return ListwiseSelector(inputs.llm, store=inputs.store)  # type: ignore[arg-type]  # needs_llm: checked
 
 
 def _purple(inputs: StageInputs, folder: str) -> Any:

@@ -4,23 +4,35 @@ The frozen LLM sees the numbered candidates and the question and answers with an
 ``[3] > [1] > [2]``. It is PURPLE's strongest untrained baseline and the yardstick for its speed:
 one generation per query over all candidates, against PURPLE's single forward pass.
 Numbers the model leaves out keep their first-stage order after the ones it ranked; an answer with
-no usable number, or a failing backend, gives the first-stage order with a warning.
+no usable number, or a failing backend, gives the first-stage order with a warning. Built over a store,
+the answers are cached durably per user as the personalizers' are (keyed by the whole prompt, so a
+changed record or candidate set asks again; a delete or ``forget`` erases them): decoding is greedy,
+so a repeated request would get the same answer, at one generation's cost (seconds on a CPU).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from personamem.errors import ListwiseFallbackWarning, warn_fallback
-from personamem.llm.base import FrozenLLM, LLMError
+from personamem.llm.base import FrozenLLM, LLMError, Message
 from personamem.llm.budget import fit_to_budget
+from personamem.personalize.pbr import cached_llm_outputs
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
+
+if TYPE_CHECKING:
+    from personamem.store import Store
 
 __all__ = ["ListwiseSelector", "parse_ranking"]
 
 _NUMBER = re.compile(r"\d+")
+PROMPT_VERSION = "1"
+"""Part of the cache key: a prompt change must not reuse the answers to the old one."""
 
 
 def parse_ranking(text: str, n: int) -> list[int]:
@@ -38,12 +50,16 @@ class ListwiseSelector:
 
     Args:
         llm: the frozen LLM (greedy decoding).
+        store: where answers are cached per user (None: every request asks the LLM).
         record_chars: characters of each record shown (long sessions are cut).
         max_tokens: tokens generated for the ranking.
     """
 
-    def __init__(self, llm: FrozenLLM, *, record_chars: int = 300, max_tokens: int = 96) -> None:
+    def __init__(
+        self, llm: FrozenLLM, *, store: Store | None = None, record_chars: int = 300, max_tokens: int = 96
+    ) -> None:
         self.llm = llm
+        self.store = store
         self.record_chars = record_chars
         self.max_tokens = max_tokens
 
@@ -53,10 +69,10 @@ class ListwiseSelector:
             raise ValueError(f"k must be at least 1, got {k}")
         if not candidates:
             return []
-        order = self._rank(query, candidates)
+        order = self._rank(user_id, query, candidates)
         return ranked([(candidates[i], float(len(candidates) - rank)) for rank, i in enumerate(order[:k])])
 
-    def _rank(self, query: str, candidates: Sequence[Record]) -> list[int]:
+    def _rank(self, user_id: str, query: str, candidates: Sequence[Record]) -> list[int]:
         head = "Below are numbered notes about one user."
         ask = (
             f"Question: {query}\nRank the notes by how useful they are for answering the question. "
@@ -65,15 +81,8 @@ class ListwiseSelector:
         budget = self.llm.context_window - self.max_tokens - self.llm.count_tokens(f"{head}\n{ask}") - 32
         shown = [f"[{i + 1}] {self._cut(r.text)}" for i, r in enumerate(candidates)]
         fitted = fit_to_budget(shown, max(0, budget), self.llm.count_tokens, render=lambda t: t)
-        prompt = [{"role": "user", "content": f"{head}\n{fitted.text}\n\n{ask}"}]
-        try:
-            text = self.llm.generate([prompt], max_tokens=self.max_tokens, temperature=0.0)[0][0]
-        except LLMError as exc:
-            warn_fallback(
-                f"listwise rerank: the LLM failed ({exc}); keeping the first-stage order",
-                ListwiseFallbackWarning,
-                stacklevel=3,
-            )
+        text = self._answer(user_id, [{"role": "user", "content": f"{head}\n{fitted.text}\n\n{ask}"}])
+        if text is None:  # the LLM failed: warned
             return list(range(len(candidates)))
         order = parse_ranking(text, len(fitted.kept))
         if not order:
@@ -83,6 +92,30 @@ class ListwiseSelector:
                 stacklevel=3,
             )
         return order + [i for i in range(len(candidates)) if i not in order]
+
+    def _answer(self, user_id: str, prompt: list[Message]) -> str | None:
+        """The LLM's answer to ``prompt``, from the store's cache when it holds one; None if it failed."""
+        if self.store is None:
+            try:
+                return self.llm.generate([prompt], max_tokens=self.max_tokens, temperature=0.0)[0][0]
+            except LLMError as exc:
+                warn_fallback(
+                    f"listwise rerank: the LLM failed ({exc}); keeping the first-stage order",
+                    ListwiseFallbackWarning,
+                    stacklevel=4,
+                )
+                return None
+        payload = [PROMPT_VERSION, self.llm.name, self.max_tokens, prompt]
+        key = hashlib.sha256(json.dumps(payload).encode()).hexdigest()
+        return cached_llm_outputs(
+            self.store,
+            "listwise",
+            [(user_id, key)],
+            lambda _: [self.llm.generate([prompt], max_tokens=self.max_tokens, temperature=0.0)[0][0]],
+            who="listwise rerank",
+            fallback="keeping the first-stage order",
+            category=ListwiseFallbackWarning,
+        )[0]
 
     def _cut(self, text: str) -> str:
         return text if len(text) <= self.record_chars else text[: self.record_chars] + " …"

@@ -174,7 +174,8 @@ def test_usage_counts_the_llm_tokens_of_this_call_only(alice: PersonaMem) -> Non
     pipeline = Pipeline(alice.store, config, llm=llm)
     first = pipeline.context("alice", "peanuts?")
     second = pipeline.context("alice", "peanuts?")
-    assert first.usage.total_tokens > 0 and second.usage == first.usage  # not accumulated across calls
+    assert first.usage.total_tokens > 0  # the second call reads the kept answer: it spends nothing,
+    assert second.usage.total_tokens == 0  # and nothing of the first call is carried over to it
     assert set(first.timings_ms) == {"first_stage", "select", "fit"}
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
-from personamem import ProfileSelector, Record, RelevanceSelector, SentenceEncoder
+from personamem import PersonaMem, ProfileSelector, Record, RelevanceSelector, SentenceEncoder
 from personamem.errors import ListwiseFallbackWarning
 from personamem.llm import TransformersLLM
 from personamem.profile import EarliestSelector, RandomSelector
@@ -76,6 +77,36 @@ def test_listwise_selector_fills_in_and_falls_back() -> None:
     assert [h.record.id for h in picked] == ["0", "1"]
     with pytest.warns(ListwiseFallbackWarning, match="LLM failed"):
         ListwiseSelector(FakeLLM(fail_times=1)).select("ana", "q", candidates, 2)
+
+
+def test_listwise_answers_are_kept_per_user_until_a_delete_and_a_failure_is_not_kept(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    with PersonaMem.open(tmp_path / "store", encoder=encoder) as mem:
+        texts = ["I cycle to work.", "I'm allergic to peanuts.", "I sing in a choir.", "I moved to Lisbon."]
+        mem.add_many([{"id": f"r{i}", "text": t} for i, t in enumerate(texts)], user_id="ana")
+        mem.add("bo", "I'm allergic to peanuts.")
+        candidates = [r for r in mem.records("ana") if r.id != "r3"]
+        llm = FakeLLM(lambda prompt: "[2] > [1]")
+        selector = ListwiseSelector(llm, store=mem.store)
+        first = [h.record.id for h in selector.select("ana", "allergies?", candidates, 3)]
+        assert first == [candidates[i].id for i in (1, 0, 2)] and llm.calls == 1
+        assert [h.record.id for h in selector.select("ana", "allergies?", candidates, 3)] == first
+        assert llm.calls == 1  # the same prompt for the same user: the kept answer
+        selector.select("ana", "allergies?", candidates[:2], 2)
+        assert llm.calls == 2  # other candidates, another prompt
+        selector.select("bo", "allergies?", candidates, 3)
+        assert llm.calls == 3  # each user's answers are their own
+        mem.delete("ana", "r3")  # a delete erases the user's kept answers (they may echo its text)
+        selector.select("ana", "allergies?", candidates, 3)
+        assert llm.calls == 4
+
+        failing = ListwiseSelector(FakeLLM(fail_times=1), store=mem.store, max_tokens=50)
+        with pytest.warns(ListwiseFallbackWarning, match="LLM failed"):
+            fallback = failing.select("ana", "allergies?", candidates, 3)
+        assert [h.record.id for h in fallback] == [r.id for r in candidates]  # first-stage order
+        failing.select("ana", "allergies?", candidates, 3)
+        assert failing.llm.calls == 2  # nothing of the failure was kept: asked again
 
 
 @pytest.mark.filterwarnings(
