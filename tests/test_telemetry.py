@@ -93,8 +93,8 @@ def test_query_text_only_when_the_operator_opts_in(
 
 @pytest.fixture
 def switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Off before ``spans`` installs this test's tracer: a thread an earlier test of the worker left
-    running (a background rebuild) may start a span between the two otherwise, and it would land here."""
+    """Off before the store opens and ``spans`` installs this test's tracer: otherwise a background
+    thread (the store's own, or one an earlier test left running) may start a span in between."""
     monkeypatch.setattr(personamem.telemetry, "enabled", False)
 
 
