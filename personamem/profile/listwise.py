@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["ListwiseSelector", "parse_ranking"]
 
 _NUMBER = re.compile(r"\d+")
+_WHO, _FALLBACK = "listwise rerank", "keeping the first-stage order"  # what its warnings say
 PROMPT_VERSION = "1"
 """Part of the cache key: a prompt change must not reuse the answers to the old one."""
 
@@ -87,35 +88,36 @@ class ListwiseSelector:
         order = parse_ranking(text, len(fitted.kept))
         if not order:
             warn_fallback(
-                f"listwise rerank: no ranking in {text[:80]!r}; keeping the first-stage order",
-                ListwiseFallbackWarning,
-                stacklevel=3,
+                f"{_WHO}: no ranking in {text[:80]!r}; {_FALLBACK}", ListwiseFallbackWarning, stacklevel=3
             )
         return order + [i for i in range(len(candidates)) if i not in order]
 
     def _answer(self, user_id: str, prompt: list[Message]) -> str | None:
         """The LLM's answer to ``prompt``, from the store's cache when it holds one; None if it failed."""
-        if self.store is None:
-            try:
-                return self.llm.generate([prompt], max_tokens=self.max_tokens, temperature=0.0)[0][0]
-            except LLMError as exc:
-                warn_fallback(
-                    f"listwise rerank: the LLM failed ({exc}); keeping the first-stage order",
-                    ListwiseFallbackWarning,
-                    stacklevel=4,
-                )
-                return None
-        payload = [PROMPT_VERSION, self.llm.name, self.max_tokens, prompt]
-        key = hashlib.sha256(json.dumps(payload).encode()).hexdigest()
-        return cached_llm_outputs(
-            self.store,
-            "listwise",
-            [(user_id, key)],
-            lambda _: [self.llm.generate([prompt], max_tokens=self.max_tokens, temperature=0.0)[0][0]],
-            who="listwise rerank",
-            fallback="keeping the first-stage order",
-            category=ListwiseFallbackWarning,
-        )[0]
+
+        def ask(_: object = None) -> list[str]:
+            return [self.llm.generate([prompt], max_tokens=self.max_tokens, temperature=0.0)[0][0]]
+
+        if self.store is not None:
+            key = hashlib.sha256(
+                json.dumps([PROMPT_VERSION, self.llm.name, self.max_tokens, prompt]).encode()
+            )
+            return cached_llm_outputs(
+                self.store,
+                "listwise",
+                [(user_id, key.hexdigest())],
+                ask,
+                who=_WHO,
+                fallback=_FALLBACK,
+                category=ListwiseFallbackWarning,
+            )[0]
+        try:
+            return ask()[0]
+        except LLMError as exc:
+            warn_fallback(
+                f"{_WHO}: the LLM failed ({exc}); {_FALLBACK}", ListwiseFallbackWarning, stacklevel=4
+            )
+            return None
 
     def _cut(self, text: str) -> str:
         return text if len(text) <= self.record_chars else text[: self.record_chars] + " …"
