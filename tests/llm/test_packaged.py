@@ -52,8 +52,10 @@ def test_collections_inside_the_conversion_skip_what_existed_and_an_applications
     gc.freeze()  # an application's own (a server freezing before it forks)
     try:
         frozen = gc.get_freeze_count()
+        made_since = [[] for _ in range(1_000)]  # would be frozen too, were the block to freeze again
         with _collections_skip_the_heap():
             pass
-        assert gc.get_freeze_count() == frozen
+        # Still frozen, nothing added; a frozen object another thread frees meanwhile leaves the count.
+        assert 0 < gc.get_freeze_count() <= frozen, len(made_since)
     finally:
         gc.unfreeze()
