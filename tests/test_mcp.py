@@ -273,6 +273,36 @@ def test_example_langgraph_agent_drives_the_tools_over_stdio(tmp_path: Path) -> 
     assert maya.count("(answer reported)") == 2 and tom.count("(answer reported)") == 1  # each context's
 
 
+_MCP_ON_FIRST_CALL = """
+import sys
+from fastapi.testclient import TestClient
+from personamem import PersonaMem
+from personamem.server import create_app
+
+with TestClient(create_app(PersonaMem.open(sys.argv[1]))) as http:
+    assert http.get("/v1/health").json()["status"] == "ok"
+    print("before /mcp:", "mcp" in sys.modules)
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    answer = http.post("/mcp", json=call, headers={"Accept": "application/json, text/event-stream"})
+    print(answer.status_code, answer.json()["error"]["type"], "after /mcp:", "mcp" in sys.modules)
+"""
+
+
+@pytest.mark.slow
+def test_a_server_loads_the_mcp_sdk_on_the_first_mcp_call(tmp_path: Path) -> None:
+    """A third of a worker's start was importing the SDK; a server no agent calls never pays it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MCP_ON_FIRST_CALL, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **OFFLINE},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["before /mcp: False", "401 AuthenticationError after /mcp: True"]
+
+
 _WITHOUT_MCP = """
 import importlib.abc, sys
 

@@ -19,9 +19,9 @@ import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -53,6 +53,7 @@ from personamem.memory import PersonaMem, open_memory
 from personamem.methods import SERVED_BY_DEFAULT, ServedMethods
 from personamem.request_models import problems_text
 from personamem.server.auth import authorize
+from personamem.server.mcp_route import LazyMcp
 from personamem.server.otel import TraceContext, export_from_env
 from personamem.server.routes import ROUTERS
 from personamem.server.ui import install_ui
@@ -60,9 +61,6 @@ from personamem.settings import settings
 from personamem.store.engine import connection_lost
 from personamem.store.keys import ApiKey, KeyScope
 from personamem.webhook_delivery import from_settings as webhook_deliverer
-
-if TYPE_CHECKING:
-    from personamem.mcp_server import HttpEndpoint
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "RETRY_AFTER_UNAVAILABLE", "app_from_env", "create_app"]
 
@@ -162,7 +160,7 @@ def create_app(
     routers, which find ``mem`` and the metrics on ``app.state``.
     """
     mem.served_methods = methods
-    mcp = _mcp_endpoint()
+    mcp = LazyMcp(_mcp_access)  # MCP over the same keys and tenants; the SDK loads on the first call
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -174,8 +172,8 @@ def create_app(
         delivering.start()
         importing = job_runner(mem)  # every process runs queued bulk imports, a batch at a time
         importing.start()
-        async with mcp.running() if mcp is not None else nullcontext():
-            yield
+        yield
+        await mcp.close()  # after the calls in flight, if one started MCP's session manager
         importing.close()  # after the batch in progress; its job is handed on
         delivering.close()
         if improving is not None:
@@ -196,29 +194,13 @@ def create_app(
     app.state.metrics = metrics = _Metrics()  # what /v1/metrics reads
     _install_error_handlers(app)
     _install_unavailable_handlers(app)
-    # MCP (streamable HTTP) over the same keys and tenants; 501 naming the extra when mcp is missing
-    app.router.routes.append(Route("/mcp", mcp.app if mcp else _no_mcp, methods=["GET", "POST", "DELETE"]))
+    app.router.routes.append(Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]))  # 501 without the extra
     app.middleware("http")(metrics.middleware)
     app.add_middleware(TraceContext)  # outermost: the caller's trace is the parent of every span
     for router in ROUTERS:
         app.include_router(router)
     install_ui(app)
     return app
-
-
-def _mcp_endpoint() -> "HttpEndpoint | None":
-    """The MCP tools for ``/mcp``, each call on its key's tenant (None without the ``mcp`` extra)."""
-    try:
-        from personamem.mcp_server import http_endpoint
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "mcp":
-            raise
-        return None
-    return http_endpoint(_mcp_access)
-
-
-def _no_mcp(_: Request) -> JSONResponse:
-    raise MissingExtraError(["mcp"], "mcp")
 
 
 def _install_error_handlers(app: FastAPI) -> None:
