@@ -361,7 +361,7 @@ class VectorIndex:
                     collection.delete(ids=ids)
                     self._note_applied(name)
 
-    def _read(self, name: str, read: Callable[[Collection], T], absent: T) -> T:
+    def _read(self, name: str, read: Callable[[Collection], T], absent: T, *, damaged: bool = False) -> T:
         """``read(collection)``, or ``absent`` when there is no such collection.
 
         A handle whose collection another process dropped (and maybe made again) fails with
@@ -371,6 +371,8 @@ class VectorIndex:
         embedded read first applies
         Chroma's log, which needs space to write: on a nearly full disk its failure is
         :class:`DiskFullError`, not a damaged collection to rebuild (which could not be written).
+        With ``damaged`` (the collection already failed a read on a new client, in :meth:`salvage`),
+        a failed read is that damage, raised at once on the same client.
         """
         from chromadb.errors import InternalError, NotFoundError
 
@@ -383,6 +385,10 @@ class VectorIndex:
             except NotFoundError:
                 self.evict(name)
             except InternalError as exc:  # e.g. "Error finding id": the HNSW lacks ids the metadata lists
+                if damaged and not (
+                    self._folder is not None and (says_full(exc) or low_on_space(self._folder))
+                ):
+                    raise UnreadableIndexError(f"vector collection {name} cannot be read: {exc}") from exc
                 self._discard()
                 if attempt == 0 and self._folder is not None:
                     continue  # a client a full disk left may expect files it never wrote: a new one reads
@@ -436,22 +442,31 @@ class VectorIndex:
         """What can be read of a damaged collection: (ids, vectors) readable, and the ids that are not.
 
         The ids come from Chroma's metadata segment, which stays readable; embeddings are read a
-        chunk at a time, and a chunk that fails one id at a time, so one lost vector costs only itself.
+        chunk at a time, and a chunk that fails is halved until the unreadable ids are found, so one
+        lost vector costs only itself. The failed reads stay on one client: read one id at a time,
+        each on a new client, 25 lost of 1,242 took 3.9 s of CPU, against 0.2 s (the same ids, vectors
+        and lost ids).
         """
         listed = sorted(self.ids(name))
         ids: list[str] = []
         rows: list[np.ndarray] = []
         lost: set[str] = set()
+        retried = False  # the first failed read is tried again on a new client, as every read is
 
         def read(chunk: list[str]) -> None:
+            nonlocal retried
             try:
-                got = self._read(name, lambda c: c.get(ids=chunk, include=["embeddings"]), None)
+                got = self._read(
+                    name, lambda c: c.get(ids=chunk, include=["embeddings"]), None, damaged=retried
+                )
             except UnreadableIndexError:
+                retried = True
                 if len(chunk) == 1:
                     lost.update(chunk)
                     return
-                for one in chunk:
-                    read([one])
+                half = len(chunk) // 2
+                read(chunk[:half])
+                read(chunk[half:])
                 return
             if got is not None and got["embeddings"] is not None:
                 ids.extend(got["ids"])
