@@ -441,41 +441,14 @@ class VectorIndex:
     def salvage(self, name: str) -> tuple[list[str], np.ndarray, set[str]]:
         """What can be read of a damaged collection: (ids, vectors) readable, and the ids that are not.
 
-        The ids come from Chroma's metadata segment, which stays readable; embeddings are read a
-        chunk at a time, and a chunk that fails is halved until the unreadable ids are found, so one
-        lost vector costs only itself. The failed reads stay on one client: read one id at a time,
-        each on a new client, 25 lost of 1,242 took 3.9 s of CPU, against 0.2 s (the same ids, vectors
-        and lost ids).
+        The ids come from Chroma's metadata segment, which stays readable; the embeddings are read
+        by :func:`_read_around_damage`.
         """
-        listed = sorted(self.ids(name))
-        ids: list[str] = []
-        rows: list[np.ndarray] = []
-        lost: set[str] = set()
-        retried = False  # the first failed read is tried again on a new client, as every read is
 
-        def read(chunk: list[str]) -> None:
-            nonlocal retried
-            try:
-                got = self._read(
-                    name, lambda c: c.get(ids=chunk, include=["embeddings"]), None, damaged=retried
-                )
-            except UnreadableIndexError:
-                retried = True
-                if len(chunk) == 1:
-                    lost.update(chunk)
-                    return
-                half = len(chunk) // 2
-                read(chunk[:half])
-                read(chunk[half:])
-                return
-            if got is not None and got["embeddings"] is not None:
-                ids.extend(got["ids"])
-                rows.extend(np.asarray(got["embeddings"], dtype=np.float32))
+        def read(chunk: list[str], damaged: bool) -> Any:
+            return self._read(name, lambda c: c.get(ids=chunk, include=["embeddings"]), None, damaged=damaged)
 
-        for start in range(0, len(listed), _SALVAGE_CHUNK):
-            read(listed[start : start + _SALVAGE_CHUNK])
-        matrix = np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
-        return ids, matrix, lost
+        return _read_around_damage(sorted(self.ids(name)), read)
 
     def ids(self, name: str) -> set[str]:
         """Ids of the collection's vectors."""
@@ -599,3 +572,40 @@ def _rows(result: Any) -> tuple[list[str], np.ndarray]:
     embeddings = result["embeddings"]
     assert embeddings is not None
     return list(result["ids"]), np.asarray(embeddings, dtype=np.float32)
+
+
+def _read_around_damage(
+    listed: list[str], read: Callable[[list[str], bool], Any]
+) -> tuple[list[str], np.ndarray, set[str]]:
+    """The vectors of ``listed`` that read back, and the ids that do not.
+
+    ``read(chunk, damaged)`` is a Chroma ``get`` of the chunk's embeddings, raising
+    :class:`UnreadableIndexError`. A chunk that fails is halved until the unreadable ids are found,
+    so one lost vector costs only itself; after the first failure (tried again on a new client, as
+    every read is) ``damaged`` keeps the failed reads on one client. Read one id at a time, each on
+    a new client, 25 lost of 1,242 took 3.9 s of CPU, against 0.2 s (the same ids, vectors and lost ids).
+    """
+    ids: list[str] = []
+    rows: list[np.ndarray] = []
+    lost: set[str] = set()
+    damaged = False
+
+    def read_part(chunk: list[str]) -> None:
+        nonlocal damaged
+        try:
+            got = read(chunk, damaged)
+        except UnreadableIndexError:
+            damaged = True
+            if len(chunk) == 1:
+                lost.update(chunk)
+                return
+            read_part(chunk[: len(chunk) // 2])
+            read_part(chunk[len(chunk) // 2 :])
+            return
+        if got is not None and got["embeddings"] is not None:
+            ids.extend(got["ids"])
+            rows.extend(np.asarray(got["embeddings"], dtype=np.float32))
+
+    for start in range(0, len(listed), _SALVAGE_CHUNK):
+        read_part(listed[start : start + _SALVAGE_CHUNK])
+    return ids, (np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)), lost

@@ -134,9 +134,10 @@ class _SlowLLM(FakeLLM):
     def __init__(self, delay: float) -> None:
         super().__init__()
         self.delay = delay
-        self.finished = threading.Event()
+        self.started, self.finished = threading.Event(), threading.Event()
 
     def generate(self, prompts: Sequence[Prompt], **kwargs: object) -> Generations:  # type: ignore[override]
+        self.started.set()
         time.sleep(self.delay)
         self.finished.set()
         return super().generate(prompts, **kwargs)  # type: ignore[arg-type]
@@ -155,7 +156,8 @@ def test_an_llm_stage_past_the_deadline_falls_back_within_it(alice: PersonaMem) 
     )
     assert [h.record.id for h in context.hits] == [h.record.id for h in plain.hits]
     assert len(context.warnings) == 1 and "deadline" in context.warnings[0]
-    assert slow.finished.wait(5.0)  # the abandoned call ends on its own
+    # the abandoned call ends on its own; on a loaded machine the deadline may pass before it is made
+    assert slow.finished.wait(5.0) or not slow.started.is_set()
 
 
 def test_a_failing_listwise_llm_keeps_the_first_stage_order_and_says_so(alice: PersonaMem) -> None:
