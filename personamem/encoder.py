@@ -85,8 +85,8 @@ class SentenceEncoder:
     Texts longer than the model's window (256 word pieces for MiniLM) are truncated with a
     :class:`~personamem.errors.TruncationWarning`, since the tail of those records will only be found by
     BM25. On the CPU a plain BERT sentence encoder runs on onnxruntime (exported once, see
-    :mod:`personamem.onnx_encoder`); sentence-transformers (torch) loads for anything else and on
-    the first :meth:`encode_tokens` call.
+    :mod:`personamem.onnx_encoder`, token states included); sentence-transformers (torch) loads
+    for anything else.
     """
 
     def __init__(self, path: str | Path, *, device: str = "cpu", batch_size: int = 64) -> None:
@@ -186,6 +186,9 @@ class SentenceEncoder:
         """Last-layer token states and mask, for models that attend over tokens (PURPLE)."""
         import torch
 
+        if self._bert is not None:  # the exported graph gives them: no sentence-transformers import
+            states, mask = self._bert.encode_tokens(texts)
+            return TokenStates(states=torch.from_numpy(states), mask=torch.from_numpy(mask))
         model = self._model
         with self._lock:
             features = model.preprocess(list(texts))

@@ -72,6 +72,13 @@ def test_the_onnx_runtime_matches_sentence_transformers(encoder: SentenceEncoder
     counted = reference.tokenizer(_VARIED, add_special_tokens=True, truncation=False)["input_ids"]
     assert encoder.count_tokens(_VARIED) == [len(ids) for ids in counted]
     assert encoder.max_tokens == reference.max_seq_length == 256
+    features = reference.preprocess(_VARIED)  # PURPLE's token states, from the same exported graph
+    expected_states = reference.forward(features)["token_embeddings"].detach()
+    states = encoder.encode_tokens(_VARIED)
+    assert states.mask.tolist() == features["attention_mask"].bool().tolist()
+    np.testing.assert_allclose(
+        states.states[states.mask].numpy(), expected_states[states.mask].numpy(), atol=1e-4
+    )
 
 
 def test_large_batches_agree_with_small_ones(encoder: SentenceEncoder) -> None:
@@ -85,13 +92,17 @@ def test_large_batches_agree_with_small_ones(encoder: SentenceEncoder) -> None:
 
 
 def test_a_query_needs_no_torch(encoder: SentenceEncoder) -> None:
-    """Once exported (the fixture made sure), encoding loads neither torch nor sentence-transformers."""
-    code = (
-        "import sys; from personamem import default_encoder; default_encoder().encode(['a query', 'b']); "
+    """Once exported (the fixture made sure), encoding loads neither torch nor sentence-transformers;
+    token states (PURPLE's) need torch's tensors but not sentence-transformers (~4 s of CPU to import)."""
+    loaded = (
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
     )
+    code = (
+        f"import sys; from personamem import default_encoder; default_encoder().encode(['a query', 'b']); "
+        f"{loaded}; default_encoder().encode_tokens(['a query', 'b']); {loaded}"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.split() == ["[]", "['torch']"]
 
 
 def test_other_layouts_run_on_sentence_transformers(encoder: SentenceEncoder, tmp_path: Path) -> None:
