@@ -15,7 +15,7 @@ from personamem.errors import ConfigError
 from personamem.llm import FrozenLLM, LLMError, TransformersLLM
 from personamem.llm.ct2 import CTranslate2LLM, default_threads
 from personamem.llm.load import load_llm
-from personamem.llm.packaged import ct2_model_path, packaged_model
+from personamem.llm.packaged import ct2_model_path, packaged_model, read_ct2_manifest
 from personamem.pipeline import PipelineConfig
 from personamem.testing import FrozenLLMContract
 
@@ -105,7 +105,9 @@ def test_labels_after_one_prompt_take_one_forward_pass_and_score_as_alone(
 def test_a_changed_conversion_is_refused(tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(ct2_model_path("smollm2-135m"), copy)
-    with (copy / "model.bin").open("r+b") as weights:
+    read_ct2_manifest(copy, verify=True)  # hashed once: a stamp records the file it hashed
+    assert (copy / "model.bin.verified").is_file()
+    with (copy / "model.bin").open("r+b") as weights:  # the same size, changed after the stamp
         weights.seek(4096)
         byte = weights.read(1)
         weights.seek(4096)
