@@ -9,10 +9,11 @@ slower on this CPU (no VNNI), so the export stays float32 and stored vectors kee
 
 The export runs once per model (torch, transformers and the ``onnx`` package; a few seconds) into
 the user cache, beside the CTranslate2 conversions (``$PERSONAMEM_CACHE``, else
-``$XDG_CACHE_HOME/personamem``): written to a temporary name, checked against torch's vectors, then
-renamed, under a lock file, so processes starting together export it once and a file cut short is
-never loaded. Only sentence-transformers' plain BERT layout (Transformer, mean Pooling, Normalize)
-is exported; :func:`plain_bert` says which folders qualify, and anything else runs on torch.
+``$XDG_CACHE_HOME/personamem``): written to a temporary name, checked against torch's vectors and
+token states (PURPLE's input, a second output of the graph), then renamed, under a lock file, so
+processes starting together export it once and a file cut short is never loaded. Only
+sentence-transformers' plain BERT layout (Transformer, mean Pooling, Normalize) is exported;
+:func:`plain_bert` says which folders qualify, and anything else runs on torch.
 """
 
 from __future__ import annotations
@@ -258,6 +259,8 @@ class OnnxBert:
 
         Padded to the longest text: what PURPLE attends over, without loading sentence-transformers.
         """
+        if not texts:
+            return np.zeros((0, 0, self.dim), dtype=np.float32), np.zeros((0, 0), dtype=bool)
         encodings = self._tokenizer.encode_batch(list(texts))
         width = max(len(e.ids) for e in encodings)
         ids = np.zeros((len(texts), width), dtype=np.int64)

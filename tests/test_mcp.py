@@ -273,6 +273,18 @@ def test_example_langgraph_agent_drives_the_tools_over_stdio(tmp_path: Path) -> 
     assert maya.count("(answer reported)") == 2 and tom.count("(answer reported)") == 1  # each context's
 
 
+def _python(script: str, store: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter (its imports are its own), given the store folder."""
+    return subprocess.run(
+        [sys.executable, "-c", script, str(store)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **OFFLINE},
+        check=False,
+    )
+
+
 _MCP_ON_FIRST_CALL = """
 import sys
 from fastapi.testclient import TestClient
@@ -291,14 +303,7 @@ with TestClient(create_app(PersonaMem.open(sys.argv[1]))) as http:
 @pytest.mark.slow
 def test_a_server_loads_the_mcp_sdk_on_the_first_mcp_call(tmp_path: Path) -> None:
     """A third of a worker's start was importing the SDK; a server no agent calls never pays it."""
-    done = subprocess.run(
-        [sys.executable, "-c", _MCP_ON_FIRST_CALL, str(tmp_path / "store")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **OFFLINE},
-        check=False,
-    )
+    done = _python(_MCP_ON_FIRST_CALL, tmp_path / "store")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["before /mcp: False", "401 AuthenticationError after /mcp: True"]
 
@@ -327,14 +332,7 @@ sys.exit(main(["--store", sys.argv[1], "mcp"]))
 
 @pytest.mark.slow
 def test_without_the_mcp_extra_serve_and_the_cli_name_the_install(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_MCP, str(tmp_path / "store")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **OFFLINE},
-        check=False,
-    )
+    done = _python(_WITHOUT_MCP, tmp_path / "store")
     install = 'pip install "personamem[mcp]"'
     assert done.stdout.startswith(f"501 mcp not installed: {install}"), done.stdout + done.stderr[-2000:]
     assert done.returncode == 1 and install in done.stderr
