@@ -238,13 +238,7 @@ class OnnxBert:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
 
         def run(chunk: list[int]) -> None:
-            width = len(encodings[chunk[-1]].ids)  # sorted: the last is the longest
-            ids = np.zeros((len(chunk), width), dtype=np.int64)
-            mask = np.zeros((len(chunk), width), dtype=np.int64)
-            for row, i in enumerate(chunk):
-                n = len(encodings[i].ids)
-                ids[row, :n] = encodings[i].ids
-                mask[row, :n] = 1
+            ids, mask = _padded([encodings[i].ids for i in chunk])
             out[chunk] = self._session.run(["vectors"], {"input_ids": ids, "attention_mask": mask})[0]
 
         if len(chunks) == 1 or self._workers == 1:
@@ -261,13 +255,7 @@ class OnnxBert:
         """
         if not texts:
             return np.zeros((0, 0, self.dim), dtype=np.float32), np.zeros((0, 0), dtype=bool)
-        encodings = self._tokenizer.encode_batch(list(texts))
-        width = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(texts), width), dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=np.int64)
-        for row, encoding in enumerate(encodings):
-            ids[row, : len(encoding.ids)] = encoding.ids
-            mask[row, : len(encoding.ids)] = 1
+        ids, mask = _padded([e.ids for e in self._tokenizer.encode_batch(list(texts))])
         states = self._session.run(["states"], {"input_ids": ids, "attention_mask": mask})[0]
         return np.ascontiguousarray(states, dtype=np.float32), mask.astype(bool)
 
@@ -275,3 +263,14 @@ class OnnxBert:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="personamem-encode")
         return self._pool
+
+
+def _padded(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and attention mask of ``rows``, zero-padded to the longest."""
+    width = max(len(row) for row in rows)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    return ids, mask

@@ -268,17 +268,18 @@ def read_ct2_manifest(path: Path, *, verify: bool) -> dict[str, Any]:
         manifest: dict[str, Any] = json.loads((path / _MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         raise LLMError(f"{path} is not a converted CTranslate2 model ({_MANIFEST}: {exc})") from exc
-    if verify and not _hashes_to(path / "model.bin", manifest["model_bin_sha256"]):
-        raise LLMError(
-            f"{path / 'model.bin'} has sha256 {_sha256(path / 'model.bin')}, not the "
-            f"{manifest['model_bin_sha256']} recorded at conversion: delete the folder and it is "
-            "converted again"
-        )
+    if verify:
+        expected = manifest["model_bin_sha256"]
+        if (found := _stamped_sha256(path / "model.bin", expected)) != expected:
+            raise LLMError(
+                f"{path / 'model.bin'} has sha256 {found}, not the {expected} recorded at conversion: "
+                "delete the folder and it is converted again"
+            )
     return manifest
 
 
-def _hashes_to(path: Path, sha256: str) -> bool:
-    """Whether ``path`` hashes to ``sha256``, hashed once per version of the file.
+def _stamped_sha256(path: Path, expected: str) -> str:
+    """``path``'s sha256, hashed once per version of a file that hashes to ``expected``.
 
     Every load hashed the weights (0.11 s for SmolLM2's 135 MB, seconds for a 1.5B model's); a
     stamp beside the file records the size, modification time and inode it hashed, so a file that
@@ -286,15 +287,15 @@ def _hashes_to(path: Path, sha256: str) -> bool:
     """
     stamp = path.with_name(f"{path.name}.verified")
     stat = path.stat()
-    seen = f"{stat.st_size} {stat.st_mtime_ns} {stat.st_ino} {sha256}"
+    seen = f"{stat.st_size} {stat.st_mtime_ns} {stat.st_ino} {expected}"
     with contextlib.suppress(OSError):
         if stamp.read_text(encoding="utf-8") == seen:
-            return True
-    if _sha256(path) != sha256:
-        return False
-    with contextlib.suppress(OSError):
-        stamp.write_text(seen, encoding="utf-8")
-    return True
+            return expected
+    found = _sha256(path)
+    if found == expected:
+        with contextlib.suppress(OSError):
+            stamp.write_text(seen, encoding="utf-8")
+    return found
 
 
 def gguf_path(model: PackagedModel, cache: Path) -> Path:

@@ -246,7 +246,7 @@ class VectorIndex:
 
     def _full(self, doing: str, error: Exception) -> DiskFullError | None:
         """The :class:`DiskFullError` for a failed write that ran out of space; None for any other failure."""
-        if self._folder is not None and (says_full(error) or low_on_space(self._folder)):
+        if self._folder is not None and _out_of_space(self._folder, error):
             return disk_full(self._folder, doing, error)
         return disk_full(self.location, doing, error) if says_full(error) else None
 
@@ -385,14 +385,12 @@ class VectorIndex:
             except NotFoundError:
                 self.evict(name)
             except InternalError as exc:  # e.g. "Error finding id": the HNSW lacks ids the metadata lists
-                if damaged and not (
-                    self._folder is not None and (says_full(exc) or low_on_space(self._folder))
-                ):
+                if damaged and not (self._folder is not None and _out_of_space(self._folder, exc)):
                     raise UnreadableIndexError(f"vector collection {name} cannot be read: {exc}") from exc
                 self._discard()
                 if attempt == 0 and self._folder is not None:
                     continue  # a client a full disk left may expect files it never wrote: a new one reads
-                if self._folder is not None and (says_full(exc) or low_on_space(self._folder)):
+                if self._folder is not None and _out_of_space(self._folder, exc):
                     raise disk_full(self._folder, "reading the vector index", exc) from exc
                 raise UnreadableIndexError(f"vector collection {name} cannot be read: {exc}") from exc
         return absent
@@ -572,6 +570,11 @@ def _rows(result: Any) -> tuple[list[str], np.ndarray]:
     embeddings = result["embeddings"]
     assert embeddings is not None
     return list(result["ids"]), np.asarray(embeddings, dtype=np.float32)
+
+
+def _out_of_space(folder: Path, error: Exception) -> bool:
+    """Whether a call on the embedded index at ``folder`` failed for want of disk space."""
+    return says_full(error) or low_on_space(folder)
 
 
 def _read_around_damage(
