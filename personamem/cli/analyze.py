@@ -463,8 +463,10 @@ def ranker_gate(
 
     The trees serve a user only where the history is shaped like a benchmark they gained on (record
     length, records past the encoder's window, who wrote them, names, dates); everyone else gets the
-    score fusion, and a user whose ranker signals outgrow the store's cache gets hybrid. Read from
-    the store's live pipeline.
+    score fusion, and a user whose ranker signals outgrow the store's cache gets hybrid. The score
+    fusion reads the query adapter's cosine only for a history shaped like a benchmark the adapter
+    gained on (the ranker's adapter gate), the base cosine elsewhere. Read from the store's live
+    pipeline.
     """
     from personamem.retrieval.ranker_gate import PROFILE
 
@@ -479,12 +481,15 @@ def ranker_gate(
                 continue
             shape = served.profile(user_id)  # builds the user's signals, once
             decision, hybrid = served.decide(user_id, shape), not served.fits(user_id)
+            adapter = served.model.decide_adapter(shape)
             rows.append(
                 {
                     "user_id": user_id,
-                    "trees": decision.trees,
+                    "trees": decision.serves,
                     "hybrid": hybrid,
                     "reason": decision.reason,
+                    "adapter": adapter.serves,
+                    "adapter_reason": adapter.reason,
                     **shape,
                 }
             )
@@ -495,6 +500,9 @@ def ranker_gate(
     for row in rows:
         verdict = "trees" if row["trees"] else "hybrid" if row.get("hybrid") else "the score fusion"
         out.print(f"{row['user_id']}: {verdict} ({row['reason']})", markup=False, soft_wrap=True)
+        if "adapter" in row:
+            cosine = "the adapter's cosine" if row["adapter"] else "the base cosine"
+            out.print(f"  reads {cosine} ({row['adapter_reason']})", markup=False, soft_wrap=True)
         if PROFILE[0] in row:
             out.print("  " + ", ".join(f"{name} {row[name]:.2f}" for name in PROFILE), markup=False)
 

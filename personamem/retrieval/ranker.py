@@ -41,7 +41,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +72,7 @@ __all__ = [
     "LearnedRanker",
     "RankerModel",
     "UserSignals",
+    "adapted_score_fusion",
     "candidate_features",
     "inside_window",
     "score_fusion",
@@ -89,8 +90,9 @@ POOL = 50
 DEPTH = 100
 """How deep the default's own lists are fused (as the harness ranks)."""
 SCORE_FUSION = 0.4
-"""BM25's weight in :func:`score_fusion`: the best worst fold of leave-one-benchmark-out among the
-weights and fusions tried, and the one chosen on three folds for the fourth in each of the four."""
+"""BM25's weight in :func:`score_fusion` where the question names what the history holds: the best
+worst fold of leave-one-benchmark-out among the weights and fusions tried, and the one chosen on three
+folds for the fourth in each of the four."""
 
 FEATURES: tuple[str, ...] = (
     "cos_base", "cos_adapt", "gap_base", "gap_adapt", "z_adapt", "bm25", "bm25_rel", "bm25_z",
@@ -100,9 +102,10 @@ FEATURES: tuple[str, ...] = (
     "u_mean_words_log", "u_median_words_log", "u_share_long", "u_n_records_log", "bm25_top", "bm25_margin",
     "bm25_n_pos_share", "adapt_margin", "base_margin", "adapt_top", "q_cover_user",
     "wh", "is_aux", "first_person", "what_do_i", "recommend", "should_i", "q_has_name", "q_has_number",
-    "q_has_date", "rr_bm25_x_len", "rr_bm25_x_name",
+    "q_has_date", "rr_bm25_x_len", "rr_bm25_x_name", "z_base", "q_named_in_history",
 )  # fmt: skip
-"""The model's inputs, in column order (a model names its own list; a mismatch refuses to load)."""
+"""What the runtime computes per candidate, in column order. A model names the columns it was trained
+on (``ranker.json``'s ``features``) and reads those; one naming a column this version lacks is refused."""
 CATEGORICAL = ("kind", "role", "wh")
 
 _KINDS = {"conversation": 0, "dialog": 1, "purchase": 2, "post": 3, "qa": 4, "knowledge": 5, "note": 6}
@@ -148,6 +151,8 @@ class UserSignals:
     days: np.ndarray
     """Each record's day number (:func:`~personamem.retrieval.when.day_number`), for a named window."""
     names: list[tuple[str, ...]]
+    named: frozenset[str]
+    """Every name the records hold (:func:`~personamem.retrieval.cues.names`), for a question's."""
     numbers: list[tuple[str, ...]]
     dates: list[tuple[str, ...]]
     """Each record's cues (:mod:`~personamem.retrieval.cues`), distinct, as tuples of interned words."""
@@ -181,6 +186,7 @@ class UserSignals:
             ),
             days=np.array([day_number(r.timestamp) if r.timestamp else NO_DAY for r in records], np.int32),
             names=_compact(record_names),
+            named=frozenset().union(*record_names),
             numbers=_compact(numbers(r.text) for r in records),
             dates=_compact(record_dates),
             stats={
@@ -292,6 +298,7 @@ def candidate_features(
     query_terms = set(terms)
     q_names, q_numbers, q_dates = names(query[1:]), numbers(query), dates(query)
     picked = rows[pool]  # the candidates' rows in the user's signals
+    named = q_names & user.named if len(rows) == len(visible) else _visible_names(user, q_names, rows)
     cover = np.array(
         [
             len(query_terms.intersection(user.index.tokens[i])) / len(query_terms) if query_terms else 0.0
@@ -310,6 +317,7 @@ def candidate_features(
         "adapt_top": float(best_a[0]) if n else 0.0,
         "q_cover_user": len(query_terms & user.vocabulary) / len(query_terms) if query_terms else 0.0,
         "q_words": float(len(query.split())),
+        "q_named_in_history": float(bool(named)),
         **_question_form(query),
     }
     columns: dict[str, Any] = {
@@ -318,6 +326,7 @@ def candidate_features(
         "gap_base": cos_b[pool] - best_b[0],
         "gap_adapt": cos_a[pool] - best_a[0],
         "z_adapt": (cos_a[pool] - cos_a.mean()) / (cos_a.std() + 1e-6),
+        "z_base": (cos_b[pool] - cos_b.mean()) / (cos_b.std() + 1e-6),
         "bm25": bm[pool],
         "bm25_rel": bm[pool] / bm_max if bm_max > 0 else np.zeros(len(pool)),
         "bm25_z": (bm[pool] - bm.mean()) / (bm.std() + 1e-6),
@@ -350,6 +359,11 @@ def candidate_features(
     return picked, matrix, [(int(rows[i]), score) for i, score in default]
 
 
+def _visible_names(user: UserSignals, wanted: set[str], rows: np.ndarray) -> set[str]:
+    """The ``wanted`` names that the records at ``rows`` (those a read may see) hold."""
+    return {name for i in rows for name in user.names[i] if name in wanted} if wanted else set()
+
+
 def inside_window(user: UserSignals, rows: np.ndarray, query: str, read: Read) -> np.ndarray:
     """1 for the candidates (``rows``) written inside the window the question names, else 0.
 
@@ -371,21 +385,44 @@ def visible_rows(store: Store, user_id: str, records: Sequence[Record], read: Re
     return np.array([r.id not in hidden for r in records], dtype=bool)
 
 
-def score_fusion(features: np.ndarray) -> np.ndarray:
+def score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False) -> np.ndarray:
     """The order served where no trees do: a score per candidate row (``FEATURES`` columns).
 
-    The adapted cosine plus :data:`SCORE_FUSION` times BM25, each as a standard score over the
-    records the read may see (``z_adapt``, ``bm25_z``). Standard scores weigh each signal by how far
-    a record stands out from the user's others, so BM25 leads where the question's words single a
-    record out and fades where they match many alike. Row by row, so it scores many questions'
-    candidates at once (training, leave-one-out) exactly as one search's.
+    The base cosine as a standard score over the records the read may see (``z_base``; the query
+    adapter's, ``z_adapt``, for the rows ``adapted`` marks: histories where the ranker's adapter gate
+    found the adapter helping), plus :data:`SCORE_FUSION` times BM25's (``bm25_z``) where the question
+    names something the history holds (``q_named_in_history``: a capitalised word of the question
+    that the records hold too).
+    Names are where a small encoder is weakest and words are exact ("When did Melanie paint a
+    sunrise?"); without one, BM25 matches a question's common words ("recommend", "dinner") and
+    misleads: leave-one-benchmark-out lost to dense on the preference and recommendation folds with
+    BM25 always in (docs/RESULTS.md). Unadapted, nothing in it is learned on a benchmark but the
+    weight, so an unseen history gets plain dense unless its question names what it holds. Row by
+    row, so it scores many questions' candidates at once (training, leave-one-out) as one search's.
+    """
+    cosine = np.where(adapted, features[:, FEATURES.index("z_adapt")], features[:, FEATURES.index("z_base")])
+    lexical = features[:, FEATURES.index("q_named_in_history")] * features[:, FEATURES.index("bm25_z")]
+    return cosine + SCORE_FUSION * lexical
+
+
+def adapted_score_fusion(features: np.ndarray) -> np.ndarray:
+    """The score fusion before the names decided BM25's part: the adapted cosine plus BM25, always.
+
+    What a residual that ``improve`` fitted on top of it keeps as its start (``gated_start``
+    ``"score fusion"``); the default served it until leave-one-out over every user of each left-out
+    benchmark found it losing to dense on iKAT and PrefEval (docs/RESULTS.md).
     """
     return features[:, FEATURES.index("z_adapt")] + SCORE_FUSION * features[:, FEATURES.index("bm25_z")]
 
 
-GATED_START = "score fusion"
-"""What a root ranker serves without its trees; ``"fused default"`` (``alpha · fused_default``) for
-a residual fitted before the score fusion, which its trees were fitted on top of."""
+GATED_START = "named score fusion"
+"""What a root ranker serves without its trees (:func:`score_fusion`). A residual keeps the start its
+trees were fitted on top of: ``"score fusion"`` (:func:`adapted_score_fusion`), or ``"fused default"``
+(``alpha · fused_default``) from before either."""
+_FUSION_STARTS: dict[str, Callable[[np.ndarray, bool | np.ndarray], np.ndarray]] = {
+    GATED_START: score_fusion,
+    "score fusion": lambda features, _adapted: adapted_score_fusion(features),  # it always read the adapter
+}
 
 
 @dataclass(frozen=True)
@@ -395,6 +432,7 @@ class RankerModel:
     ``start`` is ``alpha · fused_default``, or the ``base`` ranker's score for a residual fitted to a store.
     ``gate`` says which histories the root's trees serve (None: all, as folders written before it);
     where they do not, or the root kept none, the root serves ``gated_start`` (:data:`GATED_START`).
+    ``adapter_gate`` says which histories' score fusion reads the query adapter's cosine (None: none).
     """
 
     graph: bytes  # the trees' ONNX graph; empty: no trees were kept (the start's order)
@@ -405,6 +443,7 @@ class RankerModel:
     base: RankerModel | None = None
     gate: RankerGate | None = None
     gated_start: str = GATED_START
+    adapter_gate: RankerGate | None = None
 
     @classmethod
     def load(cls, spec: str | Path) -> RankerModel:
@@ -429,7 +468,20 @@ class RankerModel:
 
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = 1  # ~100 rows: threads cost more
-        return onnxruntime.InferenceSession(self.graph, options, providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(self.graph, options, providers=["CPUExecutionProvider"])
+        width = session.get_inputs()[0].shape[1]
+        named = len(self.info.get("features", FEATURES))
+        if width != named:
+            raise CheckpointError(
+                f"ranker {self.folder}: its trees read {width} features, its {INFO_FILE} names {named}"
+            )
+        return session
+
+    @functools.cached_property
+    def columns(self) -> np.ndarray | None:
+        """Where the model's own feature columns lie in ``FEATURES`` (None: all of them, in order)."""
+        named = tuple(self.info.get("features", FEATURES))
+        return None if named == FEATURES else np.array([FEATURES.index(name) for name in named])
 
     @property
     def root(self) -> RankerModel:
@@ -447,27 +499,47 @@ class RankerModel:
 
     def serves(self, profiles: np.ndarray) -> np.ndarray:
         """Per stored profile row (``ranker_gate.PROFILE`` columns), whether the root's trees serve it."""
-        return np.array([self.decide(as_profile(row)).trees for row in profiles], dtype=bool)
+        return np.array([self.decide(as_profile(row)).serves for row in profiles], dtype=bool)
 
-    def start(self, features: np.ndarray, *, trees: bool = True) -> np.ndarray:
+    def decide_adapter(self, profile: dict[str, float]) -> GateDecision:
+        """Whether the score fusion reads the query adapter's cosine for a history of this shape."""
+        gate = self.root.adapter_gate
+        if gate is None:
+            return GateDecision(False, "this ranker names no adapter gate: the base cosine")
+        return gate.decide(profile, "the adapter's cosine")
+
+    def adapts(self, profiles: np.ndarray) -> np.ndarray:
+        """Per stored profile row, whether the score fusion reads the adapter's cosine for it."""
+        return np.array([self.decide_adapter(as_profile(row)).serves for row in profiles], dtype=bool)
+
+    def start(
+        self, features: np.ndarray, *, trees: bool = True, adapted: bool | np.ndarray = False
+    ) -> np.ndarray:
         """The score before this model's own trees.
 
         The base's; else ``alpha · fused_default`` under the root's trees, and the root's
-        ``gated_start`` without them.
+        ``gated_start`` without them (``adapted``: the rows its adapter gate gives the adapter).
         """
         if self.base is not None:
-            return self.base.score(features, trees=trees)
-        if (trees and self.graph) or self.gated_start != GATED_START:
+            return self.base.score(features, trees=trees, adapted=adapted)
+        fusion = _FUSION_STARTS.get(self.gated_start)
+        if (trees and self.graph) or fusion is None:
             return self.alpha * features[:, FEATURES.index("fused_default")]
-        return score_fusion(features)
+        return fusion(features, adapted)
 
-    def score(self, features: np.ndarray, *, trees: bool = True) -> np.ndarray:
-        """Each candidate's score (higher first); ``trees=False``: without the root's trees (gated out)."""
-        start = self.start(features, trees=trees)
+    def score(
+        self, features: np.ndarray, *, trees: bool = True, adapted: bool | np.ndarray = False
+    ) -> np.ndarray:
+        """Each candidate's score (higher first); ``trees=False``: without the root's trees (gated out).
+
+        ``adapted``: the rows whose score fusion reads the adapter's cosine (:meth:`decide_adapter`).
+        """
+        start = self.start(features, trees=trees, adapted=adapted)
         session = self.session if self.base is not None or trees else None
         if session is None:
             return start
-        return start + session.run(None, {MODEL_INPUT: features})[0].ravel()
+        inputs = features if self.columns is None else np.ascontiguousarray(features[:, self.columns])
+        return start + session.run(None, {MODEL_INPUT: inputs})[0].ravel()
 
 
 @functools.cache
@@ -480,8 +552,11 @@ def _load(spec: str) -> RankerModel:
         raise CheckpointError(f"ranker {spec!r}: not a ranker folder ({folder}: {exc})") from None
     if graph and hashlib.sha256(graph).hexdigest() != info.get("sha256"):
         raise CheckpointError(f"ranker {spec!r}: {MODEL_FILE} does not match the sha256 in {INFO_FILE}")
-    if tuple(info.get("features", ())) != FEATURES:
-        raise CheckpointError(f"ranker {spec!r}: trained on other features than this version computes")
+    unknown = sorted(set(info.get("features") or ["(none named)"]) - set(FEATURES))
+    if unknown:
+        raise CheckpointError(
+            f"ranker {spec!r}: trained on features this version does not compute: {', '.join(unknown)}"
+        )
     base = None
     if "base" in info:  # a residual: its trees were fitted on top of exactly this base's scores
         base = _load(str(info["base"]["ranker"]))
@@ -494,9 +569,11 @@ def _load(spec: str) -> RankerModel:
         base = dataclasses.replace(base, gated_start=info["base"].get("gated_start", "fused default"))
     try:
         gate = RankerGate.from_json(info["gate"]) if info.get("gate") is not None else None
+        adapter_gate = RankerGate.from_json(info["adapter_gate"]) if info.get("adapter_gate") else None
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"ranker {spec!r}: {INFO_FILE}'s gate is unreadable ({exc})") from None
-    return RankerModel(graph, float(info["alpha"]), int(info["iterations"]), folder, info, base, gate)
+    alpha, iterations = float(info["alpha"]), int(info["iterations"])
+    return RankerModel(graph, alpha, iterations, folder, info, base, gate, adapter_gate=adapter_gate)
 
 
 class LearnedRanker:
@@ -555,7 +632,11 @@ class LearnedRanker:
         base = self.store.encoder.encode([query])
         adapted = self.adapter.transform(base)[0]
         rows, features, default = candidate_features(user, query, base[0], adapted, visible)
-        scores = self.model.score(features, trees=self.model.decide(user.profile).trees)
+        scores = self.model.score(
+            features,
+            trees=self.model.decide(user.profile).serves,
+            adapted=self.model.decide_adapter(user.profile).serves,
+        )
         scores = scores + WINDOW_BOOST * inside_window(user, rows, query, read)
         order = np.argsort(-scores, kind="stable")
         top = [(records[rows[i]], float(scores[i])) for i in order[:k]]

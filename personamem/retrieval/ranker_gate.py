@@ -11,7 +11,9 @@ its records are, how many overrun the encoder's window, who wrote them, how many
 dates. A region is one benchmark's users' range of each statistic, widened by :data:`TOLERANCE`
 pooled standard deviations (every benchmark's users pooled): a box, so ``personamem analyze
 ranker`` can say which statistic put a user outside. No region, no trees: a folder that the trainer
-found no gain for serves exactly the default.
+found no gain for serves exactly the default. The same boxes say where the score fusion reads the
+query adapter's cosine rather than the base one (``adapter_gate`` in ``ranker.json``): an adapter
+helps where it was trained, and not reliably on histories it never saw.
 """
 
 from __future__ import annotations
@@ -94,9 +96,9 @@ class Region:
 
 @dataclass(frozen=True)
 class GateDecision:
-    """Whether a history gets the trees, and why, in words an operator can read."""
+    """Whether a history gets what the gate guards (trees, the adapter's cosine), and why, in words."""
 
-    trees: bool
+    serves: bool
     reason: str
 
 
@@ -129,15 +131,18 @@ class RankerGate:
             regions.append(Region(name, tuple(map(float, low)), tuple(map(float, high))))
         return cls(tuple(regions))
 
-    def decide(self, profile: Mapping[str, float]) -> GateDecision:
-        """Trees if ``profile`` lies in some region; otherwise the reason each region refused it."""
+    def decide(self, profile: Mapping[str, float], what: str = "the trees") -> GateDecision:
+        """Served if ``profile`` lies in some region; otherwise the reason each region refused it.
+
+        ``what``: what the gate guards, as its reasons name it.
+        """
         if not self.regions:
-            return GateDecision(False, "no region: the trees gained on no benchmark's validation users")
+            return GateDecision(False, f"no region: {what} gained on no benchmark's validation users")
         refusals = []
         for region in self.regions:
             outside = region.outside(profile)
             if not outside:
-                return GateDecision(True, f"history shaped like {region.benchmark}'s, where the trees gained")
+                return GateDecision(True, f"history shaped like {region.benchmark}'s, where {what} gained")
             refusals.append("; ".join(outside))
         return GateDecision(False, "outside every region: " + " | ".join(refusals))
 
@@ -152,7 +157,7 @@ class RankerGate:
         """The share of ``rows`` (user profiles, :data:`PROFILE` columns) the trees would serve."""
         if not len(rows):
             return 0.0
-        return float(np.mean([self.decide(as_profile(row)).trees for row in rows]))
+        return float(np.mean([self.decide(as_profile(row)).serves for row in rows]))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RankerGate:

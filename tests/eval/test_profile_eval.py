@@ -31,7 +31,7 @@ FACTS = {
     "nurse": "I work as a nurse on night shifts.",
     "marathon": "I'm training for a half marathon in May.",
 }
-QUERY = "What should I cook for dinner tonight?"
+QUERY = "What food can I eat for dinner, given my diet?"
 
 
 def _benchmark() -> Benchmark:

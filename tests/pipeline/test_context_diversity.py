@@ -20,7 +20,7 @@ FACTS = (
     "I work as a nurse on night shifts.",
     "I'm training for a half marathon in May.",
 )
-QUERY = "What should I cook for dinner tonight?"
+QUERY = "What food can I eat for dinner, given my diet?"
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from personamem.retrieval.ranker import (
     _top,
     _top_positive,
     _two_best,
+    adapted_score_fusion,
     score_fusion,
 )
 from personamem.trainers.ranker.export import save_ranker
@@ -67,8 +68,8 @@ def test_the_default_runs_the_shipped_ranker_and_says_so(mem: PersonaMem) -> Non
 
 
 def test_a_ranker_without_trees_serves_the_score_fusion(mem: PersonaMem, tmp_path: Path) -> None:
-    """Adapted cosine plus 0.4 BM25, each standardized over the user's records; computed here from
-    the store's vectors, the adapter and BM25's scores."""
+    """Base cosine, plus 0.4 BM25 where the question names what the history holds, each standardized
+    over the user's records; computed here from the store's vectors, the encoder and BM25's scores."""
     save_ranker(tmp_path / "flat", None, alpha=10.0, iterations=0, info={})
     ranker = mem.pipeline(PipelineConfig(ranker=str(tmp_path / "flat"))).ranker
     assert ranker is not None
@@ -79,13 +80,23 @@ def test_a_ranker_without_trees_serves_the_score_fusion(mem: PersonaMem, tmp_pat
     def standard(x: np.ndarray) -> np.ndarray:
         return (x - x.mean()) / x.std()
 
-    # the last two: dense and BM25 disagree, and the RRF fusion the trees start from orders them otherwise
-    for query in [*QUERIES, "How do I get to work? (charity)", "What is Caroline planning? (lentils)"]:
-        cosine = vectors @ ranker.adapter.transform(mem.store.encoder.encode([query]))[0]
+    # the last two: dense and BM25 disagree; "Caroline" is in the history, "(charity)" names nothing
+    named = {QUERIES[0]: True, QUERIES[1]: False, QUERIES[2]: True}
+    named |= {"How do I get to work? (charity)": False, "What is Caroline planning? (lentils)": True}
+    for query, lexical_too in named.items():
+        cosine = vectors @ mem.store.encoder.encode([query])[0]
         lexical = ranker._bm25.index("u").scores(tokenize([query])[0])
-        fused = standard(cosine) + SCORE_FUSION * standard(lexical)
+        fused = standard(cosine) + SCORE_FUSION * lexical_too * standard(lexical)
         expected = [order[i] for i in np.argsort(-fused, kind="stable")]
         assert _ids(mem, query, PipelineConfig(ranker=str(tmp_path / "flat"))) == expected
+
+
+def test_a_question_naming_nothing_in_the_history_gets_plain_dense_order(mem: PersonaMem) -> None:
+    """Where no name ties the question to the history, the default is dense retrieval itself."""
+    for query in ("what should I cook tonight?", "How do I get to work?", "Any food I must avoid?"):
+        assert _ids(mem, query, k=5) == _ids(mem, query, "dense", k=5)
+    # a name the history holds brings BM25 in: "Porto" is one record's alone
+    assert _ids(mem, "Who lives in Porto?", k=1) == ["r9"]
 
 
 def test_every_record_of_the_user_and_no_other_comes_back(mem: PersonaMem) -> None:
@@ -119,9 +130,12 @@ def test_a_tampered_or_foreign_model_does_not_load(tmp_path: Path) -> None:
         RankerModel.load(folder)
     info = json.loads((SHIPPED_RANKERS / "mixed" / INFO_FILE).read_text())
     (folder / MODEL_FILE).write_bytes((SHIPPED_RANKERS / "mixed" / MODEL_FILE).read_bytes())
-    (folder / INFO_FILE).write_text(json.dumps({**info, "features": ["cos_base"]}))
-    with pytest.raises(CheckpointError, match="other features"):
+    (folder / INFO_FILE).write_text(json.dumps({**info, "features": ["cos_base", "hunch"]}))
+    with pytest.raises(CheckpointError, match="does not compute: hunch"):
         RankerModel.load(folder)
+    (folder / INFO_FILE).write_text(json.dumps({**info, "features": ["cos_base"]}))
+    with pytest.raises(CheckpointError, match=r"its trees read \d+ features, its ranker\.json names 1"):
+        RankerModel.load(folder).score(np.zeros((3, len(FEATURES)), np.float32))
     with pytest.raises(CheckpointError, match="not a ranker folder"):
         RankerModel.load(tmp_path / "missing")
 
@@ -154,11 +168,34 @@ def test_a_residual_fitted_before_the_score_fusion_keeps_the_start_it_was_fitted
     """``improve`` fitted its trees on the root as it served then: the RRF start wherever the gate said no."""
     shipped = RankerModel.load("mixed")
     rows = np.random.default_rng(0).normal(size=(6, len(FEATURES))).astype(np.float32)
-    for name, named in (("old", {}), ("new", {"gated_start": GATED_START})):
+    starts = {"old": {}, "adapted": {"gated_start": "score fusion"}, "new": {"gated_start": GATED_START}}
+    for name, named in starts.items():
         base = {"ranker": "mixed", "sha256": shipped.info["sha256"], **named}
         save_ranker(tmp_path / name, None, alpha=shipped.alpha, iterations=0, info={"base": base})
-    old, new = RankerModel.load(tmp_path / "old"), RankerModel.load(tmp_path / "new")
+    old, adapted, new = (RankerModel.load(tmp_path / name) for name in starts)
     fused = shipped.alpha * rows[:, FEATURES.index("fused_default")]
     np.testing.assert_allclose(old.score(rows, trees=False), fused, rtol=1e-6)
+    np.testing.assert_allclose(adapted.score(rows, trees=False), adapted_score_fusion(rows), rtol=1e-6)
     np.testing.assert_allclose(new.score(rows, trees=False), score_fusion(rows), rtol=1e-6)
     np.testing.assert_allclose(shipped.score(rows, trees=False), score_fusion(rows), rtol=1e-6)
+
+
+def test_a_model_reads_the_columns_it_was_trained_on_when_this_version_computes_more(tmp_path: Path) -> None:
+    """A folder names the features its trees were fitted on, in its order; the ranker gives it those."""
+    import lightgbm
+
+    own = [name for name in reversed(FEATURES) if name not in ("z_base", "q_named_in_history")]
+    rng = np.random.default_rng(1)
+    train = rng.normal(size=(200, len(own)))
+    booster = lightgbm.train(
+        {"objective": "regression", "verbose": -1, "min_data_in_leaf": 5},
+        lightgbm.Dataset(train, train[:, 0] - train[:, 3], feature_name=own),
+        num_boost_round=5,
+    )
+    save_ranker(tmp_path / "older", booster, alpha=10.0, iterations=5, info={})
+    model = RankerModel.load(tmp_path / "older")
+    assert model.info["features"] == own and model.session is not None
+    rows = rng.normal(size=(5, len(FEATURES))).astype(np.float32)
+    mine = rows[:, [FEATURES.index(name) for name in own]]
+    expected = model.alpha * rows[:, FEATURES.index("fused_default")] + booster.predict(mine)
+    np.testing.assert_allclose(model.score(rows, trees=True), expected, rtol=1e-4, atol=1e-5)

@@ -32,6 +32,7 @@ from tests.conftest import DATA, need_data
 METHODS = (
     *PLAIN,
     "default without ranker",
+    "adapted score fusion",
     "score fusion",
     "ranker (trees everywhere)",
     "ranker as served (gated)",
@@ -86,7 +87,7 @@ def test_trees_that_fail_a_fold_ship_with_a_gate_that_admits_no_one(tmp_path: Pa
     info = json.loads((folder / INFO_FILE).read_text(encoding="utf-8"))
     assert info["leave_one_out"]["trees_pass"] is False and info["gate"]["regions"] == []
     decision = RankerModel.load(folder).decide(dict.fromkeys(PROFILE, 0.0))
-    assert not decision.trees and "no region" in decision.reason
+    assert not decision.serves and "no region" in decision.reason
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from personamem.retrieval.query_adapter import SHIPPED_ADAPTERS
 from personamem.retrieval.ranker import FEATURES, INFO_FILE, MODEL_FILE, TREES_FILE, RankerModel
 from personamem.trainers.ranker import data as ranker_data
 from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfig
-from personamem.trainers.ranker.trainer import train_ranker
+from personamem.trainers.ranker.trainer import ADMIT_GAIN, train_ranker
 from tests.conftest import DATA, need_data
 
 
@@ -39,6 +39,10 @@ def test_a_ranker_trained_on_ikat_loads_keeps_its_split_and_resumes(
     assert model.iterations % 10 == 0 and (model.session is None) == (model.iterations == 0)
     assert info["recipe"]["params"]["objective"] == "lambdarank"
     assert len(info["recipe"]["validation"]["curve"]["10"]) == 3  # 0, 10 and 20 trees
+    # the adapter's cosine serves iKAT's shape exactly when it raised iKAT's validation nDCG@10 enough
+    base, adapted = info["recipe"]["adapter_gate"]["per_benchmark"]["ikat"]
+    admitted = [region.benchmark for region in model.adapter_gate.regions]  # type: ignore[union-attr]
+    assert admitted == (["ikat"] if adapted - base >= ADMIT_GAIN else []) == first.fit.adapting
     # the held-out users are the shipped adapter's (same split seed), named as eval --held-out reads them
     split = json.loads((tmp_path / "ranker" / "split-ikat.json").read_text(encoding="utf-8"))
     shipped = json.loads((SHIPPED_ADAPTERS / "mixed" / "split-ikat.json").read_text(encoding="utf-8"))

@@ -34,6 +34,7 @@ def save_ranker(
     for stale in (MODEL_FILE, TREES_FILE):
         (folder / stale).unlink(missing_ok=True)
     sha256 = None
+    features = list(FEATURES) if booster is None else booster.feature_name()  # the columns it was fitted on
     if booster is not None and iterations:
         import lightgbm
         from onnxmltools import convert_lightgbm
@@ -44,7 +45,7 @@ def save_ranker(
         kept = lightgbm.Booster(model_str=trees)  # the converter exports every tree it is given
         model = convert_lightgbm(
             kept,
-            initial_types=[(MODEL_INPUT, FloatTensorType([None, len(FEATURES)]))],
+            initial_types=[(MODEL_INPUT, FloatTensorType([None, len(features)]))],
             target_opset=ONNX_OPSET,
             zipmap=False,
         )
@@ -52,5 +53,5 @@ def save_ranker(
         graph = model.SerializeToString()
         (folder / MODEL_FILE).write_bytes(graph)
         sha256 = hashlib.sha256(graph).hexdigest()
-    record = {**info, "features": list(FEATURES), "alpha": alpha, "iterations": iterations, "sha256": sha256}
+    record = {**info, "features": features, "alpha": alpha, "iterations": iterations, "sha256": sha256}
     (folder / INFO_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

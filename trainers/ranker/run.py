@@ -80,6 +80,10 @@ def run(config: RankerRunConfig, *, progress: Progress | None = None) -> TrainSu
         for name, (before, after) in fit.per_source.items()
     ]
     rows += [
+        (
+            "the score fusion reads the adapter's cosine for histories shaped like",
+            ", ".join(fit.adapting) or "none (the base cosine everywhere)",
+        ),
         ("chosen: alpha, trees", f"{fit.alpha:g}, {fit.iterations}"),
         ("trees serve histories shaped like", ", ".join(result.admitted) or "none (the score fusion)"),
         *[

@@ -10,10 +10,12 @@ number of trees (in steps of 10, zero included: then the ranker is the default's
 the folder :meth:`~personamem.retrieval.ranker.RankerModel.load` reads, with the recipe, counts and
 split, plus a ``split-<benchmark>.json`` per benchmark for ``personamem eval --held-out``.
 
-The folder also names where its trees serve (:mod:`personamem.retrieval.ranker_gate`): the history
-shapes of the benchmarks on whose validation users the kept trees gained at least :data:`ADMIT_GAIN`
-nDCG@10 over what the ranker serves without them, the score fusion
-(:func:`~personamem.retrieval.ranker.score_fusion`). Elsewhere the ranker is the score fusion.
+The folder also names where its learned parts serve (:mod:`personamem.retrieval.ranker_gate`), each
+as the history shapes of the benchmarks on whose validation users it gained at least
+:data:`ADMIT_GAIN` nDCG@10: the query adapter's cosine in the score fusion
+(:func:`~personamem.retrieval.ranker.score_fusion`) over the base cosine (``adapter_gate``), then the
+kept trees over that score fusion (``gate``). Elsewhere the ranker is the score fusion on the base
+cosine: nothing learned on a benchmark but its two fixed weights.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +49,7 @@ __all__ = [
     "PARAMS",
     "RankerFit",
     "RankerRun",
+    "fit_adapter_gate",
     "fit_gate",
     "fit_ranker",
     "fit_residual",
@@ -95,6 +98,7 @@ class RankerFit:
         curve: per alpha, validation nDCG@10 at 0, STEP, 2·STEP, ... trees.
         seconds: wall-clock time of the fits.
         per_source: per benchmark, validation nDCG@10 of the score fusion (no trees) and of the model.
+        adapting: the benchmarks whose score fusion reads the adapter's cosine (``fit_adapter_gate``).
     """
 
     booster: lightgbm.Booster | None
@@ -105,6 +109,7 @@ class RankerFit:
     curve: dict[float, list[float]]
     seconds: float
     per_source: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    adapting: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclass
@@ -182,7 +187,9 @@ def train_ranker(
         raise InsufficientDataError(
             f"no validation question to choose the ranker on ({held}); raise --validation-share."
         )
-    fit = fit_ranker(train, validation, config, progress=progress)
+    adapter_gate, adapter_gains = fit_adapter_gate(validation, profiles)
+    adapting = [region.benchmark for region in adapter_gate.regions]
+    fit = fit_ranker(train, validation, config, adapting=adapting, progress=progress)
     gate, admitted = fit_gate(fit, profiles)
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob("split-*.json"):  # a benchmark of an earlier run in this folder
@@ -209,6 +216,12 @@ def train_ranker(
                 "curve": {f"{a:g}": [round(v, 5) for v in values] for a, values in fit.curve.items()},
                 "per_benchmark": {n: [round(a, 5), round(b, 5)] for n, (a, b) in fit.per_source.items()},
             },
+            "adapter_gate": {
+                "admitted": f"benchmarks whose validation nDCG@10 the adapter's cosine raised by >= "
+                f"{ADMIT_GAIN} over the base cosine in the score fusion",
+                "per_benchmark": {n: [round(a, 5), round(b, 5)] for n, (a, b) in adapter_gains.items()},
+                "calibration": calibrate(profiles, adapting),
+            },
             "gate": {
                 "admitted": f"benchmarks whose validation nDCG@10 the trees raised by >= {ADMIT_GAIN} "
                 "over the score fusion",
@@ -221,10 +234,30 @@ def train_ranker(
         "sources": sources,
         "split": splits,
         "gate": gate.to_json(),
+        "adapter_gate": adapter_gate.to_json(),
     }
     save_ranker(out_dir, fit.booster, alpha=fit.alpha, iterations=fit.iterations, info=info)
     sha256 = json.loads((out_dir / INFO_FILE).read_text(encoding="utf-8"))["sha256"]
     return RankerRun(out_dir, fit, sources, sha256, cached, admitted)
+
+
+def fit_adapter_gate(
+    validation: list[FeatureSet], profiles: dict[str, np.ndarray]
+) -> tuple[RankerGate, dict[str, tuple[float, float]]]:
+    """Where the score fusion reads the query adapter's cosine: the benchmarks it gained on.
+
+    Per benchmark with validation users, nDCG@10 of the score fusion on the base cosine and on the
+    adapter's; a gain of :data:`ADMIT_GAIN` admits the benchmark's history shape. An adapter helps
+    where it was trained and not reliably elsewhere (leave-one-benchmark-out, docs/RESULTS.md), so a
+    history unlike every admitted benchmark's gets the base cosine.
+    """
+    gains = {
+        s.source: (s.ndcg10(score_fusion(s.features)), s.ndcg10(score_fusion(s.features, adapted=True)))
+        for s in validation
+        if len(s)
+    }
+    admitted = [name for name, (base, adapted) in gains.items() if adapted - base >= ADMIT_GAIN]
+    return RankerGate.fit(profiles, admitted), gains
 
 
 def fit_gate(fit: RankerFit, profiles: dict[str, np.ndarray]) -> tuple[RankerGate, list[str]]:
@@ -245,13 +278,15 @@ def fit_ranker(
     validation: list[FeatureSet],
     config: RankerTrainConfig,
     *,
+    adapting: Collection[str] = (),
     progress: Progress | None = None,
 ) -> RankerFit:
     """Fit one model per alpha on ``train``; keep the (alpha, trees) best on ``validation``.
 
     Validation is the mean over benchmarks (those with validation questions) of nDCG@10 over the
     candidates; a later setting is kept only if strictly better, so ties go to fewer trees and the
-    first alpha.
+    first alpha. ``adapting``: the benchmarks whose score fusion (what the trees are judged against
+    per benchmark) reads the adapter's cosine.
     """
     task = progress.add_task("ranker: fit", total=len(config.alpha)) if progress else None
     start_time = time.perf_counter()
@@ -268,7 +303,10 @@ def fit_ranker(
     start = curve[config.alpha[0]][0]  # no trees: the default's order, whatever alpha
     begin = _fused_start(alpha)
     per_source = {  # the trees against what is served without them
-        s.source: (s.ndcg10(score_fusion(s.features)), s.ndcg10(_score(kept, trees, s.features, begin(s))))
+        s.source: (
+            s.ndcg10(score_fusion(s.features, adapted=s.source in adapting)),
+            s.ndcg10(_score(kept, trees, s.features, begin(s))),
+        )
         for s in validation
         if len(s)
     }
@@ -281,6 +319,7 @@ def fit_ranker(
         curve,
         time.perf_counter() - start_time,
         per_source,
+        list(adapting),
     )
 
 
@@ -310,8 +349,9 @@ def served_start(base: RankerModel) -> Start:
     """``base``'s scores as it serves each question's user: its root's trees where its gate admits them."""
 
     def start(found: FeatureSet) -> np.ndarray:
-        with_trees = base.score(found.features, trees=True)
-        without = base.score(found.features, trees=False)
+        adapted = np.repeat(base.adapts(found.profiles), found.groups)
+        with_trees = base.score(found.features, trees=True, adapted=adapted)
+        without = base.score(found.features, trees=False, adapted=adapted)
         return np.where(np.repeat(base.serves(found.profiles), found.groups), with_trees, without)
 
     return start
