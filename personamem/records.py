@@ -138,6 +138,17 @@ class Record(BaseModel):
         role = self.metadata.get("role")
         return canonical_role(role) if isinstance(role, str) else None
 
+    @property
+    def session(self) -> str | None:
+        """Which conversation it is a turn of, as text (None: none named).
+
+        ``metadata["session"]`` (the LlamaIndex memory block's and the benchmark loaders' key), else
+        ``metadata["session_id"]`` (LangChain's chat history's). The default ranks a turn with its
+        neighbours in the same session (``retrieval/ranker.py``).
+        """
+        session = self.metadata.get("session", self.metadata.get("session_id"))
+        return None if session is None else str(session)
+
     @field_validator("valid_from", "valid_until", "expires_at")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:

@@ -22,15 +22,17 @@ where the data is, which with no trees is the base exactly.
 
 Trees fitted on benchmarks serve only histories shaped like those on which they gained
 (:mod:`personamem.retrieval.ranker_gate`). Any other user, and every user of a ranker that kept no
-trees, gets the score fusion (:func:`score_fusion`): the candidates' adapted cosine and BM25 score,
-each standardized over the user's records, summed with BM25 at :data:`SCORE_FUSION`. Left
-out of the adapter's training, a benchmark's worst loss to the best plain method was 0.014 with it
-and 0.064 with the RRF fusion the trees start from (docs/RESULTS.md). The shipped ``mixed``'s trees
-gained over the score fusion on no benchmark's validation users, so its gate admits no one and the
-package default is the score fusion; the trees stay the root ``improve``'s residuals start from. A
-residual's own trees were fitted on the store they serve, so only the root's are gated. Whatever
-scores the candidates, those written in the window the question names ("in June", "last week") are
-raised (:func:`inside_window`, :mod:`personamem.retrieval.when`).
+trees, gets the score fusion (:func:`score_fusion`): the candidates' cosine standardized over the
+user's records, plus BM25's at :data:`SCORE_FUSION` where the question names something the history
+holds, plus :data:`NEIGHBOUR` times the same of the best neighbouring turn in the record's session.
+The cosine is the query adapter's only for a history inside the ranker's adapter gate, the base one
+elsewhere. Left out of every part's training, no benchmark falls below the best plain method with
+it, where the RRF fusion the trees start from lost LoCoMo by 0.064 (docs/RESULTS.md). The shipped
+``mixed``'s trees gained over the score fusion on no benchmark's validation users, so its gate
+admits no one and the package default is the score fusion; the trees stay the root ``improve``'s
+residuals start from. A residual's own trees were fitted on the store they serve, so only the
+root's are gated. Whatever scores the candidates, those written in the window the question names
+("in June", "last week") are raised (:func:`inside_window`, :mod:`personamem.retrieval.when`).
 """
 
 from __future__ import annotations
@@ -93,6 +95,10 @@ SCORE_FUSION = 0.4
 """BM25's weight in :func:`score_fusion` where the question names what the history holds: the best
 worst fold of leave-one-benchmark-out among the weights and fusions tried, and the one chosen on three
 folds for the fourth in each of the four."""
+NEIGHBOUR = 0.4
+"""How much of its best same-session neighbour's score a turn borrows in :func:`score_fusion`: the
+best recall@5 and MRR on LoCoMo's training users among 0.1-1.0 (the other benchmarks hold no session
+of more than one record, so none could choose it)."""
 
 FEATURES: tuple[str, ...] = (
     "cos_base", "cos_adapt", "gap_base", "gap_adapt", "z_adapt", "bm25", "bm25_rel", "bm25_z",
@@ -102,7 +108,7 @@ FEATURES: tuple[str, ...] = (
     "u_mean_words_log", "u_median_words_log", "u_share_long", "u_n_records_log", "bm25_top", "bm25_margin",
     "bm25_n_pos_share", "adapt_margin", "base_margin", "adapt_top", "q_cover_user",
     "wh", "is_aux", "first_person", "what_do_i", "recommend", "should_i", "q_has_name", "q_has_number",
-    "q_has_date", "rr_bm25_x_len", "rr_bm25_x_name", "z_base", "q_named_in_history",
+    "q_has_date", "rr_bm25_x_len", "rr_bm25_x_name", "z_base", "q_named_in_history", "nb_base", "nb_adapt",
 )  # fmt: skip
 """What the runtime computes per candidate, in column order. A model names the columns it was trained
 on (``ranker.json``'s ``features``) and reads those; one naming a column this version lacks is refused."""
@@ -150,6 +156,8 @@ class UserSignals:
     role: np.ndarray
     days: np.ndarray
     """Each record's day number (:func:`~personamem.retrieval.when.day_number`), for a named window."""
+    neighbours: np.ndarray
+    """Each record's previous and next turn of the same session, as rows (-1: none), ``(n, 2)``."""
     names: list[tuple[str, ...]]
     named: frozenset[str]
     """Every name the records hold (:func:`~personamem.retrieval.cues.names`), for a question's."""
@@ -185,6 +193,7 @@ class UserSignals:
                 [1.0 if r == "user" else 2.0 if r == "assistant" else 0.0 for r in roles], np.float32
             ),
             days=np.array([day_number(r.timestamp) if r.timestamp else NO_DAY for r in records], np.int32),
+            neighbours=_session_neighbours([r.session for r in records]),
             names=_compact(record_names),
             named=frozenset().union(*record_names),
             numbers=_compact(numbers(r.text) for r in records),
@@ -199,6 +208,20 @@ class UserSignals:
                 words, roles, [bool(n) for n in record_names], [bool(d) for d in record_dates]
             ),
         )
+
+
+def _session_neighbours(sessions: Sequence[str | None]) -> np.ndarray:
+    """Per row, the rows of the turns before and after it in its session, in the history's order."""
+    neighbours = np.full((len(sessions), 2), -1, np.int64)
+    last: dict[str, int] = {}
+    for row, session in enumerate(sessions):
+        if session is None:
+            continue
+        before = last.get(session)
+        if before is not None:
+            neighbours[row, 0], neighbours[before, 1] = before, row
+        last[session] = row
+    return neighbours
 
 
 def _compact(cues: Iterable[set[str]]) -> list[tuple[str, ...]]:
@@ -307,6 +330,9 @@ def candidate_features(
         np.float32,
     )
     rr_m = 1.0 / (rank_m[pool] + 1)
+    z_b, z_a, bm_z = _standard(cos_b), _standard(cos_a), _standard(bm)
+    lexical = SCORE_FUSION * bm_z if named else 0.0
+    nb_base, nb_adapt = _neighbour_best(user, rows, visible, picked, (z_b + lexical, z_a + lexical))
     shared: dict[str, float] = {
         **user.stats,
         "bm25_top": bm_max,
@@ -325,11 +351,13 @@ def candidate_features(
         "cos_adapt": cos_a[pool],
         "gap_base": cos_b[pool] - best_b[0],
         "gap_adapt": cos_a[pool] - best_a[0],
-        "z_adapt": (cos_a[pool] - cos_a.mean()) / (cos_a.std() + 1e-6),
-        "z_base": (cos_b[pool] - cos_b.mean()) / (cos_b.std() + 1e-6),
+        "z_adapt": z_a[pool],
+        "z_base": z_b[pool],
+        "nb_base": nb_base,
+        "nb_adapt": nb_adapt,
         "bm25": bm[pool],
         "bm25_rel": bm[pool] / bm_max if bm_max > 0 else np.zeros(len(pool)),
-        "bm25_z": (bm[pool] - bm.mean()) / (bm.std() + 1e-6),
+        "bm25_z": bm_z[pool],
         "rank_adapt": rank_a[pool],
         "rank_base": rank_b[pool],
         "rank_bm25": rank_m[pool],
@@ -357,6 +385,35 @@ def candidate_features(
     for j, name in enumerate(FEATURES):
         matrix[:, j] = columns[name] if name in columns else shared[name]
     return picked, matrix, [(int(rows[i]), score) for i, score in default]
+
+
+def _standard(scores: np.ndarray) -> np.ndarray:
+    """Standard scores over the records a read may see: how far each stands out from the others."""
+    return (scores - scores.mean()) / (scores.std() + 1e-6)
+
+
+def _neighbour_best(
+    user: UserSignals,
+    rows: np.ndarray,
+    visible: np.ndarray,
+    picked: np.ndarray,
+    owns: tuple[np.ndarray, ...],
+) -> tuple[np.ndarray, ...]:
+    """Per score in ``owns`` (one per visible row): each candidate's best visible session neighbour's.
+
+    ``picked``: the candidates' rows; 0 for a candidate without a visible neighbour. A question's
+    words often fall on the turn before or after the one that answers it ("Did you go to Rome?" /
+    "Yes, last spring."), which only its session's order says.
+    """
+    at = np.full(len(visible), -1, np.int64)
+    at[rows] = np.arange(len(rows))
+    beside = user.neighbours[picked]
+    beside = np.where(beside >= 0, at[np.maximum(beside, 0)], -1)  # a hidden neighbour is none
+    has = beside >= 0
+    found = has.any(axis=1)
+    return tuple(
+        np.where(found, np.where(has, own[np.maximum(beside, 0)], -np.inf).max(axis=1), 0.0) for own in owns
+    )
 
 
 def _visible_names(user: UserSignals, wanted: set[str], rows: np.ndarray) -> set[str]:
@@ -392,7 +449,8 @@ def score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False) -> np
     adapter's, ``z_adapt``, for the rows ``adapted`` marks: histories where the ranker's adapter gate
     found the adapter helping), plus :data:`SCORE_FUSION` times BM25's (``bm25_z``) where the question
     names something the history holds (``q_named_in_history``: a capitalised word of the question
-    that the records hold too).
+    that the records hold too), plus :data:`NEIGHBOUR` times the best of the same sum over the
+    record's neighbouring turns in its session (``nb_base`` / ``nb_adapt``; 0 without one).
     Names are where a small encoder is weakest and words are exact ("When did Melanie paint a
     sunrise?"); without one, BM25 matches a question's common words ("recommend", "dinner") and
     misleads: leave-one-benchmark-out lost to dense on the preference and recommendation folds with
@@ -400,9 +458,11 @@ def score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False) -> np
     weight, so an unseen history gets plain dense unless its question names what it holds. Row by
     row, so it scores many questions' candidates at once (training, leave-one-out) as one search's.
     """
-    cosine = np.where(adapted, features[:, FEATURES.index("z_adapt")], features[:, FEATURES.index("z_base")])
-    lexical = features[:, FEATURES.index("q_named_in_history")] * features[:, FEATURES.index("bm25_z")]
-    return cosine + SCORE_FUSION * lexical
+    column = FEATURES.index
+    cosine = np.where(adapted, features[:, column("z_adapt")], features[:, column("z_base")])
+    lexical = features[:, column("q_named_in_history")] * features[:, column("bm25_z")]
+    neighbour = np.where(adapted, features[:, column("nb_adapt")], features[:, column("nb_base")])
+    return cosine + SCORE_FUSION * lexical + NEIGHBOUR * neighbour
 
 
 def adapted_score_fusion(features: np.ndarray) -> np.ndarray:

@@ -199,3 +199,41 @@ def test_a_model_reads_the_columns_it_was_trained_on_when_this_version_computes_
     mine = rows[:, [FEATURES.index(name) for name in own]]
     expected = model.alpha * rows[:, FEATURES.index("fused_default")] + booster.predict(mine)
     np.testing.assert_allclose(model.score(rows, trees=True), expected, rtol=1e-4, atol=1e-5)
+
+
+SESSION = [
+    ("a", "Melanie", "Did you ever make it to the pottery class at the community centre?"),
+    ("a", "Caroline", "Yes! Last Saturday, and I made a small blue bowl there."),
+    ("b", "Caroline", "I bought a new kitchen bowl and some plates at the market."),
+    ("b", "Melanie", "The kids loved the science museum on Sunday."),
+    ("c", "Caroline", "Work was busy, I finished the report late."),
+    ("c", "Melanie", "We are planning a camping trip in June."),
+    ("d", "Caroline", "I made a cake for my friend's birthday party."),
+    ("f", "Caroline", "The painting class was fun and I made new friends there."),
+    ("e", "Caroline", "I made soup from the garden vegetables."),
+]
+
+
+def test_a_turn_borrows_from_its_neighbours_in_the_same_session(mem: PersonaMem) -> None:
+    """The answer's words are on the turn before it: the session's order lifts the answer."""
+    for user, sessions in (("s", True), ("n", False)):
+        mem.add_many(
+            [
+                {
+                    "id": f"t{i}",
+                    "text": f"{who}: {text}",
+                    "metadata": {"speaker": who, "session": s} if sessions else {"speaker": who},
+                }
+                for i, (s, who, text) in enumerate(SESSION)
+            ],
+            user_id=user,
+        )
+    query = "What did Caroline make at the pottery class?"
+    ranks = {user: [hit.record.id for hit in mem.search(user, query, k=9)].index("t1") for user in ("s", "n")}
+    assert ranks["s"] < ranks["n"]  # without sessions nothing borrows
+    # a neighbour the read cannot see lends nothing: Caroline's turns alone rank as without sessions
+    alone = {
+        u: [h.record.id for h in mem.search(u, query, k=3, filters={"metadata.speaker": "Caroline"})]
+        for u in ("s", "n")
+    }
+    assert alone["s"] == alone["n"]

@@ -257,8 +257,10 @@ def _digest(benchmark: Benchmark, encoder: Encoder, adapter: QueryAdapter) -> st
     for module in (ranker_module, ranker_gate_module, cues_module, bm25_module):
         digest.update(Path(str(module.__file__)).read_bytes())
     for record in benchmark.records:
-        role = str(record.metadata.get("role", ""))
-        digest.update(json.dumps([record.user_id, record.id, record.text, record.kind.value, role]).encode())
+        role, session = str(record.metadata.get("role", "")), record.session
+        digest.update(
+            json.dumps([record.user_id, record.id, record.text, record.kind.value, role, session]).encode()
+        )
     for question in benchmark.questions:
         digest.update(json.dumps([question.id, question.user_id, question.text, question.relevant]).encode())
     return digest.hexdigest()
