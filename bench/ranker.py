@@ -1,9 +1,10 @@
 """The learned ranker's cost on the read path: the default search against it without the ranker, and hybrid.
 
 One user with ``--records`` seeded synthetic chat turns in a real store (a date and a speaker's name
-before ~30 words, as LoCoMo's turns). The shipped trees' gate admits no history since issue 57 (the
-score fusion beat the trees on every benchmark's validation users), so this times the score fusion's
-path: the same candidates and features as the trees', without the ONNX run.
+before ~30 words, as LoCoMo's turns; each day's turns one session). The shipped trees' gate admits
+no history since issue 57 (the score fusion beat the trees on every benchmark's validation users),
+so this times the score fusion's path, session neighbours included: the same candidates and
+features as the trees', without the ONNX run.
 ``search`` with no method (the package default: hybrid with the shipped adapter, reordered by the
 shipped ranker) against the same pipeline with ``ranker = "none"`` (the default before the ranker
 shipped) and against plain ``hybrid``, rotating which goes first, a different query each time; the
@@ -53,7 +54,11 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="bench-ranker-") as tmp,
         PersonaMem.open(Path(tmp) / "store", encoder=default_encoder()) as mem,
     ):
-        mem.add_many([{"id": f"r{i}", "text": chat_turn(rng, i)} for i in range(args.records)], user_id="u")
+        turns = [
+            {"id": f"r{i}", "text": chat_turn(rng, i), "metadata": {"session": f"day {1 + i // 40 % 28}"}}
+            for i in range(args.records)
+        ]  # a day's turns are a session: the default ranks a turn with its neighbours in it
+        mem.add_many(turns, user_id="u")
         ranker = mem.pipeline(PipelineConfig()).ranker
         assert ranker is not None and ranker.model.folder.name == "mixed"
         log(f"what serves the user: {ranker.decide('u').reason}")  # the score fusion, since issue 57
