@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from personamem import PersonaMem, PipelineConfig
+from personamem import PersonaMem, PipelineConfig, Record
 from personamem.errors import CheckpointError, ConfigError
 from personamem.pipeline.config import pipeline_config
 from personamem.retrieval.bm25 import tokenize
@@ -212,6 +213,15 @@ SESSION = [
     ("f", "Caroline", "The painting class was fun and I made new friends there."),
     ("e", "Caroline", "I made soup from the garden vegetables."),
 ]
+
+
+def test_a_records_session_is_its_metadatas_session_else_langchains_session_id() -> None:
+    def session(metadata: dict[str, Any]) -> str | None:
+        return Record(user_id="u", text="t", metadata=metadata).session
+
+    assert session({"session": 3}) == "3" and session({"session_id": "chat-1"}) == "chat-1"
+    assert session({"session": "a", "session_id": "b"}) == "a" and session({}) is None
+    assert session({"session": None, "session_id": "b"}) is None  # LlamaIndex: no session, said so
 
 
 def test_a_turn_borrows_from_its_neighbours_in_the_same_session(mem: PersonaMem) -> None:
