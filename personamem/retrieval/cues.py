@@ -8,8 +8,21 @@ question or function words; dates are month and weekday names, relative day word
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
 
-__all__ = ["NAME", "NOT_NAMES", "NUMBER", "WORD", "YEAR", "dates", "names", "numbers"]
+__all__ = [
+    "FUNCTION_WORDS",
+    "NAME",
+    "NOT_NAMES",
+    "NUMBER",
+    "WORD",
+    "YEAR",
+    "dates",
+    "names",
+    "numbers",
+    "proper_names",
+]
 
 DATE_WORDS = frozenset(
     re.findall(
@@ -31,6 +44,18 @@ NOT_NAMES = frozenset(
     )
 )
 """Capitalised words that are not names."""
+FUNCTION_WORDS = frozenset(
+    re.findall(
+        r"\w+",
+        "you your yours am is are was were be been it its this that these those we us our he him his "
+        "she her they them their there here not no yes ok okay please thanks thank hi hello hey",
+    )
+)
+"""Words a text may capitalise mid-sentence ("I hope You can") that are never names."""
+_OPENER = re.compile(r"(?:^|[.!?:\]]\s+|\n)\s*[\"'(\[]*([A-Z][a-z]+)")
+"""A capitalised word that opens a sentence, a line, or a turn after its speaker's bracketed date."""
+_SPEAKER = re.compile(r"\b([A-Z][a-z]+):")
+"""A speaker's label ("Caroline: ..."): a name even where it opens the turn."""
 
 
 def names(text: str) -> set[str]:
@@ -46,3 +71,22 @@ def dates(text: str) -> set[str]:
 def numbers(text: str) -> set[str]:
     """The text's whole numbers, as written."""
     return set(NUMBER.findall(text))
+
+
+def proper_names(texts: Iterable[str]) -> frozenset[str]:
+    """The words ``texts`` write capitalised mid-sentence more often than lowercase, lowercased.
+
+    A question typed in lowercase ("when did melanie paint?") names what these hold; a word that
+    merely opens sentences, or is capitalised once by accident, is not one.
+    """
+    capitalised: Counter[str] = Counter()
+    lowercase: Counter[str] = Counter()
+    for text in texts:
+        opening = {m.group(1) for m in _OPENER.finditer(text)} - {m.group(1) for m in _SPEAKER.finditer(text)}
+        capitalised.update(word.lower() for word in NAME.findall(text) if word not in opening)
+        lowercase.update(word for word in WORD.findall(text) if word.islower())
+    return frozenset(
+        word
+        for word, n in capitalised.items()
+        if n > lowercase[word] and word not in NOT_NAMES | FUNCTION_WORDS
+    )

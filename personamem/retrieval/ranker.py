@@ -55,7 +55,7 @@ from personamem.errors import CheckpointError
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
 from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
-from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers
+from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers, proper_names
 from personamem.retrieval.hybrid import ADAPTER_FUSION, PLAIN_RRF, Fusion
 from personamem.retrieval.ranker_gate import GateDecision, RankerGate, as_profile, history_profile
 from personamem.retrieval.when import NO_DAY, WINDOW_BOOST, day_number, named_window
@@ -161,6 +161,8 @@ class UserSignals:
     names: list[tuple[str, ...]]
     named: frozenset[str]
     """Every name the records hold (:func:`~personamem.retrieval.cues.names`), for a question's."""
+    proper: frozenset[str]
+    """The words the records capitalise mid-sentence more than not, for a lowercase question's."""
     numbers: list[tuple[str, ...]]
     dates: list[tuple[str, ...]]
     """Each record's cues (:mod:`~personamem.retrieval.cues`), distinct, as tuples of interned words."""
@@ -196,6 +198,7 @@ class UserSignals:
             neighbours=_session_neighbours([r.session for r in records]),
             names=_compact(record_names),
             named=frozenset().union(*record_names),
+            proper=proper_names(r.text for r in records),
             numbers=_compact(numbers(r.text) for r in records),
             dates=_compact(record_dates),
             stats={
@@ -322,6 +325,8 @@ def candidate_features(
     q_names, q_numbers, q_dates = names(query[1:]), numbers(query), dates(query)
     picked = rows[pool]  # the candidates' rows in the user's signals
     named = q_names & user.named if len(rows) == len(visible) else _visible_names(user, q_names, rows)
+    if not named:  # a question typed in lowercase: its words against the history's proper names
+        named = {word.lower() for word in WORD.findall(query)} & user.proper
     cover = np.array(
         [
             len(query_terms.intersection(user.index.tokens[i])) / len(query_terms) if query_terms else 0.0
@@ -449,8 +454,11 @@ def score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False) -> np
     adapter's, ``z_adapt``, for the rows ``adapted`` marks: histories where the ranker's adapter gate
     found the adapter helping), plus :data:`SCORE_FUSION` times BM25's (``bm25_z``) where the question
     names something the history holds (``q_named_in_history``: a capitalised word of the question
-    that the records hold too), plus :data:`NEIGHBOUR` times the best of the same sum over the
-    record's neighbouring turns in its session (``nb_base`` / ``nb_adapt``; 0 without one).
+    that the records hold too, or, for a question typed in lowercase, a word of it that the records
+    capitalise mid-sentence more often than not; that second set is the whole history's, whatever
+    the read hides: it decides only whether BM25 joins), plus :data:`NEIGHBOUR` times the best of
+    the same sum over the record's neighbouring turns in its session (``nb_base`` / ``nb_adapt``; 0
+    without one).
     Names are where a small encoder is weakest and words are exact ("When did Melanie paint a
     sunrise?"); without one, BM25 matches a question's common words ("recommend", "dinner") and
     misleads: leave-one-benchmark-out lost to dense on the preference and recommendation folds with

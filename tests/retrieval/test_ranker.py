@@ -13,6 +13,7 @@ from personamem import PersonaMem, PipelineConfig, Record
 from personamem.errors import CheckpointError, ConfigError
 from personamem.pipeline.config import pipeline_config
 from personamem.retrieval.bm25 import tokenize
+from personamem.retrieval.cues import proper_names
 from personamem.retrieval.ranker import (
     FEATURES,
     GATED_START,
@@ -247,3 +248,30 @@ def test_a_turn_borrows_from_its_neighbours_in_the_same_session(mem: PersonaMem)
         for u in ("s", "n")
     }
     assert alone["s"] == alone["n"]
+
+
+def test_proper_names_are_what_a_history_capitalises_mid_sentence_more_than_not() -> None:
+    texts = [
+        "[8 May, 2023] Caroline: I went to Lisbon with Melanie. Then we ate.",
+        "Melanie: That sounds great, Caroline! I hope You liked it.",
+        "Then the game ended, and the Game was over.",  # "game" is lowercase as often
+    ]
+    # not "then" (opens sentences), "you" (a function word), "game" (lowercase as often); "may": a month
+    assert proper_names(texts) == {"caroline", "melanie", "lisbon", "may"}
+
+
+def test_a_question_typed_in_lowercase_ranks_as_its_capitalised_form(mem: PersonaMem) -> None:
+    """BM25 joins where a lowercase question's words are names the history capitalises."""
+    texts = [
+        "We had dinner with Priya at the new ramen place.",
+        "Then I called Priya about the tickets.",
+        "The concert was loud but fun.",
+        "I love going to concerts with friends.",
+        "My favourite band played an encore.",
+        "Tickets for the show sold out fast.",
+    ]
+    mem.add_many([{"id": f"p{i}", "text": text} for i, text in enumerate(texts)], user_id="l")
+    query = "What did I talk about with Priya?"
+    named = [hit.record.id for hit in mem.search("l", query, k=6)]
+    assert named != [hit.record.id for hit in mem.search("l", query, k=6, method="dense")]  # BM25 moved it
+    assert [hit.record.id for hit in mem.search("l", query.lower(), k=6)] == named
