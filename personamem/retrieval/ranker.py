@@ -336,8 +336,9 @@ def candidate_features(
     )
     rr_m = 1.0 / (rank_m[pool] + 1)
     z_b, z_a, bm_z = _standard(cos_b), _standard(cos_a), _standard(bm)
-    lexical = SCORE_FUSION * bm_z if named else 0.0
-    nb_base, nb_adapt = _neighbour_best(user, rows, visible, picked, (z_b + lexical, z_a + lexical))
+    lexical = float(bool(named))
+    owns = (_own_score(z_b, bm_z, lexical), _own_score(z_a, bm_z, lexical))
+    nb_base, nb_adapt = _neighbour_best(user, rows, visible, picked, owns)
     shared: dict[str, float] = {
         **user.stats,
         "bm25_top": bm_max,
@@ -348,7 +349,7 @@ def candidate_features(
         "adapt_top": float(best_a[0]) if n else 0.0,
         "q_cover_user": len(query_terms & user.vocabulary) / len(query_terms) if query_terms else 0.0,
         "q_words": float(len(query.split())),
-        "q_named_in_history": float(bool(named)),
+        "q_named_in_history": lexical,
         **_question_form(query),
     }
     columns: dict[str, Any] = {
@@ -390,6 +391,11 @@ def candidate_features(
     for j, name in enumerate(FEATURES):
         matrix[:, j] = columns[name] if name in columns else shared[name]
     return picked, matrix, [(int(rows[i]), score) for i, score in default]
+
+
+def _own_score(cosine: np.ndarray, bm25_z: np.ndarray, named: float | np.ndarray) -> np.ndarray:
+    """A record's own part of :func:`score_fusion`: its standardized cosine, plus BM25's where named."""
+    return cosine + SCORE_FUSION * named * bm25_z
 
 
 def _standard(scores: np.ndarray) -> np.ndarray:
@@ -468,9 +474,9 @@ def score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False) -> np
     """
     column = FEATURES.index
     cosine = np.where(adapted, features[:, column("z_adapt")], features[:, column("z_base")])
-    lexical = features[:, column("q_named_in_history")] * features[:, column("bm25_z")]
     neighbour = np.where(adapted, features[:, column("nb_adapt")], features[:, column("nb_base")])
-    return cosine + SCORE_FUSION * lexical + NEIGHBOUR * neighbour
+    own = _own_score(cosine, features[:, column("bm25_z")], features[:, column("q_named_in_history")])
+    return own + NEIGHBOUR * neighbour
 
 
 def adapted_score_fusion(features: np.ndarray) -> np.ndarray:

@@ -42,7 +42,7 @@ def test_a_ranker_trained_on_ikat_loads_keeps_its_split_and_resumes(
     # the adapter's cosine serves iKAT's shape exactly when it raised iKAT's validation nDCG@10 enough
     base, adapted = info["recipe"]["adapter_gate"]["per_benchmark"]["ikat"]
     admitted = [region.benchmark for region in model.adapter_gate.regions]  # type: ignore[union-attr]
-    assert admitted == (["ikat"] if adapted - base >= ADMIT_GAIN else []) == first.fit.adapting
+    assert admitted == (["ikat"] if adapted - base >= ADMIT_GAIN else []) == first.adapting
     # the held-out users are the shipped adapter's (same split seed), named as eval --held-out reads them
     split = json.loads((tmp_path / "ranker" / "split-ikat.json").read_text(encoding="utf-8"))
     shipped = json.loads((SHIPPED_ADAPTERS / "mixed" / "split-ikat.json").read_text(encoding="utf-8"))

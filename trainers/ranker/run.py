@@ -82,7 +82,7 @@ def run(config: RankerRunConfig, *, progress: Progress | None = None) -> TrainSu
     rows += [
         (
             "the score fusion reads the adapter's cosine for histories shaped like",
-            ", ".join(fit.adapting) or "none (the base cosine everywhere)",
+            ", ".join(result.adapting) or "none (the base cosine everywhere)",
         ),
         ("chosen: alpha, trees", f"{fit.alpha:g}, {fit.iterations}"),
         ("trees serve histories shaped like", ", ".join(result.admitted) or "none (the score fusion)"),

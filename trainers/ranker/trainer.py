@@ -98,7 +98,6 @@ class RankerFit:
         curve: per alpha, validation nDCG@10 at 0, STEP, 2·STEP, ... trees.
         seconds: wall-clock time of the fits.
         per_source: per benchmark, validation nDCG@10 of the score fusion (no trees) and of the model.
-        adapting: the benchmarks whose score fusion reads the adapter's cosine (``fit_adapter_gate``).
     """
 
     booster: lightgbm.Booster | None
@@ -109,7 +108,6 @@ class RankerFit:
     curve: dict[float, list[float]]
     seconds: float
     per_source: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
-    adapting: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclass
@@ -122,6 +120,7 @@ class RankerRun:
     sha256: str | None  # None: no trees kept
     cached: dict[str, bool]
     admitted: list[str] = dataclasses.field(default_factory=list)
+    adapting: list[str] = dataclasses.field(default_factory=list)  # the adapter gate's benchmarks
 
 
 def train_ranker(
@@ -238,7 +237,7 @@ def train_ranker(
     }
     save_ranker(out_dir, fit.booster, alpha=fit.alpha, iterations=fit.iterations, info=info)
     sha256 = json.loads((out_dir / INFO_FILE).read_text(encoding="utf-8"))["sha256"]
-    return RankerRun(out_dir, fit, sources, sha256, cached, admitted)
+    return RankerRun(out_dir, fit, sources, sha256, cached, admitted, adapting)
 
 
 def fit_adapter_gate(
@@ -319,7 +318,6 @@ def fit_ranker(
         curve,
         time.perf_counter() - start_time,
         per_source,
-        list(adapting),
     )
 
 
