@@ -641,13 +641,19 @@ def _load(spec: str) -> RankerModel:
             )
         # fitted before the score fusion: on top of the trees' start wherever the trees were out
         base = dataclasses.replace(base, gated_start=info["base"].get("gated_start", "fused default"))
-    try:
-        gate = RankerGate.from_json(info["gate"]) if info.get("gate") is not None else None
-        adapter_gate = RankerGate.from_json(info["adapter_gate"]) if info.get("adapter_gate") else None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"ranker {spec!r}: {INFO_FILE}'s gate is unreadable ({exc})") from None
+    gate, adapter_gate = (_gate(spec, info, key) for key in ("gate", "adapter_gate"))
     alpha, iterations = float(info["alpha"]), int(info["iterations"])
     return RankerModel(graph, alpha, iterations, folder, info, base, gate, adapter_gate=adapter_gate)
+
+
+def _gate(spec: str, info: dict[str, Any], key: str) -> RankerGate | None:
+    """The gate ``info[key]`` describes (None: the folder names none)."""
+    if info.get(key) is None:
+        return None
+    try:
+        return RankerGate.from_json(info[key])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"ranker {spec!r}: {INFO_FILE}'s {key} is unreadable ({exc})") from None
 
 
 class LearnedRanker:

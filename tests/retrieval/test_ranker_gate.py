@@ -165,6 +165,9 @@ def test_a_gate_that_cannot_be_read_refuses_to_load(tmp_path: Path) -> None:
     (folder / INFO_FILE).write_text(json.dumps({**info, "gate": {"profile": ["x"], "regions": []}}))
     with pytest.raises(CheckpointError, match="gate is unreadable"):
         RankerModel.load(folder)
+    (folder / INFO_FILE).write_text(json.dumps({**info, "adapter_gate": {"profile": ["x"], "regions": []}}))
+    with pytest.raises(CheckpointError, match=r"ranker\.json's adapter_gate is unreadable"):
+        RankerModel.load(folder)
 
 
 def test_analyze_ranker_says_who_gets_the_trees_and_why(
