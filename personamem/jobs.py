@@ -10,9 +10,9 @@ fail when they are stored. A big file goes up in chunks (:meth:`Jobs.append`), e
 server's body limit, and the job is started once all of it is there, so the whole file is validated
 before any record is stored.
 
-The lines wait in SQL (``job_lines``) until their batch commits, then are deleted; a job that ends
-deletes what is left, and a ``forget`` of a user erases that user's waiting lines with the user's
-other rows (they count as ``forgotten`` in the job).
+The lines wait in SQL (``job_chunks``, runs of one user's lines) until their step commits, then are
+deleted; a job that ends deletes what is left, and a ``forget`` of a user erases that user's waiting
+lines with the user's other rows (they count as ``forgotten`` in the job).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from personamem.errors import IngestError, InvalidInputError, InvalidRecordError
 from personamem.job_runner import JobRunner
 from personamem.records import Record, parse_item, parse_record
 from personamem.store import Store
-from personamem.store.jobs import JobQueue, Line
+from personamem.store.jobs import Chunk, JobQueue, chunked
 from personamem.store.tables import JobRow
 
 __all__ = ["IMPORT", "Job", "JobError", "Jobs", "Upload", "read_upload"]
@@ -110,9 +110,9 @@ def _iso(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Upload:
-    """An upload read and validated: its lines ready for ``job_lines``, and the last line number."""
+    """An upload read and validated: its lines as chunks for ``job_chunks``, and the last line number."""
 
-    lines: list[Line]
+    chunks: list[Chunk]
     last_line: int
 
 
@@ -138,7 +138,7 @@ def read_upload(
         record = _record(raw, number, user_id, source)
         if record is not None:
             lines.append(_line(record, number, store, source))
-    return Upload(lines=lines, last_line=first_line + len(pieces) - 1)
+    return Upload(chunked(lines), last_line=first_line + len(pieces) - 1)
 
 
 def records_upload(
@@ -146,7 +146,7 @@ def records_upload(
 ) -> Upload:
     """Records and dicts as an upload's lines, validated as :func:`read_upload` validates a file's.
 
-    A :class:`Record` is valid already: it goes to its line as it is, with no JSON text made and
+    A :class:`Record` is valid already: it goes to its chunk as it is, with no JSON text made and
     read back (a fifth of a bulk submit's time went to that round trip).
 
     Raises:
@@ -159,16 +159,16 @@ def records_upload(
         except InvalidRecordError as exc:
             raise IngestError(str(exc), path=RECORDS, line=number) from None
         lines.append(_line(record, number, store, RECORDS))
-    return Upload(lines=lines, last_line=len(lines))
+    return Upload(chunked(lines), last_line=len(lines))
 
 
-def _line(record: Record, number: int, store: Store, source: str) -> Line:
+def _line(record: Record, number: int, store: Store, source: str) -> tuple[int, str, Record]:
     """A valid record as line ``number`` of an upload, under its user's store key (the scope's check)."""
     try:
         key = store.tenancy.key(record.user_id)
     except InvalidInputError as exc:
         raise IngestError(str(exc), path=source, line=number) from None
-    return Line(number, key, record.model_dump_json())
+    return number, key, record
 
 
 def _record(raw: bytes, number: int, user_id: str | None, source: str) -> Record | None:
@@ -223,7 +223,7 @@ class Jobs:
             IngestError: a bad line, naming it (and the file, for a path); no job is made.
         """
         upload = self._read(source, user_id)
-        return Job.of(self._queue.create(self._tenant, IMPORT, upload.lines, upload.last_line, start=start))
+        return Job.of(self._queue.create(self._tenant, IMPORT, upload.chunks, upload.last_line, start=start))
 
     def _read(
         self, source: str | Path | bytes | Iterable[Record | Mapping[str, Any]], user_id: str | None
@@ -252,7 +252,7 @@ class Jobs:
         """
         upload = read_upload(body, self._store, first_line=from_line, user_id=user_id)
         try:
-            row = self._queue.append(self._tenant, job_id, upload.lines, from_line, upload.last_line)
+            row = self._queue.append(self._tenant, job_id, upload.chunks, from_line, upload.last_line)
         except (LookupError, ValueError) as exc:
             raise InvalidInputError(str(exc)) from None
         return Job.of(row)

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from personamem import PersonaMem, Record, SentenceEncoder
 from personamem.errors import IngestError, InvalidInputError
 from personamem.job_runner import JobRunner
+from personamem.store import jobs as jobs_table
 from personamem.store.jobs import Batch, JobQueue
 from personamem.testing.postgres import find_postgres, postgres_cluster
 from tests.bytescan import files_containing, store_files
@@ -58,6 +59,29 @@ def test_a_job_stores_its_lines_once_and_keeps_none_of_them(mem: PersonaMem) -> 
     assert mem.jobs.list() == [] and mem.tenant("beta").jobs.list() == []
     with pytest.raises(InvalidInputError, match="no job"):
         mem.tenant("beta").jobs.get(job.job_id)  # another tenant's job is an unknown one
+
+
+def test_a_users_consecutive_lines_wait_as_one_chunk_and_each_line_counts(
+    mem: PersonaMem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs_table, "CHUNK", 4)  # 500 in use: the same runs, at a size a test can store
+    body = _lines(10, users=1) + b"\n" + _lines(3, users=1, start=10) + _lines(5, users=1, start=13)
+    body += b"".join(
+        json.dumps({"user_id": "bo", "text": f"Bo's note {i}."}).encode() + b"\n" for i in range(2)
+    )
+    job = mem.jobs.submit_import(body + _lines(1, users=1, start=20))
+    with mem.store.catalog.session() as s:
+        rows = s.execute(text("SELECT line, last, user_id FROM job_chunks ORDER BY line")).all()
+    # a blank line (11) and a change of user end a run; a run is cut every CHUNK lines
+    assert [tuple(r) for r in rows] == [
+        (1, 4, "u0"), (5, 8, "u0"), (9, 10, "u0"), (12, 15, "u0"), (16, 19, "u0"),
+        (20, 21, "bo"), (22, 22, "u0"),
+    ]  # fmt: skip
+    assert (job.lines, job.last_line, _queue(mem).waiting_lines(job.job_id)) == (21, 22, 21)
+    JobRunner(_queue(mem), lambda _: mem.store, batch=3, tenant="").run_pending()  # batches cut chunks
+    done = mem.jobs.get(job.job_id)
+    assert (done.state, done.stored, done.processed, done.next_line) == ("done", 21, 21, 23)
+    assert (mem.count("u0"), mem.count("bo"), _queue(mem).waiting_lines()) == (19, 2, 0)
 
 
 def test_a_bad_line_refuses_the_whole_upload_naming_it(mem: PersonaMem, tmp_path: Path) -> None:
@@ -138,7 +162,11 @@ def test_a_forget_erases_the_users_waiting_lines_and_wins_over_a_batch_in_flight
     job = mem.jobs.submit_import(_lines(12, users=3))  # u0, u1, u2: four lines each
     catalog = mem.store.catalog
     with catalog.session() as s:  # the lines are kept under the users' store keys
-        assert {r for (r,) in s.execute(text("SELECT DISTINCT user_id FROM job_lines"))} == {"u0", "u1", "u2"}
+        assert {r for (r,) in s.execute(text("SELECT DISTINCT user_id FROM job_chunks"))} == {
+            "u0",
+            "u1",
+            "u2",
+        }
     assert mem.forget("u0")  # no record yet, but waiting lines: a user to forget
     assert _queue(mem).waiting_lines() == 8
     assert mem.store.folder is not None

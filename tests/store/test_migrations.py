@@ -64,6 +64,32 @@ def test_a_store_at_the_baseline_gains_the_records_user_and_status_index(
     assert _sql(tmp_path, "SELECT version_num FROM alembic_version") == [(migrations.HEAD,)]
 
 
+def test_a_job_waiting_in_a_store_at_0002_keeps_its_lines_as_chunks_and_runs(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        job = mem.jobs.submit_import(b'{"user_id": "ana", "text": "I keep bees."}\n', start=False)
+    bees, honey = '{"user_id":"ana","text":"I keep bees."}', '{"user_id":"ana","text":"I sell honey."}'
+    _sql(  # the job as 0002 kept it: a row a line (line 2 was blank)
+        tmp_path,
+        "DROP TABLE job_chunks",
+        "CREATE TABLE job_lines (job_id VARCHAR NOT NULL, line INTEGER NOT NULL, user_id VARCHAR NOT NULL, "
+        "record VARCHAR NOT NULL, PRIMARY KEY (job_id, line))",
+        f"INSERT INTO job_lines VALUES ('{job.job_id}', 1, 'ana', '{bees}')",
+        f"INSERT INTO job_lines VALUES ('{job.job_id}', 3, 'ana', '{honey}')",
+        f"UPDATE jobs SET lines = 2, last_line = 3, state = 'queued' WHERE job_id = '{job.job_id}'",
+        "UPDATE alembic_version SET version_num = '0002'",
+    )
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        assert mem.jobs.run_pending() == 1
+        done = mem.jobs.get(job.job_id)
+        assert (done.state, done.stored, done.processed) == ("done", 2, 2)
+        assert sorted(r.text for r in mem.records("ana")) == ["I keep bees.", "I sell honey."]
+    tables = {name for (name,) in _sql(tmp_path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "job_chunks" in tables and "job_lines" not in tables
+    assert _sql(tmp_path, "SELECT version_num FROM alembic_version") == [(migrations.HEAD,)]
+
+
 def test_a_store_from_a_newer_personamem_is_refused_and_left_as_it_is(
     tmp_path: Path, encoder: SentenceEncoder
 ) -> None:

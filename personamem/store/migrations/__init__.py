@@ -27,7 +27,7 @@ from personamem.errors import StoreError
 
 __all__ = ["HEAD", "VERSION_TABLE", "upgrade", "version"]
 
-HEAD = "0002"
+HEAD = "0003"
 """The newest revision in ``versions/``: the schema this version of the library reads and writes."""
 VERSION_TABLE = "alembic_version"
 _PG_LOCK = 0x7065_7273_6D69_67  # pg_advisory_xact_lock key: "persmig"
