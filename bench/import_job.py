@@ -8,7 +8,7 @@ store (``PersonaMem.open``, SQLite + Chroma) and the same records:
 1. **baseline**: ``mem.add_many(records, batch_size=--batch)``, timed from the call to its return (and
    ``mem.store.flush()``);
 2. **job**: ``mem.jobs.submit_import(records)`` (the upload validated whole and its lines written to
-   ``job_lines``), then the runner a server process runs (``job_runner.from_settings``, in a thread
+   ``job_chunks``), then the runner a server process runs (``job_runner.from_settings``, in a thread
    of this process, ``PERSONAMEM_JOB_BATCH=--batch`` lines a transaction) storing them; timed from the
    submit to the job's own ``finished_at``. The job's submit, its wait for the runner's claim and the
    run are reported apart.
@@ -31,9 +31,8 @@ Target (issue 60): job records/s >= 0.9 x ``add_many``'s. The last stdout line i
     python bench/import_job.py [--records 100000] [--users 100] [--batch 500] [--repeats 1]
         [--encode] [--store DIR]
 
-About 5 minutes at the default size on 2 cores, extrapolated from ``--records 2000`` (15 s with
-``--repeats 2``, about 800 records/s a side, most of the rest loading the encoder and the pool; the
-pool's first encoding, when ``--cache`` lacks it, adds about 40 s); not yet run at 100,000.
+About a minute a side and repeat at the default size on 2 cores (``--repeats 3``: 6 minutes); the
+pool's first encoding, when ``--cache`` lacks it, adds about 40 s.
 """
 
 from __future__ import annotations
@@ -216,7 +215,7 @@ def run(args: argparse.Namespace, base: Path) -> float:
     rows: list[tuple[str, Any, Any]] = [
         ("mem.add_many", n / med("add_many"), med("add_many")),
         ("import job, submit to done", n / med("job"), med("job")),
-        ("  of which submit (validate, write job_lines)", None, med("job", "submit")),
+        ("  of which submit (validate, write job_chunks)", None, med("job", "submit")),
         ("  of which waiting for the runner's claim", None, med("job", "claim")),
         ("  of which the runner storing the lines", n / med("job", "run"), med("job", "run")),
     ]

@@ -3,7 +3,7 @@
 Every ``personamem serve`` process runs one (started and stopped with the app, like the webhook
 deliverer), over every tenant's jobs; ``mem.jobs.run_pending()`` runs one tenant's in the caller's
 thread. A runner claims a job (``store/jobs.py``), then repeats: read the next :data:`STEP` batches
-of lines from ``next_line``, store each batch's records through the tenant's store in one
+of lines from ``next_line`` (whole chunks), store each batch's records through the tenant's store in one
 transaction (``add_many``), and advance the job past them, renewing the lease. So a runner killed
 at any point leaves a job whose lease runs out and whose ``next_line`` is the first line not
 committed; the next runner stores those batches again, which is a no-op for the records already
@@ -48,8 +48,9 @@ BATCH = 500
 """Lines stored per transaction: each is one ``add_many``."""
 STEP = 4
 """Batches stored between two commits of the job's progress (resume point, counts, lease): the job's
-row is written once a step, and a runner killed mid-step leaves at most this many batches to store
-again. Advancing after every batch cost 3 % of a 100,000-line import's time (``bench/import_job.py``)."""
+row is written once a step, and a runner killed mid-step leaves about this many batches (whole
+chunks: up to a chunk more) to store again. Advancing after every batch cost 3 % of a
+100,000-line import's time (``bench/import_job.py``)."""
 LEASE_S = 60.0
 """How long a claim holds a job without a committed batch; a killed runner's job waits this long."""
 POLL_S = 1.0
