@@ -182,29 +182,32 @@ class PgVectorIndex:
         with self._engine.connect() as connection:
             return self._raw(connection).cursor(binary=True).execute(query, params).fetchall()
 
-    def query(self, name: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+    def query(
+        self, name: str, vector: np.ndarray, k: int, *, width: int | None = None
+    ) -> list[tuple[str, float]]:
         """The ``k`` nearest vectors to ``vector`` as (vector id, cosine similarity), best first.
 
         Exact, unless the user has an HNSW index (past :data:`INDEX_AT` vectors; the first such
         search starts its build and is answered exactly) and ``k`` is at most :data:`MAX_EF`: the
-        index then looks ``max(k, EF_SEARCH)`` wide.
+        index then looks ``max(k, width)`` wide: by default :data:`EF_SEARCH`, for a search's recall
+        at k; the near-duplicate check, which needs the nearest only, asks for less (``duplicates.py``).
         """
         if k <= 0:
             return []
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         if k <= MAX_EF and self._indexed(name, len(q)):
-            return self._approximate(name, q, k)
+            return self._approximate(name, q, k, min(max(k, width or EF_SEARCH), MAX_EF))
         return [(vid, float(score)) for vid, score in self._rows(_NEAREST, (q, name, q, k))]
 
-    def _approximate(self, name: str, q: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """The user's HNSW index asked for ``k`` neighbours.
+    def _approximate(self, name: str, q: np.ndarray, k: int, width: int) -> list[tuple[str, float]]:
+        """The user's HNSW index asked for ``k`` neighbours, looking ``width`` wide (``hnsw.ef_search``).
 
         The collection is written into the statement as a literal, so the planner always matches the
         partial index, whatever plan a prepared statement would reuse.
         """
         with self._engine.begin() as connection:
             raw = self._raw(connection)
-            raw.execute(f"SET LOCAL hnsw.ef_search = {max(k, EF_SEARCH)}")
+            raw.execute(f"SET LOCAL hnsw.ef_search = {int(width)}")
             rows = raw.cursor(binary=True).execute(_hnsw_query(name, len(q)), (q, q, k)).fetchall()
         return [(vid, float(score)) for vid, score in rows]
 

@@ -65,9 +65,12 @@ class VectorReads:
         return [(known[vid], score) for vid, score in hits if vid in known]
 
     def nearest_ids(
-        self, key: str, vector: np.ndarray, k: int, read: Read
+        self, key: str, vector: np.ndarray, k: int, read: Read, *, width: int | None = None
     ) -> tuple[list[tuple[str, float]], UserView | None, str | None]:
-        """The ``k`` best (vector id, cosine) of the user, with the view and revision they came from."""
+        """The ``k`` best (vector id, cosine) of the user, with the view and revision they came from.
+
+        ``width``: how wide the index's HNSW looks for a user too large to copy (None: a search's).
+        """
         state = self.catalog.search_state(key)
         if state is None or k <= 0:
             return [], None, None
@@ -87,7 +90,7 @@ class VectorReads:
         elif view.matrix is not None:
             hits = view.nearest(vector, k, skip=skip)
         else:  # too large to copy: the index's HNSW (which looks wide), asked to cover what is skipped
-            hits = self.index.query(self.names.collection(key), vector, k + len(skip))
+            hits = self.index.query(self.names.collection(key), vector, k + len(skip), width=width)
             hits = [(vid, score) for vid, score in hits if vid not in skip]
         if fresh:
             hits = sorted(hits + list(fresh.items()), key=lambda hit: -hit[1])

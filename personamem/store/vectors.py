@@ -395,11 +395,17 @@ class VectorIndex:
                 raise UnreadableIndexError(f"vector collection {name} cannot be read: {exc}") from exc
         return absent
 
-    def query(self, name: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """The ``k`` nearest vectors to ``vector`` as (vector id, cosine similarity), best first."""
+    def query(
+        self, name: str, vector: np.ndarray, k: int, *, width: int | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``k`` nearest vectors to ``vector`` as (vector id, cosine similarity), best first.
+
+        HNSW looks ``max(k, width)`` wide: by default :data:`HNSW_FETCH`, for a search's recall at
+        k; the near-duplicate check, which needs the nearest only, asks for less (``duplicates.py``).
+        """
         if k <= 0:
             return []
-        query, wide = np.asarray(vector, dtype=np.float32).reshape(1, -1), max(k, HNSW_FETCH)
+        query, wide = np.asarray(vector, dtype=np.float32).reshape(1, -1), max(k, width or HNSW_FETCH)
         result = self._read(
             name, lambda c: c.query(query_embeddings=query, n_results=wide, include=["distances"]), None
         )

@@ -213,6 +213,10 @@ def test_a_big_user_is_searched_through_an_hnsw_index_of_its_own_and_forgetting_
         found = [{h.record.id for h in mem.search_vector("alice", q, k=10)} for q in base[:10]]
         assert _valid(url, collection) is True and index._indexed(collection, encoder.dim)  # searched so
         assert np.mean([len(a & b) / 10 for a, b in zip(found, exact, strict=True)]) >= 0.9
+        for i in (3, 17):  # the near-duplicate check goes through the index too (looking narrower)
+            text = f"Note {i}: the parcel for dock {i} left on a {DAYS[i % 7]}."
+            nearest = int(np.argmax(vectors @ encoder.encode([text])[0]))
+            assert mem.add("alice", text, duplicates="skip", duplicate_threshold=0.8).id == f"r{nearest}"
         assert [h.record.id for h in mem.search("bob", "stamps", k=1, method="dense")] != []  # small: exact
         mem.forget("alice")
         assert _valid(url, collection) is None  # dropped with the user's rows
