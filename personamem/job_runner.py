@@ -3,11 +3,11 @@
 Every ``personamem serve`` process runs one (started and stopped with the app, like the webhook
 deliverer), over every tenant's jobs; ``mem.jobs.run_pending()`` runs one tenant's in the caller's
 thread. A runner claims a job (``store/jobs.py``), then repeats: read the next :data:`STEP` batches
-of lines from ``next_line`` (whole chunks), store each batch's records through the tenant's store in one
-transaction (``add_many``), and advance the job past them, renewing the lease. So a runner killed
-at any point leaves a job whose lease runs out and whose ``next_line`` is the first line not
-committed; the next runner stores those batches again, which is a no-op for the records already
-in: none is stored twice.
+of lines from ``next_line`` (whole chunks), store each batch's records through the tenant's store
+in one transaction (``add_many``), and advance the job past them, renewing the lease. So a runner
+killed at any point leaves a job whose lease runs out and whose ``next_line`` is the first line
+not committed; the next runner stores those batches again, which is a no-op for the records
+already in: none is stored twice.
 
 A batch that fails at the write (the database unreachable, a full disk) is tried again after a
 backoff, by whichever runner claims the job then; after :data:`ATTEMPTS` claims without a
