@@ -30,33 +30,27 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import load_pool, log
+from _common import Pool, load_pool, log
 from harness import arguments, gate
 
 from personamem import PersonaMem
-from personamem.encoder import default_encoder
+from personamem.encoder import Encoder, default_encoder
 
 TARGET = 2.0
 GATED = 5000  # the size the verdict reads
 USER = "chat"
 
 
-class _Pool:
-    """``_common.Pool`` with the encoder the stores are opened with (the pool's turns' own)."""
-
-    def __init__(self, data: Path, cache: Path) -> None:
-        self.encoder = default_encoder()
-        pool = load_pool(data, cache, self.encoder)
-        self.texts, self.queries, self.records = pool.texts, pool.queries, pool.records
-
-
 def measure(
-    folder: Path, pool: _Pool, size: int, methods: list[str], iters: int
+    folder: Path, pool: Pool, encoder: Encoder, size: int, methods: list[str], iters: int
 ) -> dict[str, tuple[float, float]]:
-    """Per method: (p50 ms of a search after an add, p50 ms of a warm search), one user of ``size`` turns."""
+    """Per method: (p50 ms of a search after an add, p50 ms of a warm search), one user of ``size`` turns.
+
+    ``encoder`` is the one the pool's vectors came from.
+    """
     rng = np.random.default_rng(size)
     found: dict[str, tuple[float, float]] = {}
-    with PersonaMem.open(folder, encoder=pool.encoder) as mem:
+    with PersonaMem.open(folder, encoder=encoder) as mem:
         for start in range(0, size, 2000):
             records, vectors = pool.records(USER, start, min(start + 2000, size), rng)
             mem.store.add_many(records, vectors=vectors)
@@ -91,12 +85,13 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     methods = args.methods.split(",")
-    pool = _Pool(args.data, args.cache)
+    encoder = default_encoder()
+    pool = load_pool(args.data, args.cache, encoder)
     rows: dict[int, dict[str, tuple[float, float]]] = {}
     for size in sizes:
         folder = Path(tempfile.mkdtemp(prefix="personamem-bench-after-write-"))
         try:
-            rows[size] = measure(folder, pool, size, methods, args.iters)
+            rows[size] = measure(folder, pool, encoder, size, methods, args.iters)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     print(f"{'records':>8} {'method':<8} {'after an add ms':>16} {'warm ms':>9} {'ratio':>7}")
