@@ -254,7 +254,7 @@ def dense_breakdown(mem, encoder, user: str, iters: int) -> dict[str, list[float
 
 
 def bm25_breakdown(mem, user: str, iters: int) -> dict[str, list[float]]:
-    """The BM25 path taken apart: the cache's revision check (a SQL read) and the bm25s retrieve."""
+    """The BM25 path taken apart: the cache's revision check (a SQL read) and the index's top k."""
     from personamem.retrieval.bm25 import tokenize
 
     store = mem.store
@@ -267,7 +267,7 @@ def bm25_breakdown(mem, user: str, iters: int) -> dict[str, list[float]]:
         t1 = time.perf_counter()
         index = retriever._indexes.get(user)
         t1b = time.perf_counter()
-        index.bm25.retrieve(tokenize([query]), k=10, show_progress=False, n_threads=1)
+        index.postings.top(tokenize([query])[0], min(10, len(index)))
         t2 = time.perf_counter()
         mem.search(user, query, k=10, method="bm25")
         t3 = time.perf_counter()

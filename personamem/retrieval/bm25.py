@@ -1,4 +1,8 @@
-"""BM25 over one user's records (bm25s), the index built on first use and cached per revision."""
+"""BM25 over one user's records, the index built on first use, cached per revision and grown by appends.
+
+bm25s tokenizes and selects the top ``k``; the index is :class:`~personamem.retrieval.postings.Postings`,
+which scores as bm25s does but can take more records without indexing the old ones again.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,17 @@ import logging
 import sys
 import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
+from personamem.retrieval.postings import Postings
 from personamem.store import Store
 from personamem.store.read import NOW, Read
 from personamem.telemetry import staged
-
-if TYPE_CHECKING:
-    import bm25s
 
 __all__ = ["BM25Retriever", "UserIndex", "tokenize"]
 
@@ -79,14 +81,43 @@ class UserIndex:
     """One user's records (superseded ones too) and their BM25 index, as of one revision."""
 
     records: list[Record]
-    bm25: bm25s.BM25 | None  # None when no record has a searchable term
+    postings: Postings
     tokens: list[list[str]]
+    position: int
+    """Where the last record read lies in the store (``Store.records_since``): the next ones follow it."""
+    expires: datetime | None
+    """The earliest expiry among the records: past it, a rebuild leaves that record out, so it rebuilds."""
+
+    @classmethod
+    def of(cls, position: int, records: list[Record]) -> UserIndex:
+        """The index of ``records``, read up to store ``position``."""
+        tokens = tokenize([r.text for r in records]) if records else []
+        return cls(records, Postings.of(tokens), tokens, position, _first_expiry(records, None))
+
+    def extended(self, position: int, records: list[Record]) -> UserIndex:
+        """This index with ``records`` (read up to store ``position``) appended; ``self`` is unchanged."""
+        tokens = tokenize([r.text for r in records]) if records else []
+        return UserIndex(
+            [*self.records, *records],
+            self.postings.extended(tokens),
+            [*self.tokens, *tokens],
+            position,
+            _first_expiry(records, self.expires),
+        )
+
+    def __len__(self) -> int:
+        """The records indexed (the cache scales a grown index's size by it)."""
+        return len(self.records)
 
     def scores(self, terms: list[str]) -> np.ndarray:
         """BM25 score of every record for a query's :func:`tokenize` ``terms`` (rows as :attr:`records`)."""
-        if self.bm25 is None or not terms:
-            return np.zeros(len(self.records), dtype=np.float32)
-        return np.asarray(self.bm25.get_scores(terms), dtype=np.float32)
+        return self.postings.scores(terms)
+
+
+def _first_expiry(records: list[Record], since: datetime | None) -> datetime | None:
+    """The earliest of ``since`` and ``records``' expiries (None: none expires)."""
+    expiries = [r.expires_at for r in records if r.expires_at is not None]
+    return min([*expiries, since] if since is not None else expiries, default=None)
 
 
 class BM25Retriever:
@@ -94,30 +125,29 @@ class BM25Retriever:
 
     def __init__(self, store: Store, *, max_users: int | None = None) -> None:
         self.store = store
-        self._indexes = store.user_cache(self._build, max_users=max_users)
+        self._indexes = store.user_cache(self._build, max_users=max_users, extend=self._extend)
 
     def index(self, user_id: str) -> UserIndex:
         """The user's records and BM25 index, built once per revision (the learned ranker reads it too)."""
         return self._indexes.get(user_id)
 
     def _build(self, user_id: str) -> UserIndex:
-        records = self.store.records(user_id)
-        tokens = tokenize([r.text for r in records])
-        if not any(tokens):  # e.g. only "ok" or "1": BM25's length normalisation would divide by zero
-            return UserIndex(records, None, tokens)
-        bm25 = _bm25s().BM25()
-        bm25.index(tokens, show_progress=False)
-        return UserIndex(records, bm25, tokens)
+        return UserIndex.of(*self.store.records_since(user_id))
+
+    def _extend(self, user_id: str, index: UserIndex) -> UserIndex | None:
+        """``index`` with the records appended since; None where one of its records expired meanwhile."""
+        if index.expires is not None and index.expires <= datetime.now(UTC):
+            return None
+        position, records = self.store.records_since(user_id, index.position)
+        return index.extended(position, records) if records or position != index.position else index
 
     @staged("bm25")
     def search(self, user_id: str, query: str, k: int, read: Read = NOW) -> list[Hit]:
         """The user's top ``k`` records by BM25; records sharing no term with the query are left out."""
         index = self._indexes.get(user_id)
-        if index.bm25 is None or k <= 0:
+        if not index.postings.terms or k <= 0:  # e.g. only "ok" or "1": nothing is searchable
             return []
         hidden = self.store.hidden(user_id, read)  # superseded, not yet valid, expired: asked for beyond k
-        docs, scores = index.bm25.retrieve(
-            tokenize([query]), k=min(k + len(hidden), len(index.records)), show_progress=False, n_threads=1
-        )
-        found = [(index.records[int(d)], float(s)) for d, s in zip(docs[0], scores[0], strict=True)]
+        rows, scores = index.postings.top(tokenize([query])[0], min(k + len(hidden), len(index.records)))
+        found = [(index.records[int(row)], float(s)) for row, s in zip(rows, scores, strict=True)]
         return ranked([(record, s) for record, s in found if s > 0 and record.id not in hidden][:k])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 __all__ = [
     "FUNCTION_WORDS",
@@ -18,6 +19,7 @@ __all__ = [
     "NUMBER",
     "WORD",
     "YEAR",
+    "NameCounts",
     "dates",
     "names",
     "numbers",
@@ -73,20 +75,41 @@ def numbers(text: str) -> set[str]:
     return set(NUMBER.findall(text))
 
 
+@dataclass(frozen=True)
+class NameCounts:
+    """How often a history writes each word capitalised mid-sentence, and lowercase: its proper names.
+
+    Kept with a user's ranker signals so that records appended to the history add their counts
+    instead of the whole history being read again (the signals of a 5,000-record user took 0.1 s).
+    """
+
+    capitalised: Counter[str] = field(default_factory=Counter)
+    lowercase: Counter[str] = field(default_factory=Counter)
+
+    def added(self, texts: Iterable[str]) -> NameCounts:
+        """These counts and those of ``texts``; ``self`` is left as it is."""
+        capitalised, lowercase = self.capitalised.copy(), self.lowercase.copy()
+        for text in texts:
+            opening = {m.group(1) for m in _OPENER.finditer(text)} - {
+                m.group(1) for m in _SPEAKER.finditer(text)
+            }
+            capitalised.update(word.lower() for word in NAME.findall(text) if word not in opening)
+            lowercase.update(word for word in WORD.findall(text) if word.islower())
+        return NameCounts(capitalised, lowercase)
+
+    def proper(self) -> frozenset[str]:
+        """The words written capitalised mid-sentence more often than lowercase, lowercased."""
+        return frozenset(
+            word
+            for word, n in self.capitalised.items()
+            if n > self.lowercase[word] and word not in NOT_NAMES | FUNCTION_WORDS
+        )
+
+
 def proper_names(texts: Iterable[str]) -> frozenset[str]:
     """The words ``texts`` write capitalised mid-sentence more often than lowercase, lowercased.
 
     A question typed in lowercase ("when did melanie paint?") names what these hold; a word that
     merely opens sentences, or is capitalised once by accident, is not one.
     """
-    capitalised: Counter[str] = Counter()
-    lowercase: Counter[str] = Counter()
-    for text in texts:
-        opening = {m.group(1) for m in _OPENER.finditer(text)} - {m.group(1) for m in _SPEAKER.finditer(text)}
-        capitalised.update(word.lower() for word in NAME.findall(text) if word not in opening)
-        lowercase.update(word for word in WORD.findall(text) if word.islower())
-    return frozenset(
-        word
-        for word, n in capitalised.items()
-        if n > lowercase[word] and word not in NOT_NAMES | FUNCTION_WORDS
-    )
+    return NameCounts().added(texts).proper()

@@ -42,8 +42,7 @@ import functools
 import hashlib
 import json
 import re
-import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,11 +53,12 @@ import numpy as np
 from personamem.errors import CheckpointError
 from personamem.records import Record
 from personamem.retrieval.base import Hit, ranked
-from personamem.retrieval.bm25 import BM25Retriever, UserIndex, tokenize
-from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers, proper_names
+from personamem.retrieval.bm25 import BM25Retriever, tokenize
+from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers
 from personamem.retrieval.hybrid import ADAPTER_FUSION, PLAIN_RRF, Fusion
-from personamem.retrieval.ranker_gate import GateDecision, RankerGate, as_profile, history_profile
-from personamem.retrieval.when import NO_DAY, WINDOW_BOOST, day_number, named_window
+from personamem.retrieval.ranker_gate import GateDecision, RankerGate, as_profile
+from personamem.retrieval.user_signals import UserSignals
+from personamem.retrieval.when import WINDOW_BOOST, named_window
 from personamem.store import Store
 from personamem.store.read import NOW, Read
 from personamem.telemetry import staged
@@ -114,7 +114,6 @@ FEATURES: tuple[str, ...] = (
 on (``ranker.json``'s ``features``) and reads those; one naming a column this version lacks is refused."""
 CATEGORICAL = ("kind", "role", "wh")
 
-_KINDS = {"conversation": 0, "dialog": 1, "purchase": 2, "post": 3, "qa": 4, "knowledge": 5, "note": 6}
 _WH = ("what", "when", "where", "who", "why", "how", "which")
 _AUX = frozenset(re.findall(r"\w+", "do does did is are was were can could would will have has should"))
 _WHAT_DO_I = re.compile(r"(what|which|where|who|how)('s| do| did| is| are| was| should)? (i|my)\b")
@@ -141,99 +140,6 @@ def _question_form(text: str) -> dict[str, float]:
         "q_has_number": float(bool(numbers(text))),
         "q_has_date": float(bool(dates(text))),
     }
-
-
-@dataclass
-class UserSignals:
-    """What the ranker reads of one user's history, built once per revision (rows as the BM25 index's)."""
-
-    index: UserIndex
-    vectors: np.ndarray
-    vocabulary: set[str]
-    words_log: np.ndarray
-    position: np.ndarray
-    kind: np.ndarray
-    role: np.ndarray
-    days: np.ndarray
-    """Each record's day number (:func:`~personamem.retrieval.when.day_number`), for a named window."""
-    neighbours: np.ndarray
-    """Each record's previous and next turn of the same session, as rows (-1: none), ``(n, 2)``."""
-    names: list[tuple[str, ...]]
-    named: frozenset[str]
-    """Every name the records hold (:func:`~personamem.retrieval.cues.names`), for a question's."""
-    proper: frozenset[str]
-    """The words the records capitalise mid-sentence more than not, for a lowercase question's."""
-    numbers: list[tuple[str, ...]]
-    dates: list[tuple[str, ...]]
-    """Each record's cues (:mod:`~personamem.retrieval.cues`), distinct, as tuples of interned words."""
-    stats: dict[str, float]
-    profile: dict[str, float]
-    """The history's shape, which the ranker's gate reads (``ranker_gate.history_profile``)."""
-
-    @classmethod
-    def of(cls, store: Store, index: UserIndex, user_id: str) -> UserSignals:
-        """The signals of ``user_id``'s ``index`` and its records' stored vectors (searches and training)."""
-        return cls.build(index, store.record_vectors(user_id, [r.id for r in index.records]))
-
-    @classmethod
-    def build(cls, index: UserIndex, vectors: np.ndarray) -> UserSignals:
-        """The signals of ``index``'s records, with ``vectors`` their stored vectors (rows aligned)."""
-        records = index.records
-        words = np.array([len(r.text.split()) for r in records], dtype=np.float32)
-        n = len(records)
-        roles = [r.role or "" for r in records]
-        record_names = [names(r.text) for r in records]
-        record_dates = [dates(r.text) for r in records]
-        return cls(
-            index=index,
-            vectors=vectors,
-            vocabulary=set().union(*index.tokens),
-            words_log=np.log1p(words),
-            position=np.arange(n, dtype=np.float32) / max(n - 1, 1),
-            kind=np.array([_KINDS.get(r.kind.value, 6) for r in records], dtype=np.float32),
-            role=np.array(
-                [1.0 if r == "user" else 2.0 if r == "assistant" else 0.0 for r in roles], np.float32
-            ),
-            days=np.array([day_number(r.timestamp) if r.timestamp else NO_DAY for r in records], np.int32),
-            neighbours=_session_neighbours([r.session for r in records]),
-            names=_compact(record_names),
-            named=frozenset().union(*record_names),
-            proper=proper_names(r.text for r in records),
-            numbers=_compact(numbers(r.text) for r in records),
-            dates=_compact(record_dates),
-            stats={
-                "u_mean_words_log": float(np.log1p(words.mean())) if n else 0.0,
-                "u_median_words_log": float(np.log1p(np.median(words))) if n else 0.0,
-                "u_share_long": float((words > 50).mean()) if n else 0.0,
-                "u_n_records_log": float(np.log1p(n)),
-            },
-            profile=history_profile(
-                words, roles, [bool(n) for n in record_names], [bool(d) for d in record_dates]
-            ),
-        )
-
-
-def _session_neighbours(sessions: Sequence[str | None]) -> np.ndarray:
-    """Per row, the rows of the turns before and after it in its session, in the history's order."""
-    neighbours = np.full((len(sessions), 2), -1, np.int64)
-    last: dict[str, int] = {}
-    for row, session in enumerate(sessions):
-        if session is None:
-            continue
-        before = last.get(session)
-        if before is not None:
-            neighbours[row, 0], neighbours[before, 1] = before, row
-        last[session] = row
-    return neighbours
-
-
-def _compact(cues: Iterable[set[str]]) -> list[tuple[str, ...]]:
-    """Per-record cue sets as tuples of interned words, which a user's signals keep for every record.
-
-    Most are empty (``()`` is shared) or hold a word or two, where a set takes 216 bytes and each
-    word its own string.
-    """
-    return [tuple(map(sys.intern, words)) for words in cues]
 
 
 def _top(scores: np.ndarray, k: int) -> np.ndarray:
@@ -664,10 +570,29 @@ class LearnedRanker:
         self.adapter = adapter
         self.model = model
         self._bm25 = bm25
-        self._signals = store.user_cache(self._build)  # bounded by bytes, with the BM25 indexes
+        # bounded by bytes, with the BM25 indexes; grown with them after appends
+        self._signals = store.user_cache(self._build, extend=self._extend)
 
     def _build(self, user_id: str) -> UserSignals:
         return UserSignals.of(self.store, self._bm25.index(user_id), user_id)
+
+    def _extend(self, user_id: str, signals: UserSignals) -> UserSignals | None:
+        """``signals`` with the records appended since; None where the index no longer starts with theirs."""
+        index, held = self._bm25.index(user_id), signals.index.records
+        if index is signals.index:
+            return signals
+        grown = (
+            len(index.records) >= len(held)
+            and (
+                not held  # an index grown from this one holds the very same records first
+                or index.records[len(held) - 1] is held[-1]
+                or [r.id for r in index.records[: len(held)]] == [r.id for r in held]
+            )
+        )
+        if not grown:
+            return None  # the index was built again without some of them (one expired): so are these
+        added = [r.id for r in index.records[len(held) :]]
+        return signals.extended(index, self.store.record_vectors(user_id, added))
 
     def fits(self, user_id: str) -> bool:
         """Whether the user's signals stay cached between searches.
@@ -695,14 +620,18 @@ class LearnedRanker:
             return GateDecision(False, hybrid)
         return self.model.decide(self.profile(user_id) if profile is None else profile)
 
+    def signals(self, user_id: str) -> UserSignals:
+        """What the ranker reads of ``user_id``'s history, as of the user's revision."""
+        return self._signals.get(user_id)
+
     def profile(self, user_id: str) -> dict[str, float]:
         """The shape of ``user_id``'s history that the gate reads."""
-        return self._signals.get(user_id).profile
+        return self.signals(user_id).profile
 
     @staged("ranker")
     def search(self, user_id: str, query: str, k: int, read: Read = NOW) -> list[Hit]:
         """The top ``k`` of what ``read`` sees: the candidates in the model's order, then the default's."""
-        user = self._signals.get(user_id)
+        user = self.signals(user_id)
         records = user.index.records
         if not records or k <= 0:
             return []

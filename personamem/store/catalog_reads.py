@@ -53,6 +53,7 @@ _BY_VECTOR_IDS = (
     f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? AND vector_id IN ({{marks}})"
 )
 _BY_VECTOR = f"SELECT vector_id, {RECORD_COLUMNS} FROM records WHERE user_id = ? ORDER BY pk"
+_SINCE = f"SELECT pk, {RECORD_COLUMNS} FROM records WHERE user_id = ? AND pk > ? ORDER BY pk"
 _COUNT = "SELECT count(*) FROM records WHERE user_id = ?"
 _KEPT_BY_VECTOR_IDS = (
     "SELECT vector_id, pending_vector FROM records WHERE user_id = ? AND vector_id IN ({marks})"
@@ -151,6 +152,32 @@ class RecordReads:
         with self._db.session() as s:
             rows = s.exec(select(RecordRow).where(RecordRow.user_id == user_id).order_by(col(RecordRow.pk)))
             return [row.to_record() for row in rows]
+
+    def records_since(self, user_id: str, position: int) -> tuple[int, list[Record]]:
+        """The user's records stored after row ``position`` (0: all), in order, and the last one's row.
+
+        Rows are numbered as they are inserted (``pk``); a user's inserts are serialised by its row's
+        lock, so within one user the numbers follow commit order and a record appended later always
+        comes after every record read here (what the caches that grow read: ``store/cache.py``).
+        Returns ``position`` itself when nothing follows it.
+        """
+        raw = self._db.fixed_rows(_SINCE, (user_id, position))
+        if raw is None:
+            with self._db.session() as s:
+                rows = s.exec(
+                    select(RecordRow)
+                    .where(RecordRow.user_id == user_id, col(RecordRow.pk) > position)
+                    .order_by(col(RecordRow.pk))
+                ).all()
+                last = rows[-1].pk if rows else None
+                return (position if last is None else last), [row.to_record() for row in rows]
+        records = []
+        for pk, *columns in raw:
+            if isinstance(columns[6], str):  # meta, as in _by_vector
+                columns[6] = json.loads(columns[6])
+            records.append(record_from_columns(*columns))
+            position = pk
+        return position, records
 
     def vector_ids(self, user_id: str, status: RecordStatus | None = None) -> set[str]:
         """Vector ids of the user's records, optionally only those in one write state."""

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, bindparam, case, or_, tuple_, update
 from sqlmodel import col, select
 
 from personamem.records import EventKind, Record
-from personamem.store.catalog_users import bump_revision, ensure_user
+from personamem.store.catalog_users import APPENDED_REVISION, appended, bump_revision, ensure_user
 from personamem.store.engine import Database, chunks
 from personamem.store.history import EventTable
 from personamem.store.outbox import emit_records
@@ -86,6 +86,11 @@ _RELABEL = (  # a record's fields change, its text and vector do not (``supersed
 )
 # the revision bump of a write whose vectors are indexed in its own transaction
 _BUMP_INDEXED = _BUMP_REVISION.values(index_token=bindparam("token"))
+# the same bumps for a write that only inserted new records (``catalog_users.APPENDED_REVISION``)
+_BUMP_APPENDED = {
+    False: _BUMP_REVISION.values(revision=APPENDED_REVISION),
+    True: _BUMP_INDEXED.values(revision=APPENDED_REVISION),
+}
 # a row indexed with the vector just written, kept so the user's vectors can be read without the index
 _ROWS = RecordRow.__table__.c  # type: ignore[attr-defined]
 _INDEXED_WITH_VECTOR = (  # Core, not ORM: an executemany of it is not the ORM's bulk update by key
@@ -136,7 +141,9 @@ class Staging:
         with self._db.transaction() as s:
             for user_id, batch in by_user.items():
                 before = ensure_user(s, user_id)
-                written, events = _write_rows(s, names, user_id, batch, blobs, indexed=index is not None)
+                written, events, inserted_only = _write_rows(
+                    s, names, user_id, batch, blobs, indexed=index is not None
+                )
                 changed += written
                 relabelled = [r for r in relabel if r.user_id == user_id]
                 for record in relabelled:
@@ -149,16 +156,18 @@ class Staging:
                 replaced_by = {r.supersedes: r.id for r in written if r.supersedes}
                 emit_records(s, user_id, [(rid, event) for rid, event, _ in events], replaced_by)
                 bounded = any(is_bounded(r) for r in (*batch.values(), *relabelled))
-                bump = {"key": user_id, "fresh": uuid.uuid4().hex, "bounded": bounded}
+                bump = {"key": user_id, "fresh": uuid.uuid4().hex, "bounded": bounded, "appended": appended()}
+                only_appends = inserted_only and not relabelled  # caches may grow rather than rebuild
                 if index is not None and written:
                     assert vectors is not None
                     ids = [names.vector_id(user_id, r.id) for r in written]
                     mine = vectors[[rows_of[(user_id, r.id)] for r in written]]
                     index.write(s, names.collection(user_id), ids, mine)
                     indexed[user_id] = IndexedUser(before, uuid.uuid4().hex, ids, mine)
-                    s.execute(_BUMP_INDEXED, {**bump, "token": indexed[user_id].after})
+                    bump["token"] = indexed[user_id].after
+                    s.execute(_BUMP_APPENDED[True] if only_appends else _BUMP_INDEXED, bump)
                 else:
-                    s.execute(_BUMP_REVISION, bump)
+                    s.execute(_BUMP_APPENDED[False] if only_appends else _BUMP_REVISION, bump)
         return changed, indexed
 
     def mark_indexed(
@@ -175,7 +184,8 @@ class Staging:
         Otherwise the user's index token before and after: the caller's view of the index is
         current at the new token only if it was at the old one (no other process indexed between).
         The revision changes again here: a cache built from vectors between staging and indexing
-        (P-Anchor reads every vector) would otherwise pass for current while missing these records.
+        (P-Anchor reads every vector) would otherwise pass for current while missing these records;
+        as an append (no record changed), so a cache of the records themselves grows by nothing.
         ``write``, for a vector index in this database, stores the vectors in the same transaction.
         ``vectors`` (rows aligned with ``records``), the ones just written to the index, are kept in
         the rows (a batch staged without them, by ``add_many``); otherwise a row keeps the one staged.
@@ -205,7 +215,7 @@ class Staging:
                         )
                         .values(status=RecordStatus.INDEXED.value)
                     )
-            bump_revision(s, user_id, index_token=after)
+            bump_revision(s, user_id, index_token=after, appended_only=True)  # no record changed
             return before, after
 
 
@@ -217,8 +227,11 @@ def _write_rows(
     blobs: dict[tuple[str, str], bytes],
     *,
     indexed: bool,
-) -> tuple[list[Record], list[_Event]]:
-    """Insert the user's new records and replace the changed ones; those written, and their events.
+) -> tuple[list[Record], list[_Event], bool]:
+    """Insert the user's new records and replace the changed ones.
+
+    Returns those written, their events, and whether every one was new (inserted: none of the
+    user's stored records changed).
 
     A record stored with identical content and already indexed is skipped (idempotent ingest). A
     pending row staged again unchanged is written again, with this write's vector and state, but
@@ -258,4 +271,4 @@ def _write_rows(
         for row in updates
         if existing[row["record_id"]][0] != row["content_hash"]
     ]
-    return written, events
+    return written, events, not updates

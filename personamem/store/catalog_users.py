@@ -1,7 +1,8 @@
 """The ``users`` table's bookkeeping: each user's row, its status and the tokens writes renew.
 
 A user's row is what a write locks and a forget marks: ``status`` says whether a forget is under way,
-``revision`` changes on every write (per-user caches are valid for one), ``index_token`` names the
+``revision`` changes on every write (per-user caches are valid for one; :func:`appended_to` tells the
+writes that only appended records, after which a cache may grow instead), ``index_token`` names the
 current view of the vector index and ``bounds_token`` is set while the user has a bounded record
 (``timeline.py``). Writes take the row in their own transaction (:func:`ensure_user`); the token
 reads run on every cache lookup and search, so they skip SQLAlchemy where the database allows.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import Connection, bindparam, update
+from sqlalchemy import ColumnElement, Connection, String, bindparam, func, literal, update
 from sqlalchemy import select as select_columns  # sqlmodel's select takes at most four columns
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
@@ -20,7 +21,35 @@ from personamem.errors import UserBeingForgottenError
 from personamem.store.engine import Database
 from personamem.store.tables import USER_STATUS, UserRow, UserStatus
 
-__all__ = ["UserRows", "bump_revision", "ensure_user"]
+__all__ = ["APPENDED_REVISION", "UserRows", "appended", "appended_to", "bump_revision", "ensure_user"]
+
+_REWRITE = 32  # characters of a revision that only a write other than an append changes (a uuid's hex)
+
+
+def _grown(suffix: ColumnElement[str]) -> ColumnElement[str]:
+    return func.substr(col(UserRow.revision), 1, _REWRITE, type_=String()) + suffix
+
+
+APPENDED_REVISION = _grown(bindparam("appended", type_=String()))
+"""The revision a write that only appended records gives its user: the part that names the user's last
+other write (deleted, updated, superseded, relabelled, re-keyed records), then ``.`` and a fresh token,
+bound as ``appended`` (:func:`appended`). Every other write sets a fresh uuid, so a path not known to
+be an append changes the whole revision: it costs a cache a rebuild, never a stale value."""
+
+
+def appended() -> str:
+    """A fresh value for :data:`APPENDED_REVISION`'s ``appended``."""
+    return "." + uuid.uuid4().hex
+
+
+def appended_to(before: str, after: str) -> bool:
+    """Whether revision ``after`` was reached from ``before`` by appends alone (records only added).
+
+    Then the user's records at ``before`` are, unchanged, the first of those at ``after``, in the same
+    order: a value built at ``before`` can be grown by the records stored since, not built again.
+    """
+    return bool(before) and before[:_REWRITE] == after[:_REWRITE] and len(after) > _REWRITE
+
 
 # fixed statements of every write, built once: built and coerced per call they made one add's
 # staging 1.1 ms instead of 0.6 ms (measured here), more than running them costs
@@ -61,9 +90,15 @@ def ensure_user(s: Connection, user_id: str) -> str | None:
     return token
 
 
-def bump_revision(s: Session | Connection, user_id: str, *, index_token: str | None = None) -> None:
-    """A fresh revision; and a given index token when the user's indexed vectors changed."""
-    values = {"revision": uuid.uuid4().hex} | ({"index_token": index_token} if index_token else {})
+def bump_revision(
+    s: Session | Connection, user_id: str, *, index_token: str | None = None, appended_only: bool = False
+) -> None:
+    """A fresh revision; and a given index token when the user's indexed vectors changed.
+
+    ``appended_only``: the write only added records, or changed none (:data:`APPENDED_REVISION`).
+    """
+    revision = _grown(literal(appended(), String())) if appended_only else uuid.uuid4().hex
+    values = {"revision": revision} | ({"index_token": index_token} if index_token else {})
     s.execute(update(UserRow).where(col(UserRow.user_id) == user_id).values(**values))
 
 

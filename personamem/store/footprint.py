@@ -2,9 +2,10 @@
 
 ``sys.getsizeof`` counts one object's own header; a cached value is a graph (a BM25 index's arrays and
 vocabulary, a user's records with their texts, the ranker's token sets). :func:`footprint` walks it,
-counting each object once: numpy arrays by their buffer, containers with what they hold, objects with
-their attributes (``__dict__`` and ``__slots__``, so pydantic models too). Classes, functions,
-modules, enum members and locks are shared with the whole process and count nothing.
+counting each object once: numpy arrays by their buffer (a view's is its base's, counted once whatever
+the sample's weight), containers with what they hold, objects with their attributes (``__dict__``
+and ``__slots__``, so pydantic models too). Classes, functions, modules, enum members and locks are
+shared with the whole process and count nothing.
 
 Long containers are sampled (every n-th of their items, scaled to the length): items of one list
 are alike (records, token lists), so the sample's mean is close, and sizing a user's BM25 index or
@@ -56,8 +57,8 @@ def footprint(value: object) -> int:
         if isinstance(obj, _ATOMS):
             continue
         if isinstance(obj, np.ndarray):
-            if obj.base is not None:  # a view: its buffer is its base's, counted once
-                stack.append((obj.base, weight))
+            if obj.base is not None:  # a view: its buffer is its base's, counted once and not scaled,
+                stack.append((obj.base, 1.0))  # as a sample's views share it (a BM25 index's postings)
             continue  # an array that owns its buffer reports it in getsizeof
         stack.extend((child, weight * scale) for child, scale in _children(obj))
     return total

@@ -307,6 +307,10 @@ class SqlCatalog(DerivedValues, InteractionTable, EventTable):
         """All of the user's records in insertion order."""
         return self._reads.records(user_id)
 
+    def records_since(self, user_id: str, position: int) -> tuple[int, list[Record]]:
+        """See :meth:`RecordReads.records_since`."""
+        return self._reads.records_since(user_id, position)
+
     def vector_ids(self, user_id: str, status: RecordStatus | None = None) -> set[str]:
         """Vector ids of the user's records, optionally only those in one write state."""
         return self._reads.vector_ids(user_id, status)

@@ -45,8 +45,7 @@ from personamem.encoder import Encoder, default_encoder
 from personamem.errors import ConfigError, InvalidInputError
 from personamem.records import Record, RecordEvent
 from personamem.store.budget import MemoryBudget
-from personamem.store.cache import UserCache, UserCaches
-from personamem.store.derived import derive
+from personamem.store.cache import UserCaches
 from personamem.store.duplicates import DUPLICATE_THRESHOLD, DuplicatePolicy, Duplicates
 from personamem.store.erasure import Erasure
 from personamem.store.expiry import Expiry, ExpirySweeper, unexpired
@@ -60,6 +59,7 @@ from personamem.store.recovery import ConsistencyReport, heal, index_pending_row
 from personamem.store.sql import SqlCatalog
 from personamem.store.tenants import Tenancy
 from personamem.store.timeline import supersession
+from personamem.store.user_values import UserValues
 from personamem.store.vector_home import (
     VectorHome,
     claim_encoder,
@@ -78,7 +78,7 @@ SQL_FILE = "personamem.sqlite"
 VECTOR_DIR = "chroma"
 
 
-class Store:
+class Store(UserValues):
     """Records in SQL and vectors in Chroma or pgvector, consistent and isolated per user; thread-safe."""
 
     def __init__(self, catalog: SqlCatalog, index: VectorHome, encoder: Encoder | None = None) -> None:
@@ -386,6 +386,15 @@ class Store:
         """All of the user's records, in insertion order: superseded ones too, expired ones not."""
         return self.tenancy.outward(unexpired(self.catalog.records(self._key(user_id))))
 
+    def records_since(self, user_id: str, position: int = 0) -> tuple[int, list[Record]]:
+        """:meth:`records` stored after ``position`` (0: all), with the position of the last one read.
+
+        For values that grow with a user's history (``store/cache.py``): the position a value was
+        built at is where its next read starts.
+        """
+        position, records = self.catalog.records_since(self._key(user_id), position)
+        return position, self.tenancy.outward(unexpired(records))
+
     def hidden(self, user_id: str, read: Read = NOW) -> set[str]:
         """Ids of the user's records ``read`` must not see, by its time (``store/timeline.py``) or filter."""
         return self.visibility.hidden(self._key(user_id), read)
@@ -427,40 +436,6 @@ class Store:
     def record_vectors(self, user_id: str, record_ids: Sequence[str]) -> np.ndarray:
         """The stored vectors of ``record_ids``, rows aligned; a zero row where the user has none."""
         return self.reads.record_vectors(self._key(user_id), record_ids, self.encoder.dim)
-
-    def derived(self, user_id: str, namespace: str, key: str, compute: Callable[[], Any]) -> Any:
-        """``compute()``, cached durably per user under (namespace, key); JSON values only.
-
-        For expensive, deterministic-given-the-key steps such as LLM calls: repeated evaluations and
-        requests do not pay twice, and ``forget`` erases the cache with the user. Values for unknown
-        users or users being forgotten are computed but not kept.
-        """
-        return self.derived_many(namespace, [(user_id, key)], lambda missing: [compute()])[0]
-
-    def derived_many(
-        self,
-        namespace: str,
-        requests: Sequence[tuple[str, str]],
-        compute: Callable[[list[int]], Sequence[Any]],
-    ) -> list[Any]:
-        """:meth:`derived` for many (user id, key) pairs, computing the uncached ones in one call."""
-        return derive(self.catalog, namespace, [(self._key(user), key) for user, key in requests], compute)
-
-    def latest(self, user_id: str, namespace: str, key: str) -> Any | None:
-        """The value last written to a slot with :meth:`set_latest`, or None."""
-        return self.catalog.get_derived(self._key(user_id), namespace, key)
-
-    def set_latest(self, user_id: str, namespace: str, key: str, value: Any) -> bool:
-        """Overwrite the user's slot (namespace, key) with a JSON value; False for unknown users.
-
-        For derived state that is rebuilt rather than keyed by every input, such as a preference
-        memory that records the revision it was built from; ``forget`` and ``delete`` erase it.
-        """
-        return self.catalog.replace_derived(self._key(user_id), namespace, key, value)
-
-    def user_cache(self, build: Callable[[str], Any], *, max_users: int | None = None) -> UserCache[Any]:
-        """A per-user cache this store invalidates on writes, empties on ``forget`` and bounds by bytes."""
-        return self.caches.new(build, key=self._key, max_users=max_users)
 
     def check(self, progress: Callable[[int, int], None] | None = None) -> ConsistencyReport:
         """Compare SQL rows with the vectors the index can read back, for every user (a full scan).

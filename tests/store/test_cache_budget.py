@@ -132,10 +132,19 @@ def test_a_store_that_met_many_users_stays_within_its_budget_and_evicted_users_r
         assert [hit.record.id for hit in mem.search("user3", "what do I like about bees?", k=5)] == full
 
 
-def test_estimates_are_near_what_building_a_value_allocates(tmp_path: Path, encoder: SentenceEncoder) -> None:
+@pytest.mark.parametrize("vocabulary", ["narrow", "wide"])
+def test_estimates_are_near_what_building_a_value_allocates(
+    tmp_path: Path, encoder: SentenceEncoder, vocabulary: str
+) -> None:
+    """Wide: a term per record, far more terms than the estimate samples (the postings' per-term arrays
+    are views of two shared ones, which a sampled walk once counted once per term: 95x at 10,000)."""
     with PersonaMem.open(tmp_path, encoder=encoder) as mem:
         store = mem.store
-        records = _records(1, 300)
+        records = _records(1, 300 if vocabulary == "narrow" else 2000)
+        if vocabulary == "wide":
+            records = [
+                r.model_copy(update={"text": f"{r.text} Ticket t{i}x{7 * i}."}) for i, r in enumerate(records)
+            ]
         store.add_many(records, vectors=_units(len(records), encoder.dim))
         for build in (
             lambda: BM25Retriever(store).index("user0"),  # a new retriever: built, not found in a cache
@@ -152,6 +161,24 @@ def test_estimates_are_near_what_building_a_value_allocates(tmp_path: Path, enco
             finally:
                 tracemalloc.stop()
             assert 0.7 <= footprint(value) / held <= 1.5, (type(value).__name__, footprint(value), held)
+
+
+def test_values_grown_by_appends_are_counted_near_what_they_hold(
+    tmp_path: Path, encoder: SentenceEncoder
+) -> None:
+    """A grown value is sized as the one it grew from, per record, and measured again once it holds
+    half as many records again: the pool's count stays near a fresh estimate as a user grows 1x-6x."""
+    with PersonaMem.open(tmp_path, encoder=encoder) as mem:
+        store, records = mem.store, _records(1, 600)
+        vectors = _units(len(records), encoder.dim)
+        store.add_many(records[:100], vectors=vectors[:100])
+        bm25 = BM25Retriever(store)
+        first = bm25.index("user0")
+        for start in range(100, 600, 25):
+            store.add_many(records[start : start + 25], vectors=vectors[start : start + 25])
+            grown = bm25.index("user0")
+            assert grown.records[0] is first.records[0]  # grown, not built again
+            assert 0.8 <= store.caches.pool.nbytes / footprint(grown) <= 1.25, start
 
 
 def test_a_user_too_large_for_the_rankers_cache_is_served_by_hybrid_not_rebuilt_per_search(

@@ -248,3 +248,27 @@ def _valid(url: str, collection: str) -> bool | None:
             return connection.execute(query, {"name": _index(collection)}).scalar()
     finally:
         catalog.close()
+
+
+def test_appends_keep_the_revisions_lineage_and_an_edit_renews_it(url: str, encoder: SentenceEncoder) -> None:
+    """The append bump (``substr(revision) || suffix``) on PostgreSQL, single adds and a batch, and the
+    BM25 index grown by them equal to one built at once."""
+    from personamem.retrieval.bm25 import BM25Retriever
+    from personamem.store.catalog_users import appended_to
+
+    with PersonaMem.connect(url, encoder=encoder) as mem:
+        bm25 = BM25Retriever(mem.store)
+        mem.add("u", "I keep bees on the roof.", id="a")
+        held, before = bm25.index("u"), mem.store.revision("u")
+        mem.add("u", "The hives gave nine jars of honey in June.", id="b")
+        mem.add_many([{"id": "c", "text": "I sell the honey at the Saturday market."}], user_id="u")
+        after = mem.store.revision("u")
+        assert before is not None and after is not None and appended_to(before, after)
+        grown = bm25.index("u")
+        assert grown.records[0] is held.records[0] and [r.id for r in grown.records] == ["a", "b", "c"]
+        assert grown.records == BM25Retriever(mem.store).index("u").records
+        assert bm25.search("u", "honey market", k=1)[0].record.id == "c"
+        mem.update("u", "a", text="I keep bees in the garden.")
+        edited = mem.store.revision("u")
+        assert edited is not None and not appended_to(after, edited)
+        assert bm25.index("u").records[0].text == "I keep bees in the garden."
