@@ -41,6 +41,7 @@ _SHARED = (
     type(threading.RLock()),
 )
 _ATOMS = (str, bytes, bytearray, int, float, complex, bool, type(None))
+_ATOM_TYPES = frozenset(_ATOMS)  # exact types, for the inner loop (a subclass takes the long way)
 
 
 def footprint(value: object) -> int:
@@ -60,7 +61,13 @@ def footprint(value: object) -> int:
             if obj.base is not None:  # a view: its buffer is its base's, counted once and not scaled,
                 stack.append((obj.base, 1.0))  # as a sample's views share it (a BM25 index's postings)
             continue  # an array that owns its buffer reports it in getsizeof
-        stack.extend((child, weight * scale) for child, scale in _children(obj))
+        for child, scale in _children(obj):
+            if type(child) in _ATOM_TYPES:  # most of what a value holds: counted here, not stacked
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    total += int(sys.getsizeof(child) * (weight * scale))
+            else:
+                stack.append((child, weight * scale))
     return total
 
 
