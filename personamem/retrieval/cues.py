@@ -80,7 +80,8 @@ class NameCounts:
     """How often a history writes each word capitalised mid-sentence, and lowercase: its proper names.
 
     Kept with a user's ranker signals so that records appended to the history add their counts
-    instead of the whole history being read again (the signals of a 5,000-record user took 0.1 s).
+    instead of the whole history being read again (2.3 ms of the 6 a user's signals take per 100
+    records).
     """
 
     capitalised: Counter[str] = field(default_factory=Counter)

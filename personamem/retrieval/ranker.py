@@ -581,16 +581,10 @@ class LearnedRanker:
         index, held = self._bm25.index(user_id), signals.index.records
         if index is signals.index:
             return signals
-        grown = (
-            len(index.records) >= len(held)
-            and (
-                not held  # an index grown from this one holds the very same records first
-                or index.records[len(held) - 1] is held[-1]
-                or [r.id for r in index.records[: len(held)]] == [r.id for r in held]
-            )
-        )
-        if not grown:
-            return None  # the index was built again without some of them (one expired): so are these
+        # an index grown from this one holds the very same record objects first; one built again (an
+        # expiry, an eviction, an edit meanwhile) holds new ones, and these signals are built again too
+        if held and (len(index.records) < len(held) or index.records[len(held) - 1] is not held[-1]):
+            return None
         added = [r.id for r in index.records[len(held) :]]
         return signals.extended(index, self.store.record_vectors(user_id, added))
 

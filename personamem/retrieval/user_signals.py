@@ -2,11 +2,11 @@
 
 Every search the ranker serves reads these: per record its vector, length, position, kind, role, day,
 session neighbours and cues (names, numbers, dates), and of the whole history its vocabulary, proper
-names, statistics and shape (the gate's ``profile``). Building them reads every record (0.1 s at
-5,000 records), so an agent that adds a turn and searches would pay that per turn; a write that only
-appends records lets :meth:`UserSignals.extended` add the new rows to the last signals instead. A
-history's signals are its signals grown from nothing by all its records, so the two are the same by
-construction (``tests/retrieval/test_user_signals.py`` checks them equal too).
+names, statistics and shape (the gate's ``profile``). Building them reads every record (about 0.3 s
+at 5,000 records), so an agent that adds a turn and searches would pay that per turn; a write that
+only appends records lets :meth:`UserSignals.extended` add the new rows to the last signals instead.
+A history's signals are its signals grown from nothing by all its records, so the two are the same
+by construction (``tests/retrieval/test_user_signals.py`` checks them equal too).
 """
 
 from __future__ import annotations
