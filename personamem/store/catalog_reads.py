@@ -145,13 +145,8 @@ class RecordReads:
         return found
 
     def records(self, user_id: str) -> list[Record]:
-        """All of the user's records in insertion order (raw where it can, as :meth:`records_by_vector`)."""
-        raw = self._db.fixed_rows(_BY_VECTOR, (user_id,))
-        if raw is not None:
-            return list(_by_vector(raw).values())
-        with self._db.session() as s:
-            rows = s.exec(select(RecordRow).where(RecordRow.user_id == user_id).order_by(col(RecordRow.pk)))
-            return [row.to_record() for row in rows]
+        """All of the user's records in insertion order (:meth:`records_since` the start)."""
+        return self.records_since(user_id, 0)[1]
 
     def records_since(self, user_id: str, position: int) -> tuple[int, list[Record]]:
         """The user's records stored after row ``position`` (0: all), in order, and the last one's row.
@@ -171,13 +166,7 @@ class RecordReads:
                 ).all()
                 last = rows[-1].pk if rows else None
                 return (position if last is None else last), [row.to_record() for row in rows]
-        records = []
-        for pk, *columns in raw:
-            if isinstance(columns[6], str):  # meta, as in _by_vector
-                columns[6] = json.loads(columns[6])
-            records.append(record_from_columns(*columns))
-            position = pk
-        return position, records
+        return (raw[-1][0] if raw else position), [_record(columns) for _, *columns in raw]
 
     def vector_ids(self, user_id: str, status: RecordStatus | None = None) -> set[str]:
         """Vector ids of the user's records, optionally only those in one write state."""
@@ -320,9 +309,11 @@ class RecordReads:
 
 def _by_vector(rows: Iterable[Sequence[Any]]) -> dict[str, Record]:
     """Raw rows of ``vector_id`` and :data:`RECORD_COLUMNS` as records by vector id."""
-    found: dict[str, Record] = {}
-    for vid, *columns in rows:
-        if isinstance(columns[6], str):  # meta: JSON text in SQLite's raw rows, decoded by psycopg
-            columns[6] = json.loads(columns[6])
-        found[vid] = record_from_columns(*columns)
-    return found
+    return {vid: _record(columns) for vid, *columns in rows}
+
+
+def _record(columns: list[Any]) -> Record:
+    """A record from a raw row's :data:`RECORD_COLUMNS`."""
+    if isinstance(columns[6], str):  # meta: JSON text in SQLite's raw rows, decoded by psycopg
+        columns[6] = json.loads(columns[6])
+    return record_from_columns(*columns)
