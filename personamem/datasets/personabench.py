@@ -167,13 +167,14 @@ def _session_record(
     where = f"{where} (segment {segment_id})"
     timestamp = src.time(src.text(session, "time", where), _TIME_FORMAT, f"{where}, field 'time'")
     body = src.field(session, body_key, list, where)
+    target = src.text(session, "target_name", where) if kind is RecordKind.CONVERSATION else None
+    label = src.text(session, "session", where)  # numbered per partner upstream: "session---1" with each
     metadata: dict[str, JsonScalar] = {
-        "session": src.text(session, "session", where),
+        "session": label if target is None else f"{label} with {target}",  # the record's own conversation
         "source": src.path.stem,
         "noise": noise,
         "community": community,
     }
-    target = src.text(session, "target_name", where) if kind is RecordKind.CONVERSATION else None
     if target is not None:
         metadata["target_name"] = target
     if render == "json":

@@ -43,6 +43,8 @@ class PrefEvalOptions(BaseModel):
     """PrefEval: the preference form."""
     inter_turns: int = Field(default=20, ge=0)
     """PrefEval: distractor user turns per user."""
+    replies: bool = False
+    """PrefEval: keep the assistant's reply to each distractor turn, each distractor chat a session."""
 
 
 _FORM_DIRS: dict[str, tuple[str, ...]] = {
@@ -54,12 +56,16 @@ _MCQ_DIR = "mcq_options"
 _INTER_TURNS = "filtered_inter_turns.json"
 _N_OPTIONS = 4  # upstream's classification task always offers four
 _CHOICE_MESSAGES = (("query", "user"), ("assistant_options", "assistant"), ("user_selection", "user"))
-_Message = tuple[str, str, str]  # record id, role, text
+_Message = tuple[str, str, str, str | None]  # record id, role, text, session
 NO_PREFERENCE_TEXT = "every message that expresses the preference is blank"
 
 
 def load_prefeval_benchmark(
-    data_dir: str | Path, *, form: PrefEvalForm = "explicit", inter_turns: int = 20
+    data_dir: str | Path,
+    *,
+    form: PrefEvalForm = "explicit",
+    inter_turns: int = 20,
+    replies: bool = False,
 ) -> Benchmark:
     """Load every topic of one preference form, one user per item, with shared distractor messages.
 
@@ -82,6 +88,13 @@ def load_prefeval_benchmark(
         inter_turns: how many distractor messages each user gets: the first ``inter_turns`` user
             messages of ``filtered_inter_turns.json`` in file order (upstream's inter turns), ids
             ``"inter-<n>"``, the same text for every user. 0 gives none.
+        replies: also keep the assistant's reply that follows each of those messages
+            (``"inter-<n>-reply"``, role ``assistant``), and mark every message with its chat
+            (``metadata["session"]``: ``"inter-chat-<i>"``, the preference's ``"preference-chat"``).
+            Upstream's history holds the replies; with all 316 turns they make a long user–assistant
+            history of 632 distractor messages, a third of them past the encoder's 256-word-piece
+            window: the shape of the long user–assistant histories issue 57 measures the default
+            on. Off: user messages alone, as every result before it was measured.
 
     Raises:
         IngestError: the layout is not PrefEval's, a file is missing or malformed, a topic's form and
@@ -95,7 +108,8 @@ def load_prefeval_benchmark(
     root = _dataset_root(Path(data_dir))
     form_dir = root.joinpath(*_FORM_DIRS[form])
     topics = _topics(form_dir)
-    distractors = _distractors(JsonFile(root / _INTER_TURNS), inter_turns) if inter_turns else []
+    inter = JsonFile(root / _INTER_TURNS)
+    distractors = _distractors(inter, inter_turns, replies) if inter_turns else []
     records: list[Record] = []
     questions: list[Question] = []
     skipped: list[Skip] = []
@@ -105,6 +119,10 @@ def load_prefeval_benchmark(
             where = f"topic {topic!r}, item {index}"
             user, question_id = f"prefeval/{topic}/{index}", f"{topic}/{index}"
             messages = _preference_messages(src, item, form, where)
+            if replies:  # every message then names its chat
+                messages = [
+                    (record_id, role, text, "preference-chat") for record_id, role, text, _ in messages
+                ]
             if not messages:
                 skipped.append(Skip(question_id, NO_PREFERENCE_TEXT))
                 continue
@@ -114,7 +132,7 @@ def load_prefeval_benchmark(
                     id=question_id,
                     user_id=user,
                     text=item["question"],  # checked by _paired_items
-                    relevant={record_id: 1 for record_id, _, _ in messages},
+                    relevant={record_id: 1 for record_id, _, _, _ in messages},
                     category=topic,
                     choices=options,
                     attributes=_attributes(src, item, where, form),
@@ -174,13 +192,13 @@ def _options(mcq: JsonFile, mcq_item: dict[str, Any], where: str) -> tuple[str, 
 
 
 def _preference_messages(src: JsonFile, item: dict[str, Any], form: str, where: str) -> list[_Message]:
-    """The non-blank messages that expressed the preference, as (record id, role, text)."""
+    """The non-blank messages that expressed the preference, as (record id, role, text, no session)."""
     if form == "explicit":
-        return _non_blank([("preference", "user", src.field(item, "preference", str, where))])
+        return _non_blank([("preference", "user", src.field(item, "preference", str, where), None)])
     conversation = src.field(item, "conversation", dict, where)
     read = _choice_messages if form == "choice" else _persona_messages
     messages = read(src, conversation, where)
-    return _non_blank([(f"preference-{n}", role, text) for n, (role, text) in enumerate(messages)])
+    return _non_blank([(f"preference-{n}", role, text, None) for n, (role, text) in enumerate(messages)])
 
 
 def _choice_messages(src: JsonFile, conversation: dict[str, Any], where: str) -> list[tuple[str, str]]:
@@ -196,18 +214,41 @@ def _persona_messages(src: JsonFile, conversation: dict[str, Any], where: str) -
     return messages
 
 
-def _distractors(src: JsonFile, count: int) -> list[_Message]:
-    """(id, text) of the first ``count`` user messages, blank ones dropped but keeping their number."""
-    users: list[str] = []
+def _distractors(src: JsonFile, count: int, replies: bool) -> list[_Message]:
+    """The first ``count`` user messages (blank ones dropped but keeping their number), with replies.
+
+    A reply is the assistant message right after a user message in its chat; with ``replies`` each
+    message is also marked with its chat, as a session.
+    """
+    turns: list[tuple[str, str | None, int]] = []  # user text, reply text, chat
     for i, chat in enumerate(src.expect(src.load(), list, "top level")):
         where = f"chat {i}"
-        for j, message in enumerate(src.field(src.expect(chat, dict, where), "conversation", list, where)):
-            message = src.expect(message, dict, f"{where}, message {j}")
-            if src.field(message, "role", str, f"{where}, message {j}") == "user":
-                users.append(src.field(message, "content", str, f"{where}, message {j}"))
-    if len(users) < count:
-        raise src.error(f"inter_turns={count} asked for, but the file has only {len(users)} user messages")
-    return _non_blank([(f"inter-{n}", "user", text) for n, text in enumerate(users[:count])])
+        messages = src.field(src.expect(chat, dict, where), "conversation", list, where)
+        for j, message in enumerate(messages):
+            at = f"{where}, message {j}"
+            message = src.expect(message, dict, at)
+            if src.field(message, "role", str, at) == "user":
+                turns.append((src.field(message, "content", str, at), _reply(src, messages, j + 1, where), i))
+    if len(turns) < count:
+        raise src.error(f"inter_turns={count} asked for, but the file has only {len(turns)} user messages")
+    picked: list[_Message] = []
+    for n, (text, reply, chat) in enumerate(turns[:count]):
+        session = f"inter-chat-{chat}" if replies else None
+        picked.append((f"inter-{n}", "user", text, session))
+        if replies and reply is not None:
+            picked.append((f"inter-{n}-reply", "assistant", reply, session))
+    return _non_blank(picked)
+
+
+def _reply(src: JsonFile, messages: list[Any], j: int, where: str) -> str | None:
+    """The text of message ``j`` of a chat if it is the assistant's (else None: no reply)."""
+    if j >= len(messages):
+        return None
+    at = f"{where}, message {j}"
+    message = src.expect(messages[j], dict, at)
+    return (
+        src.field(message, "content", str, at) if src.field(message, "role", str, at) == "assistant" else None
+    )
 
 
 def _non_blank(messages: list[_Message]) -> list[_Message]:
@@ -216,8 +257,14 @@ def _non_blank(messages: list[_Message]) -> list[_Message]:
 
 def _records(user: str, messages: list[_Message]) -> list[Record]:
     return [
-        Record(user_id=user, id=record_id, text=text, kind=RecordKind.CONVERSATION, metadata={"role": role})
-        for record_id, role, text in messages
+        Record(
+            user_id=user,
+            id=record_id,
+            text=text,
+            kind=RecordKind.CONVERSATION,
+            metadata={"role": role} if session is None else {"role": role, "session": session},
+        )
+        for record_id, role, text, session in messages
     ]
 
 
@@ -231,10 +278,17 @@ def _attributes(src: JsonFile, item: dict[str, Any], where: str, form: str) -> d
 
 
 def load_prefeval_choices(
-    data_dir: str | Path, needs: ChoiceNeeds, *, form: PrefEvalForm = "explicit", inter_turns: int = 20
+    data_dir: str | Path,
+    needs: ChoiceNeeds,
+    *,
+    form: PrefEvalForm = "explicit",
+    inter_turns: int = 20,
+    replies: bool = False,
 ) -> list[ChoiceInstance]:
     """:func:`prefeval_choices` of one form's benchmark (``needs`` is not needed: options are given)."""
-    return prefeval_choices(load_prefeval_benchmark(data_dir, form=form, inter_turns=inter_turns))
+    return prefeval_choices(
+        load_prefeval_benchmark(data_dir, form=form, inter_turns=inter_turns, replies=replies)
+    )
 
 
 def prefeval_choices(benchmark: Benchmark) -> list[ChoiceInstance]:

@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib.util
-import json
 import tempfile
 import time
 from collections.abc import Mapping
@@ -162,8 +161,10 @@ def run_eval(
     benchmark = load_benchmark(config)
     if config.held_out:
         benchmark = held_out_questions(benchmark, config.held_out)
+    questions = evenly_spaced(benchmark.questions, config.max_questions)
+    asked = {question.user_id for question in questions}  # a user no question asks changes no score
     benchmark = dataclasses.replace(
-        benchmark, questions=evenly_spaced(benchmark.questions, config.max_questions)
+        benchmark, questions=questions, records=[r for r in benchmark.records if r.user_id in asked]
     )
     timings["load"] = time.perf_counter() - start
     if not benchmark.questions:
@@ -222,9 +223,13 @@ def run_eval(
 
 
 def _store_name(benchmark: Benchmark, encoder: Encoder) -> str:
-    """A folder name unique to this exact corpus and encoder: a reused store never holds extra records."""
+    """A folder name unique to this exact corpus and encoder: a reused store never holds other records.
+
+    Every field a record stores is in it: a loader that changes a record's metadata (its session, its
+    role) or time makes a new store, not a reused one that still answers with the old fields.
+    """
     digest = hashlib.sha256(encoder.name.encode())
     for record in benchmark.records:
-        digest.update(json.dumps([record.user_id, record.id, record.text]).encode())
+        digest.update(record.model_dump_json().encode())
     slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in benchmark.name)
     return f"{slug}-{digest.hexdigest()[:16]}"

@@ -119,6 +119,35 @@ def test_inter_turns_respected(inter_turns: int) -> None:
     assert bench.name == "prefeval-persona"
 
 
+def test_replies_keep_each_distractor_chat_whole_and_in_order() -> None:
+    bench = load_prefeval_benchmark(_prefeval_dir(), inter_turns=20, replies=True)
+    chats = json.loads((PREFEVAL / "benchmark_dataset" / "filtered_inter_turns.json").read_text("utf-8"))
+    messages = [(i, m["role"], m["content"]) for i, chat in enumerate(chats) for m in chat["conversation"]]
+    twentieth = [n for n, (_, role, _) in enumerate(messages) if role == "user"][19]
+    expected = [(f"inter-chat-{i}", role, text) for i, role, text in messages[: twentieth + 2]]
+    own = list(records_by_user(bench.records)["prefeval/entertain_games/0"].values())
+    assert own[0].id == "preference" and own[0].metadata == {"role": "user", "session": "preference-chat"}
+    assert [(r.metadata["session"], r.metadata["role"], r.text) for r in own[1:]] == expected
+    assert [r.id for r in own[1:3]] == ["inter-0", "inter-0-reply"] and own[-1].id == "inter-19-reply"
+
+
+def test_replies_follow_their_turn_and_a_turn_may_have_none(tmp_path: Path) -> None:
+    bench = load_prefeval_benchmark(_dataset(tmp_path), form="persona", inter_turns=3, replies=True)
+    own = records_by_user(bench.records)["prefeval/drinks/0"]
+    assert [(k, r.metadata["role"], r.metadata["session"]) for k, r in own.items()] == [
+        ("preference-0", "user", "preference-chat"),
+        ("preference-2", "user", "preference-chat"),
+        ("inter-0", "user", "inter-chat-0"),
+        ("inter-0-reply", "assistant", "inter-chat-0"),
+        ("inter-2", "user", "inter-chat-1"),  # the second chat's turns have no reply; inter-1 is blank
+    ]
+    assert own["inter-0-reply"].text == "a0"
+    assert {q.id: dict(q.relevant) for q in bench.questions}["drinks/0"] == {
+        "preference-0": 1,
+        "preference-2": 1,
+    }
+
+
 def test_more_inter_turns_than_the_file_has() -> None:
     with pytest.raises(IngestError, match=r"filtered_inter_turns\.json.*only 316 user messages"):
         load_prefeval_benchmark(_prefeval_dir(), inter_turns=317)

@@ -40,6 +40,12 @@ def test_personabench_sessions_per_user(noise: float) -> None:
     assert len(records) == sum(PB_COUNTS[noise].values())
 
 
+def test_each_personabench_record_is_a_conversation_of_its_own() -> None:
+    """Upstream numbers sessions per partner; a record is one whole session, so none are neighbours."""
+    records = load_personabench(need_data(PB))
+    assert len({(r.user_id, r.session) for r in records}) == len(records)
+
+
 def test_personabench_accepts_each_documented_folder() -> None:
     everything = load_personabench(need_data(PB))
     assert load_personabench(PB_SYNTH) == everything
@@ -53,7 +59,7 @@ def test_personabench_record_fields() -> None:
     assert conv.kind is RecordKind.CONVERSATION
     assert conv.timestamp == datetime(2024, 10, 14, 16, 10)
     assert conv.metadata == {
-        "session": "conversation---session---1",
+        "session": "conversation---session---1 with Mr. Nicholas Richmond MD",
         "source": "conversation_data_all",
         "noise": 0.0,
         "community": "community_1",

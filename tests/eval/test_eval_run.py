@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -15,16 +16,19 @@ from rich.progress import Progress
 
 from personamem.cli import main
 from personamem.cli.options import command_line
+from personamem.datasets.benchmark import Benchmark
 from personamem.datasets.personabench import NO_GOLD, load_personabench_benchmark
 from personamem.datasets.vectors import corpus_vectors, default_vector_cache, save_entry
 from personamem.encoder import SentenceEncoder
-from personamem.errors import IngestError, MethodError
+from personamem.errors import IngestError, MethodError, TruncationWarning
 from personamem.eval import BenchmarkName, EvalConfig, build_store, evaluate_method, run_eval
 from personamem.eval.answer_judge import AnswerJudge
+from personamem.eval.evaluate import _store_name
 from personamem.eval.metrics import ranx_scores
 from personamem.eval.stats import summarize
 from personamem.llm import CTranslate2LLM
 from personamem.methods import method_named
+from personamem.records import Record
 from personamem.testing import FakeLLM
 from tests.conftest import DATA, need_data
 
@@ -312,6 +316,33 @@ def test_llm_outputs_are_reused_by_a_later_run(tmp_path: Path, encoder: Sentence
     other = EvalConfig(benchmark=BenchmarkName.PERSONABENCH, data=root, methods=("hyde",), render="json")
     run_eval(other, encoder=encoder, llm=llm, store_dir=stores)
     assert len(list(stores.iterdir())) == 2  # another corpus rendering, another store
+
+
+def test_only_the_users_asked_are_stored(encoder: SentenceEncoder, vector_cache: Path) -> None:
+    config = EvalConfig(
+        benchmark=BenchmarkName.PREFEVAL,
+        data=need_data(DATA / "prefeval"),
+        options={"prefeval": {"inter_turns": 2, "replies": True}},
+        max_questions=3,
+    )
+    with warnings.catch_warnings():  # a reply past the encoder's window warns where it is embedded
+        warnings.simplefilter("ignore", TruncationWarning)
+        report = run_eval(config, encoder=encoder, cache_dir=vector_cache)
+    asked = {q.user_id for q in report.benchmark.questions}
+    assert len(asked) == 3 and {r.user_id for r in report.benchmark.records} == asked
+    assert len(report.benchmark.records) == 3 * 5  # the preference, two turns and their replies
+    assert set(report.runs[0].scores["recall@1"]) == {q.id for q in report.benchmark.questions}
+
+
+def test_a_record_whose_metadata_changed_gets_a_store_of_its_own(encoder: SentenceEncoder) -> None:
+    """A loader that relabels a record's session (same id and text) must not reuse the kept store."""
+
+    def corpus(session: str) -> Benchmark:
+        record = Record(user_id="u", id="r", text="I moved to Lisbon.", metadata={"session": session})
+        return Benchmark(name="tiny", records=[record], questions=[])
+
+    assert _store_name(corpus("s1"), encoder) == _store_name(corpus("s1"), encoder)
+    assert _store_name(corpus("s1"), encoder) != _store_name(corpus("s2"), encoder)
 
 
 def test_a_pipeline_file_is_scored_as_one_method(tmp_path: Path, encoder: SentenceEncoder) -> None:
