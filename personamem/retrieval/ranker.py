@@ -24,15 +24,17 @@ Trees fitted on benchmarks serve only histories shaped like those on which they 
 (:mod:`personamem.retrieval.ranker_gate`). Any other user, and every user of a ranker that kept no
 trees, gets the score fusion (:func:`score_fusion`): the candidates' cosine standardized over the
 user's records, plus BM25's at :data:`SCORE_FUSION` where the question names something the history
-holds, plus :data:`NEIGHBOUR` times the same of the best neighbouring turn in the record's session.
+holds and asks for no suggestion, plus :data:`NEIGHBOUR` times how far the best neighbouring turn
+in the record's session stands above it (people's turns, not an assistant's).
 The cosine is the query adapter's only for a history inside the ranker's adapter gate, the base one
 elsewhere. Left out of every part's training, no benchmark falls below the best plain method with
-it, where the RRF fusion the trees start from lost LoCoMo by 0.064 (docs/RESULTS.md). The shipped
-``mixed``'s trees gained over the score fusion on no benchmark's validation users, so its gate
-admits no one and the package default is the score fusion; the trees stay the root ``improve``'s
-residuals start from. A residual's own trees were fitted on the store they serve, so only the
-root's are gated. Whatever scores the candidates, those written in the window the question names
-("in June", "last week") are raised (:func:`inside_window`, :mod:`personamem.retrieval.when`).
+it by more than 0.003, where the RRF fusion the trees start from lost LoCoMo by 0.064
+(docs/RESULTS.md). The shipped ``mixed``'s trees gained over the score fusion on no benchmark's
+validation users, so its gate admits no one and the package default is the score fusion; the trees
+stay the root ``improve``'s residuals start from. A residual's own trees were fitted on the store
+they serve, so only the root's are gated. Whatever scores the candidates, those written in the
+window the question names ("in June", "last week") are raised (:func:`inside_window`,
+:mod:`personamem.retrieval.when`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from personamem.retrieval.bm25 import BM25Retriever, tokenize
 from personamem.retrieval.cues import NAME, NOT_NAMES, WORD, dates, names, numbers
 from personamem.retrieval.hybrid import ADAPTER_FUSION, PLAIN_RRF, Fusion
 from personamem.retrieval.ranker_gate import GateDecision, RankerGate, as_profile
-from personamem.retrieval.user_signals import UserSignals
+from personamem.retrieval.user_signals import ASSISTANT, UserSignals
 from personamem.retrieval.when import WINDOW_BOOST, named_window
 from personamem.store import Store
 from personamem.store.read import NOW, Read
@@ -78,6 +80,7 @@ __all__ = [
     "candidate_features",
     "inside_window",
     "score_fusion",
+    "summed_score_fusion",
     "visible_rows",
 ]
 
@@ -95,10 +98,12 @@ SCORE_FUSION = 0.4
 """BM25's weight in :func:`score_fusion` where the question names what the history holds: the best
 worst fold of leave-one-benchmark-out among the weights and fusions tried, and the one chosen on three
 folds for the fourth in each of the four."""
-NEIGHBOUR = 0.4
-"""How much of its best same-session neighbour's score a turn borrows in :func:`score_fusion`: the
-best recall@5 and MRR on LoCoMo's training users among 0.1-1.0 (the other benchmarks hold no session
-of more than one record, so none could choose it)."""
+NEIGHBOUR = 0.5
+"""How much of the distance up to its best same-session neighbour a turn is lifted in
+:func:`score_fusion`: the best recall@5 on LoCoMo's training users among 0.2-1.5 (MRR within 0.002 of
+the best; the other benchmarks hold no session of more than one record, so none could choose it)."""
+SUMMED_NEIGHBOUR = 0.4
+"""The share of its best neighbour's score a turn gained in :func:`summed_score_fusion`."""
 
 FEATURES: tuple[str, ...] = (
     "cos_base", "cos_adapt", "gap_base", "gap_adapt", "z_adapt", "bm25", "bm25_rel", "bm25_z",
@@ -109,6 +114,7 @@ FEATURES: tuple[str, ...] = (
     "bm25_n_pos_share", "adapt_margin", "base_margin", "adapt_top", "q_cover_user",
     "wh", "is_aux", "first_person", "what_do_i", "recommend", "should_i", "q_has_name", "q_has_number",
     "q_has_date", "rr_bm25_x_len", "rr_bm25_x_name", "z_base", "q_named_in_history", "nb_base", "nb_adapt",
+    "bm25_joins", "lift_base", "lift_adapt",
 )  # fmt: skip
 """What the runtime computes per candidate, in column order. A model names the columns it was trained
 on (``ranker.json``'s ``features``) and reads those; one naming a column this version lacks is refused."""
@@ -242,9 +248,13 @@ def candidate_features(
     )
     rr_m = 1.0 / (rank_m[pool] + 1)
     z_b, z_a, bm_z = _standard(cos_b), _standard(cos_a), _standard(bm)
+    form = _question_form(query)
     lexical = float(bool(named))
-    owns = (_own_score(z_b, bm_z, lexical), _own_score(z_a, bm_z, lexical))
-    nb_base, nb_adapt = _neighbour_best(user, rows, visible, picked, owns)
+    joins = lexical * (1.0 - max(form["recommend"], form["should_i"]))  # a request for a suggestion: no BM25
+    beside = _beside(user, rows, visible, picked)
+    nb_base, nb_adapt = (_neighbour_best(beside, _own_score(z, bm_z, lexical)) for z in (z_b, z_a))
+    joined = (_own_score(z_b, bm_z, joins), _own_score(z_a, bm_z, joins))
+    lift_base, lift_adapt = (_lift(user, picked, beside, own[pool], own) for own in joined)
     shared: dict[str, float] = {
         **user.stats,
         "bm25_top": bm_max,
@@ -256,7 +266,8 @@ def candidate_features(
         "q_cover_user": len(query_terms & user.vocabulary) / len(query_terms) if query_terms else 0.0,
         "q_words": float(len(query.split())),
         "q_named_in_history": lexical,
-        **_question_form(query),
+        "bm25_joins": joins,
+        **form,
     }
     columns: dict[str, Any] = {
         "cos_base": cos_b[pool],
@@ -267,6 +278,8 @@ def candidate_features(
         "z_base": z_b[pool],
         "nb_base": nb_base,
         "nb_adapt": nb_adapt,
+        "lift_base": lift_base,
+        "lift_adapt": lift_adapt,
         "bm25": bm[pool],
         "bm25_rel": bm[pool] / bm_max if bm_max > 0 else np.zeros(len(pool)),
         "bm25_z": bm_z[pool],
@@ -309,28 +322,39 @@ def _standard(scores: np.ndarray) -> np.ndarray:
     return (scores - scores.mean()) / (scores.std() + 1e-6)
 
 
-def _neighbour_best(
-    user: UserSignals,
-    rows: np.ndarray,
-    visible: np.ndarray,
-    picked: np.ndarray,
-    owns: tuple[np.ndarray, ...],
-) -> tuple[np.ndarray, ...]:
-    """Per score in ``owns`` (one per visible row): each candidate's best visible session neighbour's.
+def _neighbour_best(beside: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Each candidate's best session neighbour's score in ``own`` (one per visible row); 0 without one.
 
-    ``picked``: the candidates' rows; 0 for a candidate without a visible neighbour. A question's
-    words often fall on the turn before or after the one that answers it ("Did you go to Rome?" /
-    "Yes, last spring."), which only its session's order says.
+    ``beside``: the candidates' neighbours as places among the visible rows (:func:`_beside`). A
+    question's words often fall on the turn before or after the one that answers it ("Did you go to
+    Rome?" / "Yes, last spring."), which only its session's order says.
     """
+    has = beside >= 0
+    best = np.where(has, own[np.maximum(beside, 0)], -np.inf).max(axis=1)
+    return np.where(has.any(axis=1), best, 0.0)
+
+
+def _lift(
+    user: UserSignals, picked: np.ndarray, beside: np.ndarray, mine: np.ndarray, own: np.ndarray
+) -> np.ndarray:
+    """How far each candidate's best session neighbour stands above it in ``own``; 0 where none does.
+
+    ``mine``: the candidates' own scores. Between people's turns only: an assistant's turn neither
+    lends nor is lifted, since a reply restates the topic of the user's turn beside it at length, and
+    lifting through it raised every turn of a chat on the question's topic over the lone message that
+    answered.
+    """
+    has = (beside >= 0) & (user.role[np.maximum(user.neighbours[picked], 0)] != ASSISTANT)
+    best = np.where(has, own[np.maximum(beside, 0)], -np.inf).max(axis=1)
+    return np.where(has.any(axis=1) & (user.role[picked] != ASSISTANT), np.maximum(best - mine, 0.0), 0.0)
+
+
+def _beside(user: UserSignals, rows: np.ndarray, visible: np.ndarray, picked: np.ndarray) -> np.ndarray:
+    """The candidates' session neighbours as places among the visible rows (-1: none, or hidden)."""
     at = np.full(len(visible), -1, np.int64)
     at[rows] = np.arange(len(rows))
     beside = user.neighbours[picked]
-    beside = np.where(beside >= 0, at[np.maximum(beside, 0)], -1)  # a hidden neighbour is none
-    has = beside >= 0
-    found = has.any(axis=1)
-    return tuple(
-        np.where(found, np.where(has, own[np.maximum(beside, 0)], -np.inf).max(axis=1), 0.0) for own in owns
-    )
+    return np.where(beside >= 0, at[np.maximum(beside, 0)], -1)  # a hidden neighbour is none
 
 
 def _visible_names(user: UserSignals, wanted: set[str], rows: np.ndarray) -> set[str]:
@@ -365,24 +389,44 @@ def score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False) -> np
     The base cosine as a standard score over the records the read may see (``z_base``; the query
     adapter's, ``z_adapt``, for the rows ``adapted`` marks: histories where the ranker's adapter gate
     found the adapter helping), plus :data:`SCORE_FUSION` times BM25's (``bm25_z``) where the question
-    names something the history holds (``q_named_in_history``: a capitalised word of the question
-    that the records hold too, or, for a question typed in lowercase, a word of it that the records
-    capitalise mid-sentence more often than not; that second set is the whole history's, whatever
-    the read hides: it decides only whether BM25 joins), plus :data:`NEIGHBOUR` times the best of
-    the same sum over the record's neighbouring turns in its session (``nb_base`` / ``nb_adapt``; 0
-    without one).
+    names something the history holds and does not ask for a suggestion (``bm25_joins``; named: a
+    capitalised word of the question that the records hold too, or, for a question typed in
+    lowercase, a word of it that the records capitalise mid-sentence more often than not, that second
+    set the whole history's whatever the read hides), plus :data:`NEIGHBOUR` times how far the best of
+    the same sum over the record's neighbouring turns in its session stands above its own
+    (``lift_base`` / ``lift_adapt``: 0 where none stands above, and between people's turns only).
+
     Names are where a small encoder is weakest and words are exact ("When did Melanie paint a
     sunrise?"); without one, BM25 matches a question's common words ("recommend", "dinner") and
     misleads: leave-one-benchmark-out lost to dense on the preference and recommendation folds with
-    BM25 always in (docs/RESULTS.md). Unadapted, nothing in it is learned on a benchmark but the
-    weight, so an unseen history gets plain dense unless its question names what it holds. Row by
-    row, so it scores many questions' candidates at once (training, leave-one-out) as one search's.
+    BM25 always in (docs/RESULTS.md). A request for a suggestion ("What should I eat in Barcelona?")
+    is answered by what the user likes, which rarely repeats the place it names, so its names bring
+    BM25 to the chats that do. A turn is lifted toward a better neighbour, never raised for having
+    one, and an assistant's turn neither lends nor is lifted: adding the neighbour's score, through
+    assistants' replies too, raised every turn of a chat on the question's topic over a lone message
+    that answered, and on a long user–assistant history (PrefEval with its distractor chats whole)
+    the default fell below plain dense (recall@5 0.544 against 0.763; docs/RESULTS.md).
+    Unadapted, nothing in it is learned on a benchmark but the weights. Row by row, so it scores many
+    questions' candidates at once (training, leave-one-out) as one search's.
+    """
+    column = FEATURES.index
+    cosine = np.where(adapted, features[:, column("z_adapt")], features[:, column("z_base")])
+    lift = np.where(adapted, features[:, column("lift_adapt")], features[:, column("lift_base")])
+    own = _own_score(cosine, features[:, column("bm25_z")], features[:, column("bm25_joins")])
+    return own + NEIGHBOUR * lift
+
+
+def summed_score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False) -> np.ndarray:
+    """The score fusion as served from its names rule until the lift: 0.4 of the best neighbour's score added.
+
+    What a residual that ``improve`` fitted on top of it keeps as its start (``gated_start``
+    ``"named score fusion"``).
     """
     column = FEATURES.index
     cosine = np.where(adapted, features[:, column("z_adapt")], features[:, column("z_base")])
     neighbour = np.where(adapted, features[:, column("nb_adapt")], features[:, column("nb_base")])
     own = _own_score(cosine, features[:, column("bm25_z")], features[:, column("q_named_in_history")])
-    return own + NEIGHBOUR * neighbour
+    return own + SUMMED_NEIGHBOUR * neighbour
 
 
 def adapted_score_fusion(features: np.ndarray) -> np.ndarray:
@@ -395,12 +439,14 @@ def adapted_score_fusion(features: np.ndarray) -> np.ndarray:
     return features[:, FEATURES.index("z_adapt")] + SCORE_FUSION * features[:, FEATURES.index("bm25_z")]
 
 
-GATED_START = "named score fusion"
+GATED_START = "lifted score fusion"
 """What a root ranker serves without its trees (:func:`score_fusion`). A residual keeps the start its
-trees were fitted on top of: ``"score fusion"`` (:func:`adapted_score_fusion`), or ``"fused default"``
-(``alpha · fused_default``) from before either."""
+trees were fitted on top of: ``"named score fusion"`` (:func:`summed_score_fusion`), ``"score
+fusion"`` (:func:`adapted_score_fusion`), or ``"fused default"`` (``alpha · fused_default``) from
+before them."""
 _FUSION_STARTS: dict[str, Callable[[np.ndarray, bool | np.ndarray], np.ndarray]] = {
     GATED_START: score_fusion,
+    "named score fusion": summed_score_fusion,
     "score fusion": lambda features, _adapted: adapted_score_fusion(features),  # it always read the adapter
 }
 

@@ -24,10 +24,12 @@ from personamem.retrieval.ranker_gate import history_profile
 from personamem.retrieval.when import NO_DAY, day_number
 from personamem.store import Store
 
-__all__ = ["UserSignals"]
+__all__ = ["ASSISTANT", "UserSignals"]
 
 _KINDS = {"conversation": 0, "dialog": 1, "purchase": 2, "post": 3, "qa": 4, "knowledge": 5, "note": 6}
-_ROLES = {"user": 1.0, "assistant": 2.0}  # any other role, or none: 0
+ASSISTANT = 2.0
+"""The role code (``UserSignals.role``) of a turn an assistant wrote."""
+_ROLES = {"user": 1.0, "assistant": ASSISTANT}  # any other role, or none: 0
 _ROLE_NAMES = np.array(["", "user", "assistant"], dtype=object)  # by role code, for the profile
 _HEADROOM = 1.25  # a history appended to once will be again: its vectors' buffer grows by a quarter
 

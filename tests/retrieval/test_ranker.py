@@ -19,6 +19,7 @@ from personamem.retrieval.ranker import (
     GATED_START,
     INFO_FILE,
     MODEL_FILE,
+    NEIGHBOUR,
     SCORE_FUSION,
     SHIPPED_RANKERS,
     RankerModel,
@@ -27,6 +28,7 @@ from personamem.retrieval.ranker import (
     _two_best,
     adapted_score_fusion,
     score_fusion,
+    summed_score_fusion,
 )
 from personamem.trainers.ranker.export import save_ranker
 
@@ -170,14 +172,21 @@ def test_a_residual_fitted_before_the_score_fusion_keeps_the_start_it_was_fitted
     """``improve`` fitted its trees on the root as it served then: the RRF start wherever the gate said no."""
     shipped = RankerModel.load("mixed")
     rows = np.random.default_rng(0).normal(size=(6, len(FEATURES))).astype(np.float32)
-    starts = {"old": {}, "adapted": {"gated_start": "score fusion"}, "new": {"gated_start": GATED_START}}
+    starts = {
+        "old": {},
+        "adapted": {"gated_start": "score fusion"},
+        "summed": {"gated_start": "named score fusion"},
+        "new": {"gated_start": GATED_START},
+    }
     for name, named in starts.items():
         base = {"ranker": "mixed", "sha256": shipped.info["sha256"], **named}
         save_ranker(tmp_path / name, None, alpha=shipped.alpha, iterations=0, info={"base": base})
-    old, adapted, new = (RankerModel.load(tmp_path / name) for name in starts)
+    old, adapted, summed, new = (RankerModel.load(tmp_path / name) for name in starts)
     fused = shipped.alpha * rows[:, FEATURES.index("fused_default")]
     np.testing.assert_allclose(old.score(rows, trees=False), fused, rtol=1e-6)
     np.testing.assert_allclose(adapted.score(rows, trees=False), adapted_score_fusion(rows), rtol=1e-6)
+    np.testing.assert_allclose(summed.score(rows, trees=False), summed_score_fusion(rows), rtol=1e-6)
+    assert not np.allclose(summed_score_fusion(rows), score_fusion(rows))
     np.testing.assert_allclose(new.score(rows, trees=False), score_fusion(rows), rtol=1e-6)
     np.testing.assert_allclose(shipped.score(rows, trees=False), score_fusion(rows), rtol=1e-6)
 
@@ -248,6 +257,68 @@ def test_a_turn_borrows_from_its_neighbours_in_the_same_session(mem: PersonaMem)
         for u in ("s", "n")
     }
     assert alone["s"] == alone["n"]
+
+
+CHATS = [  # (session, role, text): a lone statement, a user-assistant chat, two people talking, another chat
+    ("p", "user", "I avoid hotels with a loud nightlife; quiet rooms matter most to me."),
+    ("c", "user", "What are the most famous hotels on the strip, and which have the best shows?"),
+    ("c", "assistant", "The strip's famous hotels host the best shows, casinos and night clubs."),
+    ("d", None, "Melanie: Did you ever make it to the pottery class at the community centre?"),
+    ("d", None, "Caroline: Yes! Last Saturday, and I made a small blue bowl there."),
+    ("e", "user", "Plans for the weekend?"),
+    ("e", "assistant", "Book a hotel room near the beach for the weekend trip."),
+]
+
+
+def test_a_turn_is_lifted_toward_a_better_neighbour_between_people_and_a_suggestion_reads_no_bm25(
+    mem: PersonaMem,
+) -> None:
+    """The score fusion over a sessioned history, computed here from the store's vectors and BM25."""
+    mem.add_many(
+        [
+            {"id": f"t{i}", "text": text, "metadata": {"session": s} | ({"role": role} if role else {})}
+            for i, (s, role, text) in enumerate(CHATS)
+        ],
+        user_id="chat",
+    )
+    ranker = mem.pipeline().ranker
+    assert ranker is not None
+    records, vectors = mem.store.vectors("chat")
+    order = [r.id for r in ranker._bm25.index("chat").records]
+    vectors = vectors[[[r.id for r in records].index(rid) for rid in order]]
+    session, role = zip(*[CHATS[int(rid[1:])][:2] for rid in order], strict=True)
+
+    def standard(x: np.ndarray) -> np.ndarray:
+        return (x - x.mean()) / x.std()
+
+    def by_hand(query: str, bm25_joins: bool, people_only: bool = True) -> tuple[list[str], np.ndarray]:
+        cosine = vectors @ mem.store.encoder.encode([query])[0]
+        lexical = ranker._bm25.index("chat").scores(tokenize([query])[0])
+        own = standard(cosine) + SCORE_FUSION * bm25_joins * standard(lexical)
+        lift = np.zeros(len(own))
+        for i in range(len(own)):
+            beside = [j for j in (i - 1, i + 1) if 0 <= j < len(own) and session[j] == session[i]]
+            if people_only:
+                beside = [j for j in beside if role[j] != "assistant"] if role[i] != "assistant" else []
+            if beside:
+                lift[i] = max(0.0, max(own[j] for j in beside) - own[i])
+        fused = own + NEIGHBOUR * lift
+        return [order[i] for i in np.argsort(-fused, kind="stable")], lift
+
+    def served(query: str) -> list[str]:
+        return [hit.record.id for hit in mem.search("chat", query, k=len(CHATS))]
+
+    # names nothing: dense's order, save that a person's turn may be lifted toward a better one beside it
+    hotel = "Can you suggest a hotel for my trip?"
+    assert served(hotel) == by_hand(hotel, False)[0]
+    assert by_hand(hotel, False, people_only=False)[0] != served(hotel)  # "Plans for the weekend?" is not
+    # names Caroline and asks no suggestion: BM25 joins, and her answer is lifted toward the question
+    pottery = "What did Caroline make at the pottery class?"
+    expected, lift = by_hand(pottery, True)
+    assert served(pottery) == expected and lift[order.index("t4")] > 0 and lift[order.index("t1")] == 0
+    # names Caroline but asks for a suggestion: no BM25
+    like = "Can you suggest a class for me like the one Caroline took?"
+    assert served(like) == by_hand(like, False)[0] != by_hand(like, True)[0]
 
 
 def test_proper_names_are_what_a_history_capitalises_mid_sentence_more_than_not() -> None:
