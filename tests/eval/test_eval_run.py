@@ -322,7 +322,7 @@ def test_only_the_users_asked_are_stored(encoder: SentenceEncoder, vector_cache:
     config = EvalConfig(
         benchmark=BenchmarkName.PREFEVAL,
         data=need_data(DATA / "prefeval"),
-        options={"prefeval": {"inter_turns": 2, "replies": True}},
+        options={"prefeval": {"inter_turns": 1, "replies": True}},
         max_questions=3,
     )
     with warnings.catch_warnings():  # a reply past the encoder's window warns where it is embedded
@@ -330,7 +330,7 @@ def test_only_the_users_asked_are_stored(encoder: SentenceEncoder, vector_cache:
         report = run_eval(config, encoder=encoder, cache_dir=vector_cache)
     asked = {q.user_id for q in report.benchmark.questions}
     assert len(asked) == 3 and {r.user_id for r in report.benchmark.records} == asked
-    assert len(report.benchmark.records) == 3 * 5  # the preference, two turns and their replies
+    assert len(report.benchmark.records) == 3 * 3  # the preference, a turn and its reply
     assert set(report.runs[0].scores["recall@1"]) == {q.id for q in report.benchmark.questions}
 
 
