@@ -220,15 +220,18 @@ def _distractors(src: JsonFile, count: int, replies: bool) -> list[_Message]:
     A reply is the assistant message right after a user message in its chat; with ``replies`` each
     message is also marked with its chat, as a session.
     """
-    turns: list[tuple[str, str | None, int]] = []  # user text, reply text, chat
+    turns: list[list[Any]] = []  # [user text, reply text or None, chat]
     for i, chat in enumerate(src.expect(src.load(), list, "top level")):
-        where = f"chat {i}"
-        messages = src.field(src.expect(chat, dict, where), "conversation", list, where)
-        for j, message in enumerate(messages):
+        where, after_user = f"chat {i}", False
+        for j, message in enumerate(src.field(src.expect(chat, dict, where), "conversation", list, where)):
             at = f"{where}, message {j}"
             message = src.expect(message, dict, at)
-            if src.field(message, "role", str, at) == "user":
-                turns.append((src.field(message, "content", str, at), _reply(src, messages, j + 1, where), i))
+            role = src.field(message, "role", str, at)
+            if role == "user":
+                turns.append([src.field(message, "content", str, at), None, i])
+            elif role == "assistant" and after_user:
+                turns[-1][1] = src.field(message, "content", str, at)
+            after_user = role == "user"
     if len(turns) < count:
         raise src.error(f"inter_turns={count} asked for, but the file has only {len(turns)} user messages")
     picked: list[_Message] = []
@@ -238,17 +241,6 @@ def _distractors(src: JsonFile, count: int, replies: bool) -> list[_Message]:
         if replies and reply is not None:
             picked.append((f"inter-{n}-reply", "assistant", reply, session))
     return _non_blank(picked)
-
-
-def _reply(src: JsonFile, messages: list[Any], j: int, where: str) -> str | None:
-    """The text of message ``j`` of a chat if it is the assistant's (else None: no reply)."""
-    if j >= len(messages):
-        return None
-    at = f"{where}, message {j}"
-    message = src.expect(messages[j], dict, at)
-    return (
-        src.field(message, "content", str, at) if src.field(message, "role", str, at) == "assistant" else None
-    )
 
 
 def _non_blank(messages: list[_Message]) -> list[_Message]:

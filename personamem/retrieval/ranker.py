@@ -252,9 +252,11 @@ def candidate_features(
     lexical = float(bool(named))
     joins = lexical * (1.0 - max(form["recommend"], form["should_i"]))  # a request for a suggestion: no BM25
     beside = _beside(user, rows, visible, picked)
-    nb_base, nb_adapt = (_neighbour_best(beside, _own_score(z, bm_z, lexical)) for z in (z_b, z_a))
-    joined = (_own_score(z_b, bm_z, joins), _own_score(z_a, bm_z, joins))
-    lift_base, lift_adapt = (_lift(user, picked, beside, own[pool], own) for own in joined)
+    owns = (_own_score(z_b, bm_z, lexical), _own_score(z_a, bm_z, lexical))
+    nb_base, nb_adapt = (_neighbour_best(beside, own) for own in owns)
+    joined = owns if joins == lexical else (_own_score(z_b, bm_z, joins), _own_score(z_a, bm_z, joins))
+    people = _people(user, picked, beside)
+    lift_base, lift_adapt = (_lift(people, own, pool) for own in joined)
     shared: dict[str, float] = {
         **user.stats,
         "bm25_top": bm_max,
@@ -334,19 +336,24 @@ def _neighbour_best(beside: np.ndarray, own: np.ndarray) -> np.ndarray:
     return np.where(has.any(axis=1), best, 0.0)
 
 
-def _lift(
-    user: UserSignals, picked: np.ndarray, beside: np.ndarray, mine: np.ndarray, own: np.ndarray
-) -> np.ndarray:
+def _people(user: UserSignals, picked: np.ndarray, beside: np.ndarray) -> np.ndarray:
+    """``beside`` between people's turns only: an assistant's turn neither lends nor is lifted.
+
+    A reply restates the topic of the user's turn beside it at length, and lifting through it raised
+    every turn of a chat on the question's topic over the lone message that answered.
+    """
+    lends = user.role[np.maximum(user.neighbours[picked], 0)] != ASSISTANT
+    lends &= (user.role[picked] != ASSISTANT)[:, None]
+    return np.where(lends, beside, -1)
+
+
+def _lift(beside: np.ndarray, own: np.ndarray, pool: np.ndarray) -> np.ndarray:
     """How far each candidate's best session neighbour stands above it in ``own``; 0 where none does.
 
-    ``mine``: the candidates' own scores. Between people's turns only: an assistant's turn neither
-    lends nor is lifted, since a reply restates the topic of the user's turn beside it at length, and
-    lifting through it raised every turn of a chat on the question's topic over the lone message that
-    answered.
+    ``pool``: the candidates' places among the visible rows, as ``own`` is indexed.
     """
-    has = (beside >= 0) & (user.role[np.maximum(user.neighbours[picked], 0)] != ASSISTANT)
-    best = np.where(has, own[np.maximum(beside, 0)], -np.inf).max(axis=1)
-    return np.where(has.any(axis=1) & (user.role[picked] != ASSISTANT), np.maximum(best - mine, 0.0), 0.0)
+    found = (beside >= 0).any(axis=1)
+    return np.where(found, np.maximum(_neighbour_best(beside, own) - own[pool], 0.0), 0.0)
 
 
 def _beside(user: UserSignals, rows: np.ndarray, visible: np.ndarray, picked: np.ndarray) -> np.ndarray:
@@ -409,11 +416,7 @@ def score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False) -> np
     Unadapted, nothing in it is learned on a benchmark but the weights. Row by row, so it scores many
     questions' candidates at once (training, leave-one-out) as one search's.
     """
-    column = FEATURES.index
-    cosine = np.where(adapted, features[:, column("z_adapt")], features[:, column("z_base")])
-    lift = np.where(adapted, features[:, column("lift_adapt")], features[:, column("lift_base")])
-    own = _own_score(cosine, features[:, column("bm25_z")], features[:, column("bm25_joins")])
-    return own + NEIGHBOUR * lift
+    return _served(features, adapted, "bm25_joins") + NEIGHBOUR * _read(features, adapted, "lift")
 
 
 def summed_score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False) -> np.ndarray:
@@ -422,11 +425,23 @@ def summed_score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False
     What a residual that ``improve`` fitted on top of it keeps as its start (``gated_start``
     ``"named score fusion"``).
     """
+    return _served(features, adapted, "q_named_in_history") + SUMMED_NEIGHBOUR * _read(
+        features, adapted, "nb"
+    )
+
+
+def _served(features: np.ndarray, adapted: bool | np.ndarray, named: str) -> np.ndarray:
+    """A fusion's own part of each row: its cosine (``z_``), plus BM25's where the column ``named`` is 1."""
     column = FEATURES.index
-    cosine = np.where(adapted, features[:, column("z_adapt")], features[:, column("z_base")])
-    neighbour = np.where(adapted, features[:, column("nb_adapt")], features[:, column("nb_base")])
-    own = _own_score(cosine, features[:, column("bm25_z")], features[:, column("q_named_in_history")])
-    return own + SUMMED_NEIGHBOUR * neighbour
+    return _own_score(
+        _read(features, adapted, "z"), features[:, column("bm25_z")], features[:, column(named)]
+    )
+
+
+def _read(features: np.ndarray, adapted: bool | np.ndarray, stem: str) -> np.ndarray:
+    """The column ``<stem>_adapt`` for the rows ``adapted`` marks, ``<stem>_base`` for the others."""
+    column = FEATURES.index
+    return np.where(adapted, features[:, column(f"{stem}_adapt")], features[:, column(f"{stem}_base")])
 
 
 def adapted_score_fusion(features: np.ndarray) -> np.ndarray:
