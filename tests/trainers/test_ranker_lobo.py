@@ -27,6 +27,7 @@ from personamem.trainers.ranker.lobo import (
     verdict,
 )
 from personamem.trainers.ranker.run import ship_verdict
+from personamem.trainers.ranker.shapes import SHAPES, Shape, shape_benchmark, shapes_named
 from tests.conftest import DATA, need_data
 
 METHODS = (
@@ -115,26 +116,53 @@ def test_leave_one_out_trains_without_each_benchmark_scores_it_and_resumes(
         "folds": ["ikat"],
         "adapter": adapter,
         "cache_dir": default_vector_cache(),
+        "shapes": [Shape("ikat-few", "ikat", users=3)],  # another reading of iKAT: three of its users
     }
     report = leave_one_out(data, train, study, **run)
-    assert set(report["folds"]) == {"ikat"}
-    for fold, found in report["folds"].items():
+    assert set(report["folds"]) == {"ikat", "ikat-few"}
+    for found in report["folds"].values():
         assert set(found["methods"]) == {*METHODS, *(fusion_name(*f) for f in FUSIONS)}
         assert found["questions"] > 0
         assert len(found["checks"]) == 3 * len(RULED)
-        # every learned part of this fold was trained without it
-        ranker = json.loads(
-            (tmp_path / "study" / "leave-one-out" / f"ranker-without-{fold}-s0" / INFO_FILE).read_text()
-        )
-        assert fold not in ranker["sources"] and fold not in ranker["recipe"]["data"]["benchmark"]
+        # every learned part of this fold (and of the shape iKAT's fold scores) was trained without iKAT
+        ranker = json.loads((study / "leave-one-out" / "ranker-without-ikat-s0" / INFO_FILE).read_text())
+        assert "ikat" not in ranker["sources"] and "ikat" not in ranker["recipe"]["data"]["benchmark"]
         if found["served_share"] == 0:  # nobody admitted: the served ranker is the score fusion
             assert found["methods"]["ranker as served (gated)"] == found["methods"]["score fusion"]
     assert (tmp_path / "study" / "leave-one-out.md").read_text().count("| ikat (") == len(METHODS)
-
-    def retrain(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a finished fold was trained again")
-
-    monkeypatch.setattr(lobo, "train_ranker", retrain)
-    assert (
-        leave_one_out(data, train, tmp_path / "study", seeds=[0], encoder=encoder, folds=["ikat"]) == report
+    # the shape is scored by iKAT's fold (its adapter and ranker, none trained again) on its three users'
+    # questions: methods that read one user's records alone score each of them as the fold does
+    saved = study / "leave-one-out"
+    whole, few = (
+        json.loads((saved / f"{name}-s0.json").read_text())["scores"] for name in ("ikat", "ikat-few")
     )
+    asked = set(few["dense"]["mrr"])
+    assert 0 < len(asked) < len(whole["dense"]["mrr"]) and len({q.split("_")[0] for q in asked}) == 3
+    for method in ("dense", "default without ranker"):
+        assert few[method]["mrr"] == {q: whole[method]["mrr"][q] for q in asked}
+    assert len(list(saved.glob("ranker-without-*"))) == 1
+
+    def again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a finished fold or shape was trained or scored again")
+
+    for step in ("train_adapter", "train_ranker", "_scored"):
+        monkeypatch.setattr(lobo, step, again)
+    assert leave_one_out(data, train, study, **run) == report
+
+
+def test_a_shape_reads_its_benchmark_with_its_options_on_evenly_spaced_users() -> None:
+    need_data(DATA / "prefeval")
+    shape = Shape("prefeval-chats", "prefeval", {"inter_turns": 6, "replies": True}, users=4)
+    read = shape_benchmark(RankerDataConfig(data_root=DATA), shape)
+    users = {q.user_id for q in read.questions}
+    assert read.name == "prefeval-chats" and len(users) == 4
+    assert {r.user_id for r in read.records} == users
+    roles = [r.metadata.get("role") for r in read.records if r.user_id == min(users)]
+    assert roles.count("assistant") == 6 and len(roles) == 13  # the preference, six turns and their replies
+
+
+def test_shapes_are_named_from_the_table_and_an_unknown_one_is_refused() -> None:
+    assert shapes_named(("prefeval-long",)) == SHAPES[:1]
+    assert RankerTrainConfig().leave_one_out_shapes == tuple(s.name for s in SHAPES)
+    with pytest.raises(ValueError, match="no history shape longest: choose from prefeval-long"):
+        RankerTrainConfig(leave_one_out_shapes=("longest",))

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from personamem.datasets import BenchmarkName, HeldOutBenchmarks
 from personamem.pipeline.config import DEFAULT_ADAPTER
+from personamem.trainers.ranker.shapes import SHAPES, shapes_named
 from personamem.trainers.run import TrainerRun
 
 __all__ = ["RankerDataConfig", "RankerRunConfig", "RankerTrainConfig"]
@@ -54,6 +55,16 @@ class RankerTrainConfig(BaseModel):
     """Judge the recipe on benchmarks it never saw: for each benchmark and each of this many seeds,
     an adapter and a ranker trained without it are scored on its held-out users; if the trees with
     their gate lose to the unranked default in any fold, the folder ships no trees (0: skip)."""
+    leave_one_out_shapes: tuple[str, ...] = tuple(shape.name for shape in SHAPES)
+    """Other readings of a left-out benchmark (prefeval-long: its chats whole, user and assistant),
+    each scored by that benchmark's fold and judged as a fold of its own (repeatable)."""
+
+    @field_validator("leave_one_out_shapes")
+    @classmethod
+    def _known_shapes(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        shapes_named(names)  # an unknown name fails here, naming those that exist
+        return names
+
     leave_one_out_dir: Path | None = None
     """Where the folds' adapters, rankers and scores go, one fold and seed at a time (a rerun
     resumes), with leave-one-out.json and .md. [default: <out>-leave-one-out beside --out]"""

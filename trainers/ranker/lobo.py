@@ -11,8 +11,10 @@ where no trees do (``ranker.score_fusion``), the one served before it
 against. Methods
 are scored over each question's candidates (the union of the top 50 of adapted dense, base dense
 and BM25, where every method's top 10 lies), with ranx, gold outside the candidates counted as
-missed. Each fold's adapter and each seed's ranker and scores are written to
-``<out>/leave-one-out/`` when done, so a rerun resumes.
+missed. A history shape of a benchmark (:mod:`personamem.trainers.ranker.shapes`) is scored by
+that benchmark's fold, on the shape's users, and judged as a fold of its own. Each fold's adapter
+and each seed's ranker and scores are written to ``<out>/leave-one-out/`` when done, so a rerun
+resumes.
 
 The rule (issue 57): the ranker as served may fall below neither the best plain method nor the
 unranked default by more than :data:`MARGIN` on recall@5, recall@10 or MRR in any fold, nor lose
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
-from personamem.datasets.benchmark import Question
+from personamem.datasets.benchmark import Benchmark, Question
 from personamem.encoder import Encoder
 from personamem.eval.metrics import ranx_scores
 from personamem.retrieval.query_adapter import CONFIG_FILE as ADAPTER_FILE
@@ -52,6 +54,7 @@ from personamem.trainers.adapter.config import AdapterDataConfig, AdapterTrainCo
 from personamem.trainers.adapter.run import train_adapter
 from personamem.trainers.ranker.config import RankerDataConfig, RankerTrainConfig
 from personamem.trainers.ranker.data import FeatureSet, benchmark_features, default_features_dir
+from personamem.trainers.ranker.shapes import Shape, shape_benchmark
 from personamem.trainers.ranker.trainer import served_start, train_ranker
 
 __all__ = [
@@ -183,59 +186,66 @@ def leave_one_out(
     progress: Progress | None = None,
     folds: Sequence[str] | None = None,
     adapter: AdapterTrainConfig | None = None,
+    shapes: Sequence[Shape] = (),
 ) -> dict[str, Any]:
     """Train without each benchmark in turn, score on all of its users, and judge by the worst fold.
 
     ``folds`` names the benchmarks to leave out (default: each one); ``adapter`` how each fold's
-    adapter is fitted (default: as the shipped one, seed 0). Returns the report also written to
-    ``out_dir / "leave-one-out.json"`` (and ``.md``).
+    adapter is fitted (default: as the shipped one, seed 0); ``shapes`` other readings of a left-out
+    benchmark, each scored by its benchmark's fold and judged as a fold of its own. Returns the
+    report also written to ``out_dir / "leave-one-out.json"`` (and ``.md``).
     """
     folder = out_dir / "leave-one-out"
     folder.mkdir(parents=True, exist_ok=True)
     left_out = [b for b in data.benchmark if folds is None or b.value in folds]
-    task = progress.add_task("leave one out", total=len(left_out) * len(seeds)) if progress else None
+    read = {shape.name: shape_benchmark(data, shape) for shape in shapes if shape.benchmark in left_out}
+    task = (
+        progress.add_task("leave one out", total=(len(left_out) + len(read)) * len(seeds))
+        if progress
+        else None
+    )
     results: list[FoldSeed] = []
+    categories = {q.id: q.category for benchmark in read.values() for q in benchmark.questions}
     for fold in left_out:
-        others = tuple(b for b in data.benchmark if b != fold)
+        loaded, _ = data.split(fold)
+        categories |= {q.id: q.category for q in loaded.questions}
+        which = (fold.value, tuple(b for b in data.benchmark if b != fold))
+        scored = [(fold.value, loaded), *((s.name, read[s.name]) for s in shapes if s.benchmark == fold)]
         for seed in seeds:
-            done = folder / f"{fold.value}-s{seed}.json"
-            if done.is_file():
+            for name, benchmark in scored:
+                done = folder / f"{name}-s{seed}.json"
+                if not done.is_file():
+                    models = _trained(
+                        data, config, adapter, (*which, seed), folder, encoder, cache_dir, progress
+                    )
+                    _write(done, _scored(benchmark, name, seed, models, data, encoder, cache_dir, progress))
                 results.append(FoldSeed(**json.loads(done.read_text(encoding="utf-8"))))
-            else:
-                result = _fold(
-                    data,
-                    config,
-                    adapter or AdapterTrainConfig(seed=0),
-                    (fold.value, others, seed),
-                    folder,
-                    encoder,
-                    cache_dir,
-                    progress,
-                )
-                partial = done.with_suffix(".partial")
-                partial.write_text(json.dumps(result.__dict__), encoding="utf-8")
-                partial.replace(done)
-                results.append(result)
-            if progress is not None and task is not None:
-                progress.advance(task)
-    categories = {q.id: q.category for fold in left_out for q in data.split(fold)[0].questions}
+                if progress is not None and task is not None:
+                    progress.advance(task)
     report = verdict(results, categories)
     (out_dir / "leave-one-out.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     (out_dir / "leave-one-out.md").write_text(markdown(report), encoding="utf-8")
     return report
 
 
-def _fold(
+def _write(done: Path, result: FoldSeed) -> None:
+    """``result`` written to ``done`` whole (a partial file until then): a rerun resumes after it."""
+    partial = done.with_suffix(".partial")
+    partial.write_text(json.dumps(result.__dict__), encoding="utf-8")
+    partial.replace(done)
+
+
+def _trained(
     data: RankerDataConfig,
     config: RankerTrainConfig,
-    adapter: AdapterTrainConfig,
+    adapter: AdapterTrainConfig | None,
     which: tuple[str, tuple[Any, ...], int],
     folder: Path,
     encoder: Encoder,
     cache_dir: Path | None,
     progress: Progress | None,
-) -> FoldSeed:
-    """Adapter and ranker without the fold's benchmark, scored on all of its users.
+) -> tuple[Path, Path]:
+    """The fold's adapter and ranker folders, trained without the fold's benchmark unless already there.
 
     ``which`` is (the left-out benchmark, the others, the trees' seed). The adapter is trained once
     per fold (its seeds move the default by at most 0.006, see docs/RESULTS.md); the trees take
@@ -252,7 +262,7 @@ def _fold(
                 validation_share=data.validation_share,
                 split_seed=data.split_seed,
             ),
-            adapter,
+            adapter or AdapterTrainConfig(seed=0),
             adapter_dir,
             encoder=encoder,
             cache_dir=cache_dir,
@@ -268,11 +278,24 @@ def _fold(
             cache_dir=cache_dir,
             progress=progress,
         )
-    benchmark = next(b for b in data.benchmark if b.value == fold)
-    loaded, _ = data.split(benchmark)
+    return adapter_dir, ranker_dir
+
+
+def _scored(
+    benchmark: Benchmark,
+    name: str,
+    seed: int,
+    models: tuple[Path, Path],
+    data: RankerDataConfig,
+    encoder: Encoder,
+    cache_dir: Path | None,
+    progress: Progress | None,
+) -> FoldSeed:
+    """Each user of ``benchmark`` (the left-out one or a shape of it) scored by the fold's models."""
+    adapter_dir, ranker_dir = models
     found, _ = benchmark_features(
-        loaded,
-        fold,
+        benchmark,
+        name,
         encoder,
         QueryAdapter.load(adapter_dir, encoder),
         features_dir=data.features_dir or default_features_dir(),
@@ -283,7 +306,7 @@ def _fold(
     scores = per_question(found, method_scores(found, model))
     served = model.serves(found.profiles)
     admitted = [region.benchmark for region in model.gate.regions] if model.gate is not None else []
-    return FoldSeed(fold, seed, scores, admitted, float(served.mean()) if len(served) else 0.0)
+    return FoldSeed(name, seed, scores, admitted, float(served.mean()) if len(served) else 0.0)
 
 
 def _paired_p(ours: np.ndarray, theirs: np.ndarray) -> float:

@@ -12,6 +12,7 @@ from personamem.retrieval.ranker import INFO_FILE
 from personamem.retrieval.ranker_gate import RankerGate
 from personamem.trainers.ranker.config import RankerRunConfig
 from personamem.trainers.ranker.lobo import leave_one_out
+from personamem.trainers.ranker.shapes import shapes_named
 from personamem.trainers.ranker.trainer import train_ranker
 from personamem.trainers.run import TrainSummary
 
@@ -51,6 +52,7 @@ def run(config: RankerRunConfig, *, progress: Progress | None = None) -> TrainSu
             encoder=encoder,
             cache_dir=cache_dir,
             progress=progress,
+            shapes=shapes_named(config.train.leave_one_out_shapes),
         )
         ship_verdict(config.out_dir, report, folder)
         worst = report["worst"]
