@@ -23,18 +23,18 @@ where the data is, which with no trees is the base exactly.
 Trees fitted on benchmarks serve only histories shaped like those on which they gained
 (:mod:`personamem.retrieval.ranker_gate`). Any other user, and every user of a ranker that kept no
 trees, gets the score fusion (:func:`score_fusion`): the candidates' cosine standardized over the
-user's records, plus BM25's at :data:`SCORE_FUSION` where the question names something the history
-holds and asks for no suggestion, plus :data:`NEIGHBOUR` times how far the best neighbouring turn
-in the record's session stands above it (people's turns, not an assistant's).
+user's records, plus BM25's at :data:`SCORE_FUSION` unless the question asks for a suggestion,
+plus :data:`NEIGHBOUR` times how far the best neighbouring turn in the record's session stands
+above it (people's turns, not an assistant's).
 The cosine is the query adapter's only for a history inside the ranker's adapter gate, the base one
 elsewhere. Left out of every part's training, no benchmark falls below the best plain method with
-it by more than 0.003, where the RRF fusion the trees start from lost LoCoMo by 0.064
-(docs/RESULTS.md). The shipped ``mixed``'s trees gained over the score fusion on no benchmark's
-validation users, so its gate admits no one and the package default is the score fusion; the trees
-stay the root ``improve``'s residuals start from. A residual's own trees were fitted on the store
-they serve, so only the root's are gated. Whatever scores the candidates, those written in the
-window the question names ("in June", "last week") are raised (:func:`inside_window`,
-:mod:`personamem.retrieval.when`).
+it by more than one question's worth (0.006 of 160), where the RRF fusion the trees start from
+lost LoCoMo by 0.064 (docs/RESULTS.md). The shipped ``mixed``'s trees gained over the score fusion
+on no benchmark's validation users, so its gate admits no one and the package default is the score
+fusion; the trees stay the root ``improve``'s residuals start from. A residual's own trees were
+fitted on the store they serve, so only the root's are gated. Whatever scores the candidates, those
+written in the window the question names ("in June", "last week") are raised
+(:func:`inside_window`, :mod:`personamem.retrieval.when`).
 """
 
 from __future__ import annotations
@@ -95,9 +95,9 @@ POOL = 50
 DEPTH = 100
 """How deep the default's own lists are fused (as the harness ranks)."""
 SCORE_FUSION = 0.4
-"""BM25's weight in :func:`score_fusion` where the question names what the history holds: the best
-worst fold of leave-one-benchmark-out among the weights and fusions tried, and the one chosen on three
-folds for the fourth in each of the four."""
+"""BM25's weight in :func:`score_fusion` where it joins: the best worst fold of leave-one-benchmark-out
+among the weights and fusions tried (under the names rule, stop 75), and the one chosen on three folds
+for the fourth in each of the four."""
 NEIGHBOUR = 0.5
 """How much of the distance up to its best same-session neighbour a turn is lifted in
 :func:`score_fusion`: the best recall@5 on LoCoMo's training users among 0.2-1.5 (MRR within 0.002 of
@@ -125,6 +125,19 @@ _AUX = frozenset(re.findall(r"\w+", "do does did is are was were can could would
 _WHAT_DO_I = re.compile(r"(what|which|where|who|how)('s| do| did| is| are| was| should)? (i|my)\b")
 _RECOMMEND = re.compile(r"recommend|suggest|advice|ideas?\b|tips?\b")
 _SHOULD_I = re.compile(r"\bshould i\b|\bcan you help\b")
+_ASKS = re.compile(
+    "|".join(
+        (
+            _RECOMMEND.pattern,
+            _SHOULD_I.pattern,
+            r"\bwhat are some\b|\bwhat['’]?s (a|an|the) (good|best|great)\b",
+            r"\bwhat (is|are) (a |an |the )?(good|best|great)\b",
+            r"\bbest (ways?|options?|places?)\b|\bwhere can i (find|get|buy)\b|\bhelp me\b",
+            r"\bcan you (create|plan|make|put together|find)\b",
+        )
+    )
+)
+"""A request for a suggestion, in the ways people ask for one: BM25 does not join its score fusion."""
 
 
 def _question_form(text: str) -> dict[str, float]:
@@ -250,7 +263,7 @@ def candidate_features(
     z_b, z_a, bm_z = _standard(cos_b), _standard(cos_a), _standard(bm)
     form = _question_form(query)
     lexical = float(bool(named))
-    joins = lexical * (1.0 - max(form["recommend"], form["should_i"]))  # a request for a suggestion: no BM25
+    joins = 0.0 if _ASKS.search(query.lower()) else 1.0  # a request for a suggestion: no BM25
     beside = _beside(user, rows, visible, picked)
     owns = (_own_score(z_b, bm_z, lexical), _own_score(z_a, bm_z, lexical))
     nb_base, nb_adapt = (_neighbour_best(beside, own) for own in owns)
@@ -395,20 +408,18 @@ def score_fusion(features: np.ndarray, adapted: bool | np.ndarray = False) -> np
 
     The base cosine as a standard score over the records the read may see (``z_base``; the query
     adapter's, ``z_adapt``, for the rows ``adapted`` marks: histories where the ranker's adapter gate
-    found the adapter helping), plus :data:`SCORE_FUSION` times BM25's (``bm25_z``) where the question
-    names something the history holds and does not ask for a suggestion (``bm25_joins``; named: a
-    capitalised word of the question that the records hold too, or, for a question typed in
-    lowercase, a word of it that the records capitalise mid-sentence more often than not, that second
-    set the whole history's whatever the read hides), plus :data:`NEIGHBOUR` times how far the best of
-    the same sum over the record's neighbouring turns in its session stands above its own
-    (``lift_base`` / ``lift_adapt``: 0 where none stands above, and between people's turns only).
+    found the adapter helping), plus :data:`SCORE_FUSION` times BM25's (``bm25_z``) unless the
+    question asks for a suggestion (``bm25_joins``: "recommend", "what are some...", "what's a good...",
+    "where can I find...", "should I..."), plus :data:`NEIGHBOUR` times how far the best of the same
+    sum over the record's neighbouring turns in its session stands above its own (``lift_base`` /
+    ``lift_adapt``: 0 where none stands above, and between people's turns only).
 
-    Names are where a small encoder is weakest and words are exact ("When did Melanie paint a
-    sunrise?"); without one, BM25 matches a question's common words ("recommend", "dinner") and
-    misleads: leave-one-benchmark-out lost to dense on the preference and recommendation folds with
-    BM25 always in (docs/RESULTS.md). A request for a suggestion ("What should I eat in Barcelona?")
-    is answered by what the user likes, which rarely repeats the place it names, so its names bring
-    BM25 to the chats that do. A turn is lifted toward a better neighbour, never raised for having
+    A question about the user's own past has its words in the records that answer it, and BM25's
+    exact words help where a small encoder is weakest (names, rare terms: "When did Melanie paint a
+    sunrise?"). A request for a suggestion ("What's a good hotel in Bali for me?") is answered by what
+    the user likes, which rarely repeats its words, and BM25 brings the chats that do: with BM25 in
+    every question, leave-one-benchmark-out lost to dense on the preference and recommendation folds
+    (docs/RESULTS.md). A turn is lifted toward a better neighbour, never raised for having
     one, and an assistant's turn neither lends nor is lifted: adding the neighbour's score, through
     assistants' replies too, raised every turn of a chat on the question's topic over a lone message
     that answered, and on a long user–assistant history (PrefEval with its distractor chats whole)

@@ -72,8 +72,8 @@ def test_the_default_runs_the_shipped_ranker_and_says_so(mem: PersonaMem) -> Non
 
 
 def test_a_ranker_without_trees_serves_the_score_fusion(mem: PersonaMem, tmp_path: Path) -> None:
-    """Base cosine, plus 0.4 BM25 where the question names what the history holds, each standardized
-    over the user's records; computed here from the store's vectors, the encoder and BM25's scores."""
+    """Base cosine, plus 0.4 BM25 unless the question asks for a suggestion, each standardized over
+    the user's records; computed here from the store's vectors, the encoder and BM25's scores."""
     save_ranker(tmp_path / "flat", None, alpha=10.0, iterations=0, info={})
     ranker = mem.pipeline(PipelineConfig(ranker=str(tmp_path / "flat"))).ranker
     assert ranker is not None
@@ -84,10 +84,11 @@ def test_a_ranker_without_trees_serves_the_score_fusion(mem: PersonaMem, tmp_pat
     def standard(x: np.ndarray) -> np.ndarray:
         return (x - x.mean()) / x.std()
 
-    # the last two: dense and BM25 disagree; "Caroline" is in the history, "(charity)" names nothing
-    named = {QUERIES[0]: True, QUERIES[1]: False, QUERIES[2]: True}
-    named |= {"How do I get to work? (charity)": False, "What is Caroline planning? (lentils)": True}
-    for query, lexical_too in named.items():
+    # the last three: dense's and BM25's best records differ; the first of them asks for a suggestion
+    joins = {QUERIES[0]: True, QUERIES[1]: False, QUERIES[2]: True}
+    joins |= {"What's a good way to get to work? (charity)": False, "How do I get to work? (charity)": True}
+    joins |= {"What is Caroline planning? (lentils)": True}
+    for query, lexical_too in joins.items():
         cosine = vectors @ mem.store.encoder.encode([query])[0]
         lexical = ranker._bm25.index("u").scores(tokenize([query])[0])
         fused = standard(cosine) + SCORE_FUSION * lexical_too * standard(lexical)
@@ -95,11 +96,12 @@ def test_a_ranker_without_trees_serves_the_score_fusion(mem: PersonaMem, tmp_pat
         assert _ids(mem, query, PipelineConfig(ranker=str(tmp_path / "flat"))) == expected
 
 
-def test_a_question_naming_nothing_in_the_history_gets_plain_dense_order(mem: PersonaMem) -> None:
-    """Where no name ties the question to the history, the default is dense retrieval itself."""
-    for query in ("what should I cook tonight?", "How do I get to work?", "Any food I must avoid?"):
+def test_a_request_for_a_suggestion_gets_plain_dense_order(mem: PersonaMem) -> None:
+    """A suggestion is answered by what the user likes, not by its words: the default is dense itself."""
+    asks = ("what should I cook tonight?", "What's a good way to get to work?", "Any tips on food to avoid?")
+    for query in asks:
         assert _ids(mem, query, k=5) == _ids(mem, query, "dense", k=5)
-    # a name the history holds brings BM25 in: "Porto" is one record's alone
+    # a question about the user's own past brings BM25 in: "Porto" is one record's alone
     assert _ids(mem, "Who lives in Porto?", k=1) == ["r9"]
 
 
@@ -308,17 +310,22 @@ def test_a_turn_is_lifted_toward_a_better_neighbour_between_people_and_a_suggest
     def served(query: str) -> list[str]:
         return [hit.record.id for hit in mem.search("chat", query, k=len(CHATS))]
 
-    # names nothing: dense's order, save that a person's turn may be lifted toward a better one beside it
+    # asks for a suggestion: dense's order, save that a person's turn may be lifted toward a better one
     hotel = "Can you suggest a hotel for my trip?"
     assert served(hotel) == by_hand(hotel, False)[0]
     assert by_hand(hotel, False, people_only=False)[0] != served(hotel)  # "Plans for the weekend?" is not
-    # names Caroline and asks no suggestion: BM25 joins, and her answer is lifted toward the question
+    # asks about the past: BM25 joins, and Caroline's answer is lifted toward the question
     pottery = "What did Caroline make at the pottery class?"
     expected, lift = by_hand(pottery, True)
     assert served(pottery) == expected and lift[order.index("t4")] > 0 and lift[order.index("t1")] == 0
-    # names Caroline but asks for a suggestion: no BM25
-    like = "Can you suggest a class for me like the one Caroline took?"
-    assert served(like) == by_hand(like, False)[0] != by_hand(like, True)[0]
+    asked = "Which hotels did I ask about?"  # names nothing, and BM25 still joins
+    assert served(asked) == by_hand(asked, True)[0] != by_hand(asked, False)[0]
+    # asks for a suggestion, in any of the usual ways, naming something or not: no BM25
+    for like in (
+        "Can you suggest a class for me like the one Caroline took?",
+        "What are some quiet hotels for me?",
+    ):
+        assert served(like) == by_hand(like, False)[0] != by_hand(like, True)[0]
 
 
 def test_proper_names_are_what_a_history_capitalises_mid_sentence_more_than_not() -> None:
@@ -331,8 +338,14 @@ def test_proper_names_are_what_a_history_capitalises_mid_sentence_more_than_not(
     assert proper_names(texts) == {"caroline", "melanie", "lisbon", "may"}
 
 
-def test_a_question_typed_in_lowercase_ranks_as_its_capitalised_form(mem: PersonaMem) -> None:
-    """BM25 joins where a lowercase question's words are names the history capitalises."""
+def test_a_question_typed_in_lowercase_names_what_its_capitalised_form_does(
+    mem: PersonaMem, tmp_path: Path
+) -> None:
+    """A residual fitted on the names rule keeps it, and a lowercase question's words name what the
+    history capitalises: BM25 joins both forms alike."""
+    shipped = RankerModel.load("mixed")
+    base = {"ranker": "mixed", "sha256": shipped.info["sha256"], "gated_start": "named score fusion"}
+    save_ranker(tmp_path / "named", None, alpha=shipped.alpha, iterations=0, info={"base": base})
     texts = [
         "We had dinner with Priya at the new ramen place.",
         "Then I called Priya about the tickets.",
@@ -342,7 +355,11 @@ def test_a_question_typed_in_lowercase_ranks_as_its_capitalised_form(mem: Person
         "Tickets for the show sold out fast.",
     ]
     mem.add_many([{"id": f"p{i}", "text": text} for i, text in enumerate(texts)], user_id="l")
+
+    def ids(query: str, method: PipelineConfig | str) -> list[str]:
+        return [hit.record.id for hit in mem.search("l", query, k=6, method=method)]
+
+    named = PipelineConfig(ranker=str(tmp_path / "named"))
     query = "What did I talk about with Priya?"
-    named = [hit.record.id for hit in mem.search("l", query, k=6)]
-    assert named != [hit.record.id for hit in mem.search("l", query, k=6, method="dense")]  # BM25 moved it
-    assert [hit.record.id for hit in mem.search("l", query.lower(), k=6)] == named
+    assert ids(query, named) != ids(query, "dense")  # "Priya" is named: BM25 moved it
+    assert ids(query.lower(), named) == ids(query, named)
