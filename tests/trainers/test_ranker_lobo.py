@@ -9,6 +9,7 @@ import pytest
 
 from personamem import SentenceEncoder
 from personamem.datasets import BenchmarkName
+from personamem.datasets.benchmark import evenly_spaced
 from personamem.datasets.vectors import default_vector_cache
 from personamem.retrieval.ranker import INFO_FILE, RankerModel
 from personamem.retrieval.ranker_gate import PROFILE
@@ -155,7 +156,13 @@ def test_a_shape_reads_its_benchmark_with_its_options_on_evenly_spaced_users() -
     shape = Shape("prefeval-chats", "prefeval", {"inter_turns": 6, "replies": True}, users=4)
     read = shape_benchmark(RankerDataConfig(data_root=DATA), shape)
     users = {q.user_id for q in read.questions}
-    assert read.name == "prefeval-chats" and len(users) == 4
+    every = sorted(
+        {
+            q.user_id
+            for q in shape_benchmark(RankerDataConfig(data_root=DATA), Shape("all", "prefeval")).questions
+        }
+    )
+    assert read.name == "prefeval-chats" and users == set(evenly_spaced(every, 4)) and len(every) > 4
     assert {r.user_id for r in read.records} == users
     roles = [r.metadata.get("role") for r in read.records if r.user_id == min(users)]
     assert roles.count("assistant") == 6 and len(roles) == 13  # the preference, six turns and their replies
